@@ -1,0 +1,154 @@
+/*
+** bertfill.h — the bertfill engine: a BERT masked language model in C on OpenBLAS.
+**
+** No SQLite in here.  The engine loads a Hugging Face model directory
+** (config.json, vocab.txt, model.safetensors, optionally tokenizer_config.json
+** and tokenizer.json), tokenizes text exactly like Hugging Face's BertTokenizer,
+** runs the encoder on a batch of sequences and returns the top-k candidates for
+** every [MASK].
+**
+**   char err[256];
+**   bf_model *m = bf_model_load("models/bert-base-chinese", err, sizeof err);
+**   bf_tokens t = {0};
+**   bf_tokenize(bf_model_tokenizer(m), "今天天气真[MASK]啊", -1, &t, err, sizeof err);
+**   bf_run *r = bf_run_new();
+**   bf_cand c[5 * t.n_masks];
+**   bf_fill(m, r, 1, &t, 5, c, err, sizeof err);
+**   printf("%s %.3f\n", bf_model_token(m, c[0].id), c[0].prob);
+**   bf_run_free(r); bf_tokens_free(&t); bf_model_release(m);
+**
+** Thread safety: a bf_model and its bf_tokenizer are immutable after loading
+** and may be used by any number of threads at once (reference counted).  A
+** bf_run is scratch memory for one thread at a time.
+*/
+#ifndef BERTFILL_H
+#define BERTFILL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Return codes.  Every function that can fail also writes a message for a
+** user into err (always NUL-terminated when errlen > 0). */
+enum {
+  BF_OK = 0,
+  BF_ERR_INPUT = 1,    /* bad text: invalid UTF-8, bad argument */
+  BF_ERR_TOOLONG = 2,  /* more tokens than max_position_embeddings */
+  BF_ERR_NOMEM = 3,    /* an allocation failed */
+  BF_ERR_MODEL = 4,    /* model directory missing or malformed */
+  BF_ERR_IO = 5,       /* a file could not be read */
+  BF_ERR_BLAS = 6      /* OpenBLAS could not be loaded */
+};
+
+#define BF_MAX_K 1000  /* upper bound on k for top-k */
+
+/* ---- configuration (from config.json) ---- */
+typedef struct bf_config {
+  int vocab_size;
+  int hidden_size;
+  int num_hidden_layers;
+  int num_attention_heads;
+  int intermediate_size;
+  int max_position_embeddings;
+  int type_vocab_size;
+  float layer_norm_eps;
+} bf_config;
+
+/* ---- tokenizer ---- */
+typedef struct bf_tokenizer bf_tokenizer;
+
+/* A token sequence as the model sees it: [CLS] ... [SEP]. */
+typedef struct bf_tokens {
+  int32_t *ids;   /* n token ids */
+  int n;          /* number of tokens, [CLS] and [SEP] included */
+  int cap;        /* allocated capacity of ids (owned by the struct) */
+  int n_masks;    /* how many ids are the [MASK] id */
+} bf_tokens;
+
+/* Load vocab.txt (+ tokenizer_config.json / tokenizer.json when present)
+** from a model directory.  NULL on error with err set. */
+bf_tokenizer *bf_tokenizer_load(const char *dir, char *err, size_t errlen);
+void bf_tokenizer_free(bf_tokenizer *tok);
+
+/* Tokenize len bytes of UTF-8 text (len < 0: NUL-terminated) into out
+** (reused; grows as needed), adding [CLS] and [SEP].  Returns BF_OK, or
+** BF_ERR_INPUT for invalid UTF-8, BF_ERR_NOMEM.  No length limit here: the
+** caller (bf_fill) checks against the model's max_position_embeddings. */
+int bf_tokenize(const bf_tokenizer *tok, const char *text, long len,
+                bf_tokens *out, char *err, size_t errlen);
+void bf_tokens_free(bf_tokens *t);
+
+int bf_tokenizer_vocab_size(const bf_tokenizer *tok);
+const char *bf_tokenizer_token(const bf_tokenizer *tok, int32_t id); /* NULL if out of range */
+int32_t bf_tokenizer_mask_id(const bf_tokenizer *tok);
+int bf_tokenizer_lowercase(const bf_tokenizer *tok);      /* do_lower_case in effect */
+int bf_tokenizer_strip_accents(const bf_tokenizer *tok);  /* strip_accents in effect */
+
+/* ---- model ---- */
+typedef struct bf_model bf_model;
+
+/* Load a Hugging Face model directory.  The safetensors file is mmapped
+** read-only; F32 tensors are used in place, F16/BF16 are converted once.
+** Returns a model with reference count 1, or NULL with err naming the file
+** and the problem. */
+bf_model *bf_model_load(const char *dir, char *err, size_t errlen);
+void bf_model_retain(bf_model *m);
+void bf_model_release(bf_model *m);   /* frees at zero */
+
+const bf_config *bf_model_config(const bf_model *m);
+const bf_tokenizer *bf_model_tokenizer(const bf_model *m);
+const char *bf_model_dir(const bf_model *m);
+const char *bf_model_dtype(const bf_model *m);  /* "F32", "F16" or "BF16" as stored */
+/* Token string for display: vocabulary entry with a leading "##" removed. */
+const char *bf_model_token(const bf_model *m, int32_t id);
+/* A 16-hex-digit fingerprint of config, vocabulary and every weight byte;
+** computed on first call (reads the whole file), then cached. Thread-safe. */
+const char *bf_model_fingerprint(bf_model *m);
+
+/* ---- forward pass ---- */
+typedef struct bf_cand {
+  int32_t id;     /* token id */
+  float prob;     /* softmax probability over the whole vocabulary */
+} bf_cand;
+
+/* Scratch memory and stage timings for one thread. */
+typedef struct bf_run bf_run;
+bf_run *bf_run_new(void);
+void bf_run_free(bf_run *r);
+
+/* Stage timings of the last bf_fill on this run, in nanoseconds. */
+typedef struct bf_timings {
+  uint64_t embed_ns, encode_ns, head_ns, topk_ns;
+  int tokens, masks, seqs;
+} bf_timings;
+const bf_timings *bf_run_timings(const bf_run *r);
+
+/* Run the encoder once over nseq sequences (no padding: all tokens of all
+** sequences go through each GEMM together, attention is per sequence) and
+** write, for each [MASK] of each sequence in order, k candidates sorted by
+** probability (highest first) into out: out[(mask_index_overall)*k + rank].
+** out must hold k * (sum of seqs[i].n_masks) entries.  Sequences without a
+** mask are skipped cheaply.  Errors: BF_ERR_TOOLONG (message says the length
+** and the limit), BF_ERR_INPUT (k out of 1..BF_MAX_K, or ids out of range),
+** BF_ERR_NOMEM, BF_ERR_BLAS. */
+int bf_fill(const bf_model *m, bf_run *r, int nseq, const bf_tokens *seqs,
+            int k, bf_cand *out, char *err, size_t errlen);
+
+/* ---- BLAS ---- */
+/* Load OpenBLAS at run time (choosing fast kernels for CPUs the installed
+** OpenBLAS does not know, e.g. SkylakeX kernels on Sapphire Rapids when it
+** would fall back to Prescott).  Idempotent, thread-safe; called by
+** bf_model_load.  */
+int bf_blas_init(char *err, size_t errlen);
+const char *bf_blas_core(void);       /* e.g. "SkylakeX"; "" before init */
+const char *bf_blas_config(void);     /* openblas_get_config() */
+int bf_blas_threads(void);
+void bf_blas_set_threads(int n);      /* <= 0: number of cores */
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* BERTFILL_H */

@@ -1,0 +1,61 @@
+/*
+** model.h — internal layout of a loaded model (engine-private; the SQLite
+** extension uses only bertfill.h).
+**
+** Every weight pointer is F32, row-major, exactly as PyTorch stores it:
+** a Linear's weight is [out_features, in_features], so y = x W^T + b is
+**   cblas_sgemm(RowMajor, NoTrans, Trans, M, out, in, 1, x, in, W, in, 0, y, out).
+** F32 tensors point into the read-only mmap of model.safetensors; F16/BF16
+** tensors (or misaligned F32 ones) are converted into owned buffers.
+*/
+#ifndef BERTFILL_MODEL_H
+#define BERTFILL_MODEL_H
+
+#include <stdatomic.h>
+#include <pthread.h>
+#include "bertfill.h"
+
+typedef struct bf_layer {
+  const float *q_w, *q_b;           /* [H,H], [H]  attention.self.query */
+  const float *k_w, *k_b;           /* attention.self.key */
+  const float *v_w, *v_b;           /* attention.self.value */
+  const float *ao_w, *ao_b;         /* [H,H], [H]  attention.output.dense */
+  const float *aln_g, *aln_b;       /* [H]         attention.output.LayerNorm */
+  const float *i_w, *i_b;           /* [I,H], [I]  intermediate.dense */
+  const float *o_w, *o_b;           /* [H,I], [H]  output.dense */
+  const float *oln_g, *oln_b;       /* [H]         output.LayerNorm */
+} bf_layer;
+
+struct bf_model {
+  bf_config cfg;
+  bf_tokenizer *tok;
+  char *dir;
+  char dtype[8];                    /* "F32", "F16", "BF16" as stored */
+
+  /* embeddings */
+  const float *word_emb;            /* [V,H] */
+  const float *pos_emb;             /* [P,H] */
+  const float *type_emb;            /* [T,H] */
+  const float *emb_ln_g, *emb_ln_b; /* [H] */
+
+  bf_layer *layers;                 /* [num_hidden_layers] */
+
+  /* MLM head: cls.predictions */
+  const float *head_w, *head_b;         /* [H,H], [H]  transform.dense */
+  const float *head_ln_g, *head_ln_b;   /* [H]         transform.LayerNorm */
+  const float *dec_w;                   /* [V,H]  decoder.weight (== word_emb when tied) */
+  const float *dec_b;                   /* [V]    cls.predictions.bias (or decoder.bias) */
+
+  /* display strings: vocab entries with a leading "##" removed */
+  char **display;                   /* [V] */
+
+  /* storage */
+  void *map; size_t map_len;        /* mmap of model.safetensors */
+  void **owned; int n_owned, cap_owned; /* converted tensors, freed at release */
+
+  atomic_int refcount;
+  pthread_mutex_t fp_mu;
+  char fingerprint[17];             /* "" until computed */
+};
+
+#endif
