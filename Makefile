@@ -1,0 +1,81 @@
+# bertfill — build, test, benchmark.  See README.md.
+#   make            build the loadable SQLite extension ./bertfill.so
+#   make demo       build and run a demo query in the sqlite3 shell
+#   make test       build everything and run the whole test suite
+#   make asan       the C tests under AddressSanitizer + UBSan
+#   make valgrind   the C tests under valgrind
+#   make bench / fuzz / soak / load   long runs, never part of `make test`
+
+CC      ?= cc
+PYTHON  ?= /usr/bin/python3
+BUILD   ?= build
+OPT     ?= -O2 -march=x86-64-v2 -g
+CFLAGS  += $(OPT) -std=c11 -D_GNU_SOURCE -fPIC -Wall -Wextra -Wno-unused-parameter -Iext
+LDLIBS  += -lutf8proc -ldl -lm -lpthread
+
+# Engine: everything in ext/ that is not the SQLite layer (ext/sqlite_*.c).
+ENGINE_SRC := $(filter-out ext/sqlite_%.c,$(wildcard ext/*.c))
+EXT_SRC    := $(wildcard ext/sqlite_*.c)
+ENGINE_OBJ := $(patsubst ext/%.c,$(BUILD)/obj/%.o,$(ENGINE_SRC))
+EXT_OBJ    := $(patsubst ext/%.c,$(BUILD)/obj/%.o,$(EXT_SRC))
+HEADERS    := $(wildcard ext/*.h)
+
+# C test programs: every tests/c/*.c becomes $(BUILD)/tests/NAME.
+TEST_SRC := $(wildcard tests/c/*.c)
+TEST_BIN := $(patsubst tests/c/%.c,$(BUILD)/tests/%,$(TEST_SRC))
+
+EXTENSION ?= bertfill.so
+
+.PHONY: all demo test test-bins models asan valgrind bench fuzz soak load clean
+all: $(EXTENSION)
+
+$(BUILD)/obj/%.o: ext/%.c $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/libbfengine.a: $(ENGINE_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(EXTENSION): $(EXT_OBJ) $(BUILD)/libbfengine.a
+	$(CC) $(CFLAGS) -shared -o $@ $(EXT_OBJ) $(BUILD)/libbfengine.a $(LDFLAGS) $(LDLIBS)
+
+$(BUILD)/tests/%: tests/c/%.c $(BUILD)/libbfengine.a $(HEADERS) tests/c/testlib.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Itests/c -o $@ $< $(BUILD)/libbfengine.a $(LDFLAGS) $(LDLIBS)
+
+test-bins: $(TEST_BIN)
+
+# Small random models (Hugging Face layout) used by the tests.
+models:
+	@$(PYTHON) model/make_test_models.py $(BUILD)/models
+
+demo: all
+	@bash sql/demo.sh
+
+test: all test-bins models
+	@BUILD=$(BUILD) BERTFILL_EXT=./$(basename $(EXTENSION)) bash tests/run.sh
+
+asan:
+	$(MAKE) BUILD=build/asan EXTENSION=build/asan/bertfill.so \
+	  OPT="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
+	  LDFLAGS="-fsanitize=address,undefined" test-bins models
+	BUILD=build/asan BF_ONLY_C=1 ASAN_OPTIONS=detect_leaks=1 bash tests/run.sh
+
+valgrind: test-bins models
+	BUILD=$(BUILD) BF_ONLY_C=1 BF_WRAP="valgrind -q --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite" bash tests/run.sh
+
+bench: all
+	@bash tests/bench/run.sh
+
+fuzz:
+	@bash tests/fuzz/run.sh 60
+
+soak: all
+	@bash tests/soak/run.sh
+
+load: all
+	@bash tests/load/run.sh
+
+clean:
+	rm -rf build $(EXTENSION)

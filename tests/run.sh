@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Runs every test suite: tests/t_*.sh and tests/t_*.py (with /usr/bin/python3).
+# A suite prints one line per check: "ok NAME", "FAIL NAME: why" or "skip NAME: why".
+# A suite that exits non-zero without printing FAIL counts as one failure.
+# Ends with the line "N passed, N failed, N skipped"; exits 1 if anything failed.
+#   BF_ONLY_C=1   run only suites whose name starts with t_c_ (the C programs)
+#   BF_WRAP=cmd   prefix for C test programs (valgrind); suites read it themselves
+set -u
+cd "$(dirname "$0")/.."
+export BUILD=${BUILD:-build}
+export BERTFILL_EXT=${BERTFILL_EXT:-./bertfill}
+export PYTHON=${PYTHON:-/usr/bin/python3}
+pass=0; fail=0; skip=0
+log=$(mktemp); trap 'rm -f "$log"' EXIT
+for suite in tests/t_*.sh tests/t_*.py; do
+  [ -e "$suite" ] || continue
+  name=$(basename "$suite")
+  if [ -n "${BF_ONLY_C:-}" ] && [[ $name != t_c_* ]]; then continue; fi
+  start=$(date +%s.%N)
+  case "$suite" in
+    *.py) timeout 900 "$PYTHON" "$suite" >"$log" 2>&1 ;;
+    *)    timeout 900 bash "$suite" >"$log" 2>&1 ;;
+  esac
+  rc=$?
+  p=$(grep -c '^ok ' "$log"); f=$(grep -c '^FAIL ' "$log"); s=$(grep -c '^skip ' "$log")
+  if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
+    f=1; echo "FAIL $name: exited with status $rc" >>"$log"
+  fi
+  secs=$(echo "$(date +%s.%N) - $start" | bc 2>/dev/null || echo "?")
+  printf '== %-28s %4d passed %3d failed %3d skipped  (%ss)\n' "$name" "$p" "$f" "$s" "${secs%.*}"
+  grep -E '^(FAIL|skip) ' "$log" | sed 's/^/   /'
+  if [ "$f" -ne 0 ]; then echo "   --- last output of $name:"; tail -n 30 "$log" | sed 's/^/   | /'; fi
+  pass=$((pass+p)); fail=$((fail+f)); skip=$((skip+s))
+done
+echo "$pass passed, $fail failed, $skip skipped"
+[ "$fail" -eq 0 ]
