@@ -1,0 +1,62 @@
+/*
+** stats.h — process-wide counters and stage-latency histograms (no SQLite).
+**
+** Cheap under concurrency: counters are relaxed atomics; each stage has a
+** fixed log-scale histogram of atomic buckets, so recording never allocates
+** or locks.  The SQLite layer exposes them as bertfill_stats / bert_stats().
+*/
+#ifndef BERTFILL_STATS_H
+#define BERTFILL_STATS_H
+#include <stdint.h>
+
+typedef enum bf_stage {
+  BF_ST_CALL = 0,      /* whole bert_fill / fill_candidates call */
+  BF_ST_QUEUE,         /* waiting for an encoder slot (overload guard) */
+  BF_ST_TOKENIZE,
+  BF_ST_ENCODE,        /* embeddings + encoder layers + MLM head */
+  BF_ST_TOPK,          /* softmax + top-k */
+  BF_ST_CACHE_READ,    /* LRU + cache table lookup */
+  BF_ST_CACHE_WRITE,   /* cache table insert */
+  BF_ST__N
+} bf_stage;
+
+typedef enum bf_counter {
+  BF_CT_CALLS = 0,     /* calls of bert_fill / fill_candidates with non-NULL text */
+  BF_CT_HIT_LRU,       /* answered from the in-memory LRU */
+  BF_CT_HIT_TABLE,     /* answered from the cache table */
+  BF_CT_MISS,          /* needed the encoder */
+  BF_CT_ENCODER_RUNS,  /* bf_fill invocations */
+  BF_CT_BATCHES,       /* encoder runs with more than one sequence */
+  BF_CT_SEQS,          /* sequences encoded */
+  BF_CT_TOKENS,        /* tokens encoded */
+  BF_CT_MASKS,         /* masks filled by the encoder */
+  BF_CT_CACHE_WRITES,  /* rows written to the cache table */
+  BF_CT_CACHE_SKIPPED, /* cache writes skipped (read-only, busy, ...) */
+  BF_CT_ERR_INPUT,     /* invalid UTF-8, bad arguments */
+  BF_CT_ERR_TOOLONG,
+  BF_CT_ERR_MODEL,     /* no model / model could not be loaded */
+  BF_CT_ERR_NOMEM,
+  BF_CT_ERR_OTHER,
+  BF_CT_BUSY,          /* rejected by the overload guard */
+  BF_CT__N
+} bf_counter;
+
+const char *bf_stage_name(bf_stage s);      /* "call", "queue", "tokenize", ... */
+const char *bf_counter_name(bf_counter c);  /* "calls", "hit_lru", ... */
+
+uint64_t bf_now_ns(void);                   /* CLOCK_MONOTONIC */
+void bf_stats_add(bf_counter c, uint64_t n);
+void bf_stats_time(bf_stage s, uint64_t ns);
+void bf_stats_batch(int nseq);              /* batch-size histogram */
+void bf_stats_reset(void);
+
+typedef struct bf_stage_summary {
+  uint64_t count, total_ns, max_ns;
+  uint64_t p50_ns, p95_ns, p99_ns;          /* upper bound of the bucket holding the quantile */
+} bf_stage_summary;
+uint64_t bf_stats_counter(bf_counter c);
+void bf_stats_stage(bf_stage s, bf_stage_summary *out);
+/* Batch sizes: number of encoder runs whose batch size fell in [lo, hi]. */
+int bf_stats_batch_buckets(int *lo, int *hi, uint64_t *count, int max);
+
+#endif
