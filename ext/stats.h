@@ -56,7 +56,20 @@ typedef struct bf_stage_summary {
 } bf_stage_summary;
 uint64_t bf_stats_counter(bf_counter c);
 void bf_stats_stage(bf_stage s, bf_stage_summary *out);
-/* Batch sizes: number of encoder runs whose batch size fell in [lo, hi]. */
+/* Batch sizes: number of encoder runs whose batch size fell in [lo, hi].
+** Writes the non-empty buckets in increasing order and returns how many
+** (at most max; with max <= 0 it only counts them). */
 int bf_stats_batch_buckets(int *lo, int *hi, uint64_t *count, int max);
+
+/* Added (backwards compatible): */
+/* Any quantile q in (0,1] of a stage, same rule as p50/p95/p99 (0 if empty). */
+uint64_t bf_stats_stage_quantile(bf_stage s, double q);
+/* Nanoseconds since the stats were last reset (or since the code was loaded). */
+uint64_t bf_stats_since_reset_ns(void);
+/* The histogram's bucket rule, exposed for tests: bucket index of a duration,
+** exclusive upper edge of a bucket (UINT64_MAX for the last), bucket count. */
+int bf_hist_bucket(uint64_t ns);
+uint64_t bf_hist_upper(int i);
+int bf_hist_nbuckets(void);
 
 #endif
