@@ -1,0 +1,151 @@
+/*
+** blas.c — OpenBLAS, loaded at run time, with the right kernels.
+**
+** Why dlopen: OpenBLAS picks its kernels ("core") once, when the library is
+** loaded, from CPUID.  Debian 12's OpenBLAS 0.3.21 does not know Sapphire
+** Rapids and silently falls back to Prescott (SSE3) kernels, about 5x slower
+** for sgemm.  Its SkylakeX kernels run fine there, but the only way to ask
+** for them is the OPENBLAS_CORETYPE environment variable, read when the
+** library initialises.  Linking against OpenBLAS would initialise it before
+** our code runs, so we dlopen() it ourselves:
+**
+**   1. If the process already has OpenBLAS loaded (dlopen RTLD_NOLOAD), use
+**      it as it is: its core was chosen already.
+**   2. Else, unless the user set OPENBLAS_CORETYPE, look at CPUID: with
+**      AVX512F+BW+DQ+VL enabled by the OS (Skylake-X and newer, Sapphire
+**      Rapids included) set OPENBLAS_CORETYPE=SkylakeX just for the dlopen
+**      and remove it again, so child processes see the environment they had.
+**      On other CPUs (Haswell-class AVX2, AMD without AVX-512) OpenBLAS
+**      decides alone.
+**   3. dlsym cblas_sgemm and the openblas_* helpers.
+**   4. Threads: all online cores, unless OPENBLAS_NUM_THREADS (or
+**      GOTO_NUM_THREADS / OMP_NUM_THREADS, which OpenBLAS also reads) is set.
+**
+** bf_blas_init runs this once (pthread_once) and reports failure in words.
+*/
+#include "bertfill.h"
+#include "blas.h"
+
+#include <cpuid.h>
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+enum { RowMajor = 101, NoTrans = 111, Trans = 112 };
+
+typedef void (*sgemm_fn)(int order, int ta, int tb, int M, int N, int K, float alpha,
+                         const float *A, int lda, const float *B, int ldb, float beta,
+                         float *C, int ldc);
+
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+static void *lib;
+static sgemm_fn p_sgemm;
+static char *(*p_corename)(void);
+static char *(*p_config)(void);
+static void (*p_set_threads)(int);
+static int (*p_get_threads)(void);
+static char init_err[256];
+static char core[64] = "";
+static char config[256] = "";
+
+/* Does the CPU (and the OS, via XCR0) support the AVX-512 subsets that
+** OpenBLAS's SkylakeX kernels use? */
+static int cpu_has_avx512_skx(void) {
+  unsigned a, b, c, d;
+  if (!__get_cpuid(1, &a, &b, &c, &d)) return 0;
+  if (!(c & (1u << 27))) return 0;              /* OSXSAVE */
+  unsigned xlo, xhi;
+  __asm__ volatile("xgetbv" : "=a"(xlo), "=d"(xhi) : "c"(0));
+  if ((xlo & 0xE6) != 0xE6) return 0;           /* SSE, AVX, opmask, ZMM state enabled */
+  if (__get_cpuid_max(0, NULL) < 7) return 0;
+  __cpuid_count(7, 0, a, b, c, d);
+  unsigned need = (1u << 16) | (1u << 17) | (1u << 30) | (1u << 31); /* F, DQ, BW, VL */
+  return (b & need) == need;
+}
+
+static void blas_load(void) {
+  static const char *names[] = {"libopenblas.so.0", "libopenblas.so"};
+  int n = (int)(sizeof names / sizeof names[0]);
+  for (int i = 0; i < n && !lib; i++) lib = dlopen(names[i], RTLD_NOW | RTLD_NOLOAD);
+  if (!lib) {
+    int set_core = 0;
+    if (!getenv("OPENBLAS_CORETYPE") && cpu_has_avx512_skx()) {
+      setenv("OPENBLAS_CORETYPE", "SkylakeX", 1);
+      set_core = 1;
+    }
+    for (int i = 0; i < n && !lib; i++) lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+    if (set_core) unsetenv("OPENBLAS_CORETYPE");
+  }
+  if (!lib) {
+    const char *why = dlerror();
+    snprintf(init_err, sizeof init_err,
+             "OpenBLAS not found: install libopenblas0 (Debian: apt-get install "
+             "libopenblas0-pthread) (%s)", why ? why : "dlopen failed");
+    return;
+  }
+  p_sgemm = (sgemm_fn)dlsym(lib, "cblas_sgemm");
+  *(void **)&p_corename = dlsym(lib, "openblas_get_corename");
+  *(void **)&p_config = dlsym(lib, "openblas_get_config");
+  *(void **)&p_set_threads = dlsym(lib, "openblas_set_num_threads");
+  *(void **)&p_get_threads = dlsym(lib, "openblas_get_num_threads");
+  if (!p_sgemm) {
+    snprintf(init_err, sizeof init_err,
+             "OpenBLAS was loaded but has no cblas_sgemm symbol (a broken or unusual build)");
+    return;
+  }
+  if (p_corename) {
+    const char *s = p_corename();
+    snprintf(core, sizeof core, "%s", s ? s : "");
+  }
+  if (p_config) {
+    const char *s = p_config();
+    snprintf(config, sizeof config, "%s", s ? s : "");
+  }
+  if (!getenv("OPENBLAS_NUM_THREADS") && !getenv("GOTO_NUM_THREADS") &&
+      !getenv("OMP_NUM_THREADS"))
+    bf_blas_set_threads(0);
+}
+
+int bf_blas_init(char *err, size_t errlen) {
+  pthread_once(&once, blas_load);
+  if (!p_sgemm) {
+    if (err && errlen) snprintf(err, errlen, "%s", init_err);
+    return BF_ERR_BLAS;
+  }
+  if (err && errlen) err[0] = 0;
+  return BF_OK;
+}
+
+const char *bf_blas_core(void) { return p_sgemm ? core : ""; }
+const char *bf_blas_config(void) { return p_sgemm ? config : ""; }
+
+int bf_blas_threads(void) {
+  return (p_sgemm && p_get_threads) ? p_get_threads() : 0;
+}
+
+void bf_blas_set_threads(int n) {
+  if (n <= 0) {
+    long c = sysconf(_SC_NPROCESSORS_ONLN);
+    n = c > 0 ? (int)c : 1;
+  }
+  if (p_set_threads) p_set_threads(n);
+}
+
+void bf_sgemm(int transA, int transB, int M, int N, int K, float alpha,
+              const float *A, int lda, const float *B, int ldb, float beta,
+              float *C, int ldc) {
+  if (!p_sgemm) {
+    /* Only reachable if a caller skipped bf_blas_init (bf_model_load calls
+    ** it and fails when OpenBLAS is missing).  Never compute garbage. */
+    char e[256];
+    if (bf_blas_init(e, sizeof e) != BF_OK) {
+      fprintf(stderr, "bertfill: %s\n", e);
+      abort();
+    }
+  }
+  p_sgemm(RowMajor, transA ? Trans : NoTrans, transB ? Trans : NoTrans, M, N, K, alpha,
+          A, lda, B, ldb, beta, C, ldc);
+}

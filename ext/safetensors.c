@@ -1,0 +1,316 @@
+/*
+** safetensors.c — map a .safetensors file and validate its header.
+** See safetensors.h.  Only the header is read; tensor data stays in the
+** page cache until someone touches it.
+*/
+#include "safetensors.h"
+#include "json.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static const struct { const char *name; st_dtype dt; size_t size; } DTYPES[] = {
+  {"F32", ST_F32, 4},   {"F16", ST_F16, 2},   {"BF16", ST_BF16, 2},
+  {"F64", ST_F64, 8},   {"I64", ST_I64, 8},   {"I32", ST_I32, 4},
+  {"I16", ST_I16, 2},   {"I8", ST_I8, 1},     {"U64", ST_U64, 8},
+  {"U32", ST_U32, 4},   {"U16", ST_U16, 2},   {"U8", ST_U8, 1},
+  {"BOOL", ST_BOOL, 1}, {"F8_E4M3", ST_F8_E4M3, 1}, {"F8_E5M2", ST_F8_E5M2, 1},
+};
+
+static void seterr(char *err, size_t errlen, const char *path, const char *fmt, ...) {
+  if (!err || !errlen) return;
+  int n = snprintf(err, errlen, "%s: ", path);
+  if (n < 0 || (size_t)n >= errlen) return;
+  va_list ap; va_start(ap, fmt);
+  vsnprintf(err + n, errlen - (size_t)n, fmt, ap);
+  va_end(ap);
+}
+
+const char *st_shape_str(const int64_t *shape, int ndim, char *buf, size_t buflen) {
+  size_t o = 0;
+  if (!buflen) return buf;
+  buf[0] = 0;
+  o += (size_t)snprintf(buf, buflen, "[");
+  for (int i = 0; i < ndim && o < buflen; i++)
+    o += (size_t)snprintf(buf + o, buflen - o, "%s%lld", i ? "," : "", (long long)shape[i]);
+  if (o < buflen) snprintf(buf + o, buflen - o, "]");
+  return buf;
+}
+
+static int cmp_name(const void *a, const void *b) {
+  return strcmp(((const st_tensor *)a)->name, ((const st_tensor *)b)->name);
+}
+
+typedef struct { size_t begin, end; int idx; } span;
+static int cmp_span(const void *a, const void *b) {
+  const span *x = a, *y = b;
+  if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
+  if (x->end != y->end) return x->end < y->end ? -1 : 1;
+  return 0;
+}
+
+void st_close(st_file *f) {
+  if (!f) return;
+  for (int i = 0; i < f->n; i++) free(f->tensors[i].name);
+  free(f->tensors);
+  if (f->map) munmap(f->map, f->map_len);
+  free(f->path);
+  memset(f, 0, sizeof *f);
+}
+
+/* Parse one header entry into t.  0 or -1 with err. */
+static int parse_entry(const char *path, const char *name, const json_value *v,
+                       const st_file *f, st_tensor *t, char *err, size_t errlen) {
+  if (v->type != JSON_OBJECT) {
+    seterr(err, errlen, path, "bad header: entry for tensor '%s' is a %s, not an object",
+           name, json_type_name(v->type));
+    return -1;
+  }
+  const char *dt;
+  if (json_get_string(v, "dtype", &dt) != JSON_OK) {
+    seterr(err, errlen, path, "bad header: tensor '%s' has no \"dtype\" string", name);
+    return -1;
+  }
+  size_t k;
+  for (k = 0; k < sizeof DTYPES / sizeof DTYPES[0]; k++)
+    if (strcmp(dt, DTYPES[k].name) == 0) break;
+  if (k == sizeof DTYPES / sizeof DTYPES[0]) {
+    seterr(err, errlen, path, "unknown dtype \"%.20s\" for tensor '%s'", dt, name);
+    return -1;
+  }
+  t->dtype = DTYPES[k].dt;
+  t->dtype_name = DTYPES[k].name;
+  t->elem_size = DTYPES[k].size;
+
+  const json_value *shape = json_get(v, "shape");
+  if (!shape || shape->type != JSON_ARRAY) {
+    seterr(err, errlen, path, "bad header: tensor '%s' has no \"shape\" list", name);
+    return -1;
+  }
+  if (json_len(shape) > ST_MAX_DIMS) {
+    seterr(err, errlen, path, "tensor '%s' has %zu dimensions (at most %d supported)",
+           name, json_len(shape), ST_MAX_DIMS);
+    return -1;
+  }
+  t->ndim = (int)json_len(shape);
+  uint64_t n = 1;
+  int overflow = 0;
+  for (int i = 0; i < t->ndim; i++) {
+    const json_value *d = json_at(shape, (size_t)i);
+    if (d->type != JSON_NUMBER || !d->is_int || d->i < 0) {
+      seterr(err, errlen, path, "bad header: tensor '%s' shape entry %d is not a non-negative integer",
+             name, i);
+      return -1;
+    }
+    t->shape[i] = d->i;
+    if (d->i != 0 && n > UINT64_MAX / (uint64_t)d->i) overflow = 1;
+    else n *= (uint64_t)d->i;
+  }
+  for (int i = 0; i < t->ndim; i++) if (t->shape[i] == 0) { n = 0; overflow = 0; }
+  t->n_elems = n;
+
+  const json_value *off = json_get(v, "data_offsets");
+  if (!off || off->type != JSON_ARRAY || json_len(off) != 2) {
+    seterr(err, errlen, path, "bad header: tensor '%s' has no \"data_offsets\" [begin, end]", name);
+    return -1;
+  }
+  const json_value *b = json_at(off, 0), *e = json_at(off, 1);
+  if (b->type != JSON_NUMBER || !b->is_int || b->i < 0 ||
+      e->type != JSON_NUMBER || !e->is_int || e->i < 0) {
+    seterr(err, errlen, path, "bad header: tensor '%s' data_offsets are not non-negative integers", name);
+    return -1;
+  }
+  if (b->i > e->i) {
+    seterr(err, errlen, path, "bad header: tensor '%s' data_offsets [%lld,%lld] end before they begin",
+           name, (long long)b->i, (long long)e->i);
+    return -1;
+  }
+  if ((uint64_t)e->i > f->data_len) {
+    seterr(err, errlen, path,
+           "offsets out of range (truncated file?): tensor '%s' data_offsets [%lld,%lld] but the "
+           "data area has only %zu bytes (file %zu bytes, header %zu)",
+           name, (long long)b->i, (long long)e->i, f->data_len, f->map_len, f->header_len);
+    return -1;
+  }
+  t->begin = (size_t)b->i;
+  t->end = (size_t)e->i;
+  uint64_t bytes = t->end - t->begin;
+  char sb[128];
+  if (overflow || n > UINT64_MAX / t->elem_size || n * t->elem_size != bytes) {
+    seterr(err, errlen, path,
+           "wrong byte count for tensor '%s': shape %s of %s needs %s%llu bytes but data_offsets "
+           "[%zu,%zu] hold %llu",
+           name, st_shape_str(t->shape, t->ndim, sb, sizeof sb), t->dtype_name,
+           overflow || n > UINT64_MAX / t->elem_size ? "more than " : "",
+           overflow || n > UINT64_MAX / t->elem_size ? (unsigned long long)UINT64_MAX
+                                                     : (unsigned long long)(n * t->elem_size),
+           t->begin, t->end, (unsigned long long)bytes);
+    return -1;
+  }
+  t->data = f->data + t->begin;
+  return 0;
+}
+
+int st_open(st_file *f, const char *path, char *err, size_t errlen) {
+  memset(f, 0, sizeof *f);
+  if (err && errlen) err[0] = 0;
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    seterr(err, errlen, path, "%s", strerror(errno));
+    return -1;
+  }
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    seterr(err, errlen, path, "not a regular file");
+    close(fd);
+    return -1;
+  }
+  size_t size = (size_t)st.st_size;
+  if (size == 0) {
+    seterr(err, errlen, path, "empty file (0 bytes), not a safetensors file");
+    close(fd);
+    return -1;
+  }
+  if (size < 8) {
+    seterr(err, errlen, path, "truncated: %zu bytes is too short for a safetensors file "
+           "(needs an 8-byte header length first)", size);
+    close(fd);
+    return -1;
+  }
+  void *map = mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);
+  int merr = errno;
+  close(fd);
+  if (map == MAP_FAILED) {
+    seterr(err, errlen, path, "cannot mmap %zu bytes: %s", size, strerror(merr));
+    return -1;
+  }
+  f->map = map; f->map_len = size;
+  f->path = strdup(path);
+  if (!f->path) { seterr(err, errlen, path, "out of memory"); goto fail; }
+
+  const unsigned char *p = map;
+  uint64_t hlen = 0;
+  for (int i = 7; i >= 0; i--) hlen = (hlen << 8) | p[i];
+  if (hlen > ST_MAX_HEADER) {
+    seterr(err, errlen, path, "header too large: header length says %llu bytes (limit %u); "
+           "not a safetensors file or corrupt", (unsigned long long)hlen, ST_MAX_HEADER);
+    goto fail;
+  }
+  if (hlen > size - 8) {
+    seterr(err, errlen, path, "truncated: header says %llu bytes but file has %zu",
+           (unsigned long long)hlen, size);
+    goto fail;
+  }
+  f->header_len = (size_t)hlen;
+  f->data = p + 8 + hlen;
+  f->data_len = size - 8 - (size_t)hlen;
+
+  char jerr[200];
+  json_value *h = json_parse((const char *)p + 8, (size_t)hlen, jerr, sizeof jerr);
+  if (!h) {
+    seterr(err, errlen, path, "header is not valid JSON (%s)", jerr);
+    goto fail;
+  }
+  if (h->type != JSON_OBJECT) {
+    seterr(err, errlen, path, "header is a JSON %s, not an object", json_type_name(h->type));
+    json_free(h);
+    goto fail;
+  }
+  size_t nt = 0;
+  for (size_t i = 0; i < json_len(h); i++)
+    if (strcmp(json_key(h, i, NULL), "__metadata__") != 0) nt++;
+  f->tensors = calloc(nt ? nt : 1, sizeof *f->tensors);
+  if (!f->tensors) { seterr(err, errlen, path, "out of memory"); json_free(h); goto fail; }
+  for (size_t i = 0; i < json_len(h); i++) {
+    size_t kl;
+    const char *name = json_key(h, i, &kl);
+    const json_value *v = json_at(h, i);
+    if (strlen(name) != kl) {
+      seterr(err, errlen, path, "bad header: a tensor name contains a NUL character");
+      json_free(h); goto fail;
+    }
+    if (strcmp(name, "__metadata__") == 0) {
+      if (v->type != JSON_OBJECT) {
+        seterr(err, errlen, path, "bad header: \"__metadata__\" is a %s, not an object",
+               json_type_name(v->type));
+        json_free(h); goto fail;
+      }
+      continue;
+    }
+    st_tensor *t = &f->tensors[f->n];
+    if (parse_entry(path, name, v, f, t, err, errlen) != 0) { json_free(h); goto fail; }
+    t->name = strdup(name);
+    if (!t->name) { seterr(err, errlen, path, "out of memory"); json_free(h); goto fail; }
+    f->n++;
+  }
+  json_free(h);
+
+  /* duplicate names */
+  qsort(f->tensors, (size_t)f->n, sizeof *f->tensors, cmp_name);
+  for (int i = 1; i < f->n; i++)
+    if (strcmp(f->tensors[i - 1].name, f->tensors[i].name) == 0) {
+      seterr(err, errlen, path, "bad header: tensor '%s' appears twice", f->tensors[i].name);
+      goto fail;
+    }
+  /* overlaps: order by offset, each must begin at or after the previous end
+  ** (empty tensors occupy nothing and never overlap) */
+  if (f->n > 1) {
+    span *sp = malloc((size_t)f->n * sizeof *sp);
+    if (!sp) { seterr(err, errlen, path, "out of memory"); goto fail; }
+    for (int i = 0; i < f->n; i++) sp[i] = (span){f->tensors[i].begin, f->tensors[i].end, i};
+    qsort(sp, (size_t)f->n, sizeof *sp, cmp_span);
+    const st_tensor *prev = NULL;
+    for (int i = 0; i < f->n; i++) {
+      const st_tensor *t = &f->tensors[sp[i].idx];
+      if (t->begin == t->end) continue;
+      if (prev && t->begin < prev->end) {
+        seterr(err, errlen, path, "overlapping offsets: tensor '%s' [%zu,%zu] overlaps tensor '%s' [%zu,%zu]",
+               t->name, t->begin, t->end, prev->name, prev->begin, prev->end);
+        free(sp);
+        goto fail;
+      }
+      prev = t;
+    }
+    free(sp);
+  }
+  return 0;
+fail:
+  st_close(f);
+  return -1;
+}
+
+const st_tensor *st_find(const st_file *f, const char *name) {
+  int lo = 0, hi = f->n - 1;
+  while (lo <= hi) {
+    int mid = lo + (hi - lo) / 2;
+    int c = strcmp(name, f->tensors[mid].name);
+    if (c == 0) return &f->tensors[mid];
+    if (c < 0) hi = mid - 1; else lo = mid + 1;
+  }
+  return NULL;
+}
+
+static float bits_f32(uint32_t u) { float x; memcpy(&x, &u, 4); return x; }
+
+float st_f16_to_f32(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+  uint32_t exp = (h >> 10) & 0x1F, man = h & 0x3FF;
+  if (exp == 0x1F)                       /* inf / nan (payload kept) */
+    return bits_f32(sign | 0x7F800000u | (man << 13));
+  if (exp == 0) {
+    if (man == 0) return bits_f32(sign); /* +-0 */
+    /* subnormal: man * 2^-24, exact in float */
+    float v = (float)man * 5.9604644775390625e-8f;
+    return sign ? -v : v;
+  }
+  return bits_f32(sign | ((exp + 112) << 23) | (man << 13));
+}
+
+float st_bf16_to_f32(uint16_t h) { return bits_f32((uint32_t)h << 16); }
