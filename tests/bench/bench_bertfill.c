@@ -1,0 +1,456 @@
+/*
+** bench_bertfill.c — the bertfill side of `make bench` (see tests/bench/run.sh).
+**
+**   bench_bertfill engine MODEL_DIR SENTENCES.tsv OUT.json [options]
+**       the engine (build/libbfengine.a, ext/bertfill.h) called directly:
+**       load time, single-sentence latency, batch throughput, per-stage
+**       timings (bf_run_timings), top-1 ids, peak RSS.
+**   bench_bertfill sql MODEL_DIR SENTENCES.tsv OUT.json --ext ./bertfill.so [options]
+**       the same model through the SQLite extension: cache-hit latency of a
+**       repeated bert_fill(), and filling a table column in one statement
+**       (SELECT bert_prefill(text) FROM t, then UPDATE t SET filled = bert_fill(text)).
+**
+** Options: --reps N (timed runs per single-sentence length, default 20)
+**          --warmup N (untimed runs first, default 3)
+**          --rounds N (rounds of the 256-sentence batch, default 3; 2000: at most 2)
+**          --batch N (sentences per bf_fill call in engine mode, default 32)
+**          --limit N (use at most N sentences of each batch set; 0 = all)
+**          --threads N (BLAS threads; 0 = the engine's default)
+**          --hits N (cache-hit calls timed in sql mode, default 20000)
+**
+** Each mode runs in its own process so that its peak RSS is its own.  The
+** sentences file is made by tests/bench/sentences.py; the engine must tokenize
+** each text to exactly the ids written there (checked, counted in the JSON).
+*/
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <sys/resource.h>
+#include <sqlite3.h>
+#include "bertfill.h"
+
+#define MAXSET 16
+
+typedef struct sent { char *text; int32_t *ids; int n; int mpos; } sent;
+typedef struct sset { char name[32]; sent *s; int n, cap; } sset;
+
+static sset sets[MAXSET];
+static int nsets;
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void die(const char *fmt, const char *a, const char *b) {
+  fprintf(stderr, "bench_bertfill: ");
+  fprintf(stderr, fmt, a, b);
+  fprintf(stderr, "\n");
+  exit(1);
+}
+
+static void *xrealloc(void *p, size_t n) {
+  p = realloc(p, n);
+  if (!p) die("out of memory%s%s", "", "");
+  return p;
+}
+
+static sset *get_set(const char *name) {
+  for (int i = 0; i < nsets; i++) if (!strcmp(sets[i].name, name)) return &sets[i];
+  if (nsets == MAXSET) die("too many sets in the sentences file%s%s", "", "");
+  sset *s = &sets[nsets++];
+  memset(s, 0, sizeof *s);
+  snprintf(s->name, sizeof s->name, "%s", name);
+  return s;
+}
+
+static void read_sentences(const char *path) {
+  FILE *f = fopen(path, "r");
+  if (!f) die("cannot open %s%s", path, "");
+  char *line = NULL; size_t cap = 0; ssize_t len;
+  while ((len = getline(&line, &cap, f)) > 0) {
+    if (line[len - 1] == '\n') line[--len] = 0;
+    char *f1 = strtok(line, "\t"), *f2 = strtok(NULL, "\t"), *f3 = strtok(NULL, "\t"), *f4 = strtok(NULL, "\t");
+    if (!f1 || !f2 || !f3 || !f4) die("%s: malformed line%s", path, "");
+    sset *ss = get_set(f1);
+    if (ss->n == ss->cap) { ss->cap = ss->cap ? 2 * ss->cap : 16; ss->s = xrealloc(ss->s, ss->cap * sizeof *ss->s); }
+    sent *s = &ss->s[ss->n++];
+    s->text = strdup(f2);
+    s->n = 0; s->ids = NULL;
+    for (char *p = strtok(f3, " "); p; p = strtok(NULL, " ")) {
+      s->ids = xrealloc(s->ids, (s->n + 1) * sizeof *s->ids);
+      s->ids[s->n++] = atoi(p);
+    }
+    s->mpos = atoi(f4);
+  }
+  free(line);
+  fclose(f);
+}
+
+static int cmpd(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+static double median(double *x, int n) {
+  qsort(x, n, sizeof *x, cmpd);
+  return n % 2 ? x[n / 2] : (x[n / 2 - 1] + x[n / 2]) / 2;
+}
+
+static double peak_rss_mb(void) {
+  FILE *f = fopen("/proc/self/status", "r");
+  char line[256]; long kb = -1;
+  if (f) {
+    while (fgets(line, sizeof line, f)) if (!strncmp(line, "VmHWM:", 6)) kb = atol(line + 6);
+    fclose(f);
+  }
+  if (kb < 0) { struct rusage ru; getrusage(RUSAGE_SELF, &ru); kb = ru.ru_maxrss; }
+  return kb / 1024.0;
+}
+
+static void json_str(FILE *o, const char *s) {
+  fputc('"', o);
+  for (; *s; s++) {
+    unsigned char c = *s;
+    if (c == '"' || c == '\\') fprintf(o, "\\%c", c);
+    else if (c < 0x20) fprintf(o, "\\u%04x", c);
+    else fputc(c, o);
+  }
+  fputc('"', o);
+}
+
+/* ---- options ---- */
+static int o_reps = 20, o_warmup = 3, o_rounds = 3, o_batch = 32, o_limit = 0, o_threads = 0, o_hits = 20000;
+static const char *o_ext = NULL;
+
+static int set_len(const sset *s) { return o_limit > 0 && s->n > o_limit ? o_limit : s->n; }
+static int rounds_for(const sset *s) {
+  if (!strcmp(s->name, "batch-256")) return o_rounds;
+  return o_rounds < 2 ? o_rounds : 2;
+}
+
+/* ================================================================ engine mode */
+
+typedef struct stage_acc { double embed, encode, head, topk; long tokens, seqs; } stage_acc;
+static void acc_add(stage_acc *a, const bf_timings *t) {
+  a->embed += t->embed_ns * 1e-6; a->encode += t->encode_ns * 1e-6;
+  a->head += t->head_ns * 1e-6; a->topk += t->topk_ns * 1e-6;
+  a->tokens += t->tokens; a->seqs += t->seqs;
+}
+static void acc_json(FILE *o, const stage_acc *a, double div) {
+  fprintf(o, "{\"embed_ms\": %.4f, \"encode_ms\": %.4f, \"head_ms\": %.4f, \"topk_ms\": %.4f, "
+          "\"tokens\": %ld, \"seqs\": %ld}", a->embed / div, a->encode / div, a->head / div,
+          a->topk / div, a->tokens, a->seqs);
+}
+
+static int engine_mode(const char *dir, const char *out) {
+  char err[512];
+  double t0 = now_s();
+  if (bf_blas_init(err, sizeof err) != BF_OK) die("OpenBLAS: %s%s", err, "");
+  double blas_ms = (now_s() - t0) * 1e3;
+  if (o_threads > 0) bf_blas_set_threads(o_threads);
+  t0 = now_s();
+  bf_model *m = bf_model_load(dir, err, sizeof err);
+  double load_ms = (now_s() - t0) * 1e3;
+  if (!m) die("%s%s", err, "");
+  const bf_tokenizer *tok = bf_model_tokenizer(m);
+  bf_run *run = bf_run_new();
+  if (!run) die("out of memory%s%s", "", "");
+
+  /* Tokenize everything once to check the ids against the file. */
+  int mismatches = 0, total = 0;
+  bf_tokens tk = {0};
+  for (int i = 0; i < nsets; i++)
+    for (int j = 0; j < set_len(&sets[i]); j++) {
+      sent *s = &sets[i].s[j];
+      if (bf_tokenize(tok, s->text, -1, &tk, err, sizeof err) != BF_OK) die("tokenize: %s%s", err, "");
+      total++;
+      if (tk.n != s->n || memcmp(tk.ids, s->ids, s->n * sizeof *s->ids)) mismatches++;
+    }
+  if (mismatches)
+    fprintf(stderr, "bench_bertfill: WARNING: %d of %d sentences tokenize differently from sentences.py\n",
+            mismatches, total);
+
+  FILE *o = fopen(out, "w");
+  if (!o) die("cannot write %s%s", out, "");
+  fprintf(o, "{\n \"engine\": \"bertfill (engine, C)\",\n \"blas_core\": ");
+  json_str(o, bf_blas_core());
+  fprintf(o, ",\n \"blas_config\": ");
+  json_str(o, bf_blas_config());
+  fprintf(o, ",\n \"threads\": %d,\n \"batch_size\": %d,\n \"blas_init_ms\": %.3f,\n \"model_load_ms\": %.3f,\n"
+          " \"load_ms\": %.3f,\n \"dtype\": \"%s\",\n \"token_mismatches\": %d,\n",
+          bf_blas_threads(), o_batch, blas_ms, load_ms, blas_ms + load_ms, bf_model_dtype(m), mismatches);
+
+  bf_cand cand[4096];
+  /* First fill: pages of the mmapped weights come in here. */
+  {
+    sset *ss = get_set("single-8");
+    if (!ss->n) die("sentences file has no single-8 set%s%s", "", "");
+    t0 = now_s();
+    if (bf_tokenize(tok, ss->s[0].text, -1, &tk, err, sizeof err) != BF_OK ||
+        bf_fill(m, run, 1, &tk, 1, cand, err, sizeof err) != BF_OK)
+      die("bf_fill: %s%s", err, "");
+    fprintf(o, " \"first_run_ms\": %.3f,\n", (now_s() - t0) * 1e3);
+  }
+
+  /* Single sentences. */
+  fprintf(o, " \"single\": {");
+  int first = 1;
+  char top1_json[1 << 16]; size_t tj = 0;
+  top1_json[0] = 0;
+  for (int i = 0; i < nsets; i++) {
+    sset *ss = &sets[i];
+    if (strncmp(ss->name, "single-", 7)) continue;
+    sent *s = &ss->s[0];
+    double *times = malloc(o_reps * sizeof *times);
+    stage_acc st[4];
+    double *ee = malloc(o_reps * sizeof *ee), *en = malloc(o_reps * sizeof *en),
+           *hd = malloc(o_reps * sizeof *hd), *tp = malloc(o_reps * sizeof *tp);
+    memset(st, 0, sizeof st);
+    for (int r = 0; r < o_warmup + o_reps; r++) {
+      double a = now_s();
+      if (bf_tokenize(tok, s->text, -1, &tk, err, sizeof err) != BF_OK ||
+          bf_fill(m, run, 1, &tk, 1, cand, err, sizeof err) != BF_OK)
+        die("bf_fill: %s%s", err, "");
+      double b = now_s();
+      if (r >= o_warmup) {
+        const bf_timings *t = bf_run_timings(run);
+        int k = r - o_warmup;
+        times[k] = (b - a) * 1e3;
+        ee[k] = t->embed_ns * 1e-6; en[k] = t->encode_ns * 1e-6; hd[k] = t->head_ns * 1e-6; tp[k] = t->topk_ns * 1e-6;
+      }
+    }
+    double med = median(times, o_reps);
+    fprintf(o, "%s\n  \"%s\": {\"median_ms\": %.4f, \"min_ms\": %.4f, \"runs\": %d, \"stages_median\": "
+            "{\"embed_ms\": %.4f, \"encode_ms\": %.4f, \"head_ms\": %.4f, \"topk_ms\": %.4f}}",
+            first ? "" : ",", ss->name + 7, med, times[0], o_reps, median(ee, o_reps), median(en, o_reps),
+            median(hd, o_reps), median(tp, o_reps));
+    tj += snprintf(top1_json + tj, sizeof top1_json - tj, "%s\n  \"%s\": [%d]", tj ? "," : "", ss->name, cand[0].id);
+    fprintf(stderr, "bertfill: single %s tokens: %.1f ms\n", ss->name + 7, med);
+    first = 0;
+    free(times); free(ee); free(en); free(hd); free(tp);
+  }
+  fprintf(o, "\n },\n \"batch\": {");
+
+  /* Batches: o_batch sentences per bf_fill, all tokens of a batch in each GEMM. */
+  first = 1;
+  int32_t *top = NULL;
+  char *topbuf = NULL; size_t toplen = 0;
+  FILE *tops = open_memstream(&topbuf, &toplen);
+  bf_tokens *tks = calloc(o_batch, sizeof *tks);
+  bf_cand *bc = malloc((size_t)o_batch * 64 * sizeof *bc);
+  for (int i = 0; i < nsets; i++) {
+    sset *ss = &sets[i];
+    if (strncmp(ss->name, "batch-", 6)) continue;
+    int n = set_len(ss), R = rounds_for(ss);
+    double *secs = malloc(R * sizeof *secs);
+    top = xrealloc(top, n * sizeof *top);
+    stage_acc acc;
+    for (int r = 0; r < R; r++) {
+      memset(&acc, 0, sizeof acc);
+      double a = now_s();
+      for (int j = 0; j < n; j += o_batch) {
+        int nb = n - j < o_batch ? n - j : o_batch, nm = 0;
+        for (int b = 0; b < nb; b++) {
+          if (bf_tokenize(tok, ss->s[j + b].text, -1, &tks[b], err, sizeof err) != BF_OK)
+            die("tokenize: %s%s", err, "");
+          nm += tks[b].n_masks;
+        }
+        if (nm > o_batch * 64) die("too many masks in a batch%s%s", "", "");
+        if (bf_fill(m, run, nb, tks, 1, bc, err, sizeof err) != BF_OK) die("bf_fill: %s%s", err, "");
+        acc_add(&acc, bf_run_timings(run));
+        for (int b = 0; b < nb; b++) top[j + b] = bc[b].id;   /* one mask per sentence */
+      }
+      secs[r] = now_s() - a;
+    }
+    double med = median(secs, R);
+    fprintf(o, "%s\n  \"%s\": {\"sentences\": %d, \"sent_per_s\": %.3f, \"seconds\": [", first ? "" : ",",
+            ss->name + 6, n, n / med);
+    for (int r = 0; r < R; r++) fprintf(o, "%s%.4f", r ? ", " : "", secs[r]);
+    fprintf(o, "], \"stages_last_round\": ");
+    acc_json(o, &acc, 1.0);
+    fprintf(o, "}");
+    fprintf(tops, ",\n  \"%s\": [", ss->name);
+    for (int j = 0; j < n; j++) fprintf(tops, "%s%d", j ? "," : "", top[j]);
+    fprintf(tops, "]");
+    fprintf(stderr, "bertfill: %s (%d): %.1f sentences/s\n", ss->name, n, n / med);
+    first = 0;
+    free(secs);
+  }
+  fclose(tops);
+  fprintf(o, "\n },\n \"top1\": {%s%s\n },\n", top1_json, topbuf ? topbuf : "");
+  fprintf(o, " \"peak_rss_mb\": %.1f\n}\n", peak_rss_mb());
+  fclose(o);
+  free(topbuf); free(top); free(bc);
+  for (int b = 0; b < o_batch; b++) bf_tokens_free(&tks[b]);
+  free(tks);
+  bf_tokens_free(&tk);
+  bf_run_free(run);
+  bf_model_release(m);
+  return 0;
+}
+
+/* ================================================================ SQL mode */
+
+static sqlite3 *db;
+
+static void exec(const char *sql) {
+  char *msg = NULL;
+  if (sqlite3_exec(db, sql, NULL, NULL, &msg) != SQLITE_OK) die("SQL error in %s: %s", sql, msg ? msg : "?");
+}
+
+static sqlite3_stmt *prep(const char *sql) {
+  sqlite3_stmt *st;
+  if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK) die("cannot prepare %s: %s", sql, sqlite3_errmsg(db));
+  return st;
+}
+
+static void step_all(sqlite3_stmt *st, const char *what) {
+  int rc;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {}
+  if (rc != SQLITE_DONE) die("%s: %s", what, sqlite3_errmsg(db));
+  sqlite3_reset(st);
+}
+
+static int sql_mode(const char *dir, const char *out, const char *dbpath) {
+  char *msg = NULL;
+  remove(dbpath);
+  if (sqlite3_open(dbpath, &db) != SQLITE_OK) die("cannot open %s: %s", dbpath, sqlite3_errmsg(db));
+  sqlite3_enable_load_extension(db, 1);
+  double t0 = now_s();
+  if (sqlite3_load_extension(db, o_ext, NULL, &msg) != SQLITE_OK) die("cannot load %s: %s", o_ext, msg ? msg : "?");
+  double ext_ms = (now_s() - t0) * 1e3;
+
+  /* Model selection and load through SQL. */
+  sqlite3_stmt *st = prep("SELECT bert_load(?)");
+  sqlite3_bind_text(st, 1, dir, -1, SQLITE_STATIC);
+  t0 = now_s();
+  step_all(st, "bert_load");
+  double load_ms = (now_s() - t0) * 1e3;
+  sqlite3_finalize(st);
+  if (o_threads > 0) {
+    char q[64];
+    snprintf(q, sizeof q, "SELECT bert_threads(%d)", o_threads);
+    if (sqlite3_exec(db, q, NULL, NULL, &msg) != SQLITE_OK) {
+      fprintf(stderr, "bench_bertfill: note: %s (threads left at the default)\n", msg);
+      sqlite3_free(msg); msg = NULL;
+    }
+  }
+
+  FILE *o = fopen(out, "w");
+  if (!o) die("cannot write %s%s", out, "");
+  fprintf(o, "{\n \"engine\": \"bertfill (SQL, %s)\",\n \"sqlite_version\": \"%s\",\n \"extension_load_ms\": %.3f,\n"
+          " \"bert_load_ms\": %.3f,\n", o_ext, sqlite3_libversion(), ext_ms, load_ms);
+
+  /* Cache hit: the same text again and again. */
+  sset *ss = get_set("single-16");
+  if (!ss->n) die("sentences file has no single-16 set%s%s", "", "");
+  st = prep("SELECT bert_fill(?)");
+  sqlite3_bind_text(st, 1, ss->s[0].text, -1, SQLITE_STATIC);
+  t0 = now_s();
+  step_all(st, "bert_fill");
+  double miss_ms = (now_s() - t0) * 1e3;
+  for (int i = 0; i < 1000; i++) step_all(st, "bert_fill");
+  int blocks = 20, per = o_hits / blocks > 0 ? o_hits / blocks : 1;
+  double us[64];
+  for (int b = 0; b < blocks; b++) {
+    t0 = now_s();
+    for (int i = 0; i < per; i++) step_all(st, "bert_fill");
+    us[b] = (now_s() - t0) * 1e6 / per;
+  }
+  sqlite3_finalize(st);
+  double hit_us = median(us, blocks);
+  fprintf(o, " \"first_fill_ms\": %.3f,\n \"cache_hit_us\": %.3f,\n \"cache_hit_calls\": %d,\n", miss_ms, hit_us,
+          blocks * per);
+  fprintf(stderr, "bertfill sql: cache hit %.2f us per bert_fill (first call %.1f ms)\n", hit_us, miss_ms);
+
+  /* A column in one statement: bert_prefill aggregate, then the UPDATE. */
+  fprintf(o, " \"prefill\": {");
+  int first = 1;
+  char *fillbuf = NULL; size_t filllen = 0;
+  FILE *fills = open_memstream(&fillbuf, &filllen);
+  for (int i = 0; i < nsets; i++) {
+    ss = &sets[i];
+    if (strncmp(ss->name, "batch-", 6)) continue;
+    int n = set_len(ss);
+    char q[256];
+    snprintf(q, sizeof q, "DROP TABLE IF EXISTS t; CREATE TABLE t(id INTEGER PRIMARY KEY, text TEXT, filled TEXT)");
+    exec(q);
+    exec("BEGIN");
+    st = prep("INSERT INTO t(text) VALUES (?)");
+    for (int j = 0; j < n; j++) {
+      sqlite3_bind_text(st, 1, ss->s[j].text, -1, SQLITE_STATIC);
+      step_all(st, "insert");
+    }
+    sqlite3_finalize(st);
+    exec("COMMIT");
+    t0 = now_s();
+    st = prep("SELECT bert_prefill(text) FROM t");
+    step_all(st, "bert_prefill");
+    sqlite3_finalize(st);
+    double t1 = now_s();
+    exec("UPDATE t SET filled = bert_fill(text)");
+    double t2 = now_s();
+    fprintf(o, "%s\n  \"%s\": {\"sentences\": %d, \"prefill_s\": %.4f, \"update_s\": %.4f, \"sent_per_s\": %.3f}",
+            first ? "" : ",", ss->name + 6, n, t1 - t0, t2 - t1, n / (t2 - t0));
+    fprintf(stderr, "bertfill sql: %s (%d): prefill %.2f s + update %.2f s = %.1f sentences/s\n", ss->name, n,
+            t1 - t0, t2 - t1, n / (t2 - t0));
+    st = prep("SELECT filled FROM t ORDER BY id");
+    fprintf(fills, "%s\n  \"%s\": [", first ? "" : ",", ss->name);
+    int j = 0;
+    while (sqlite3_step(st) == SQLITE_ROW) {
+      const char *f = (const char *)sqlite3_column_text(st, 0);
+      if (j++) fputc(',', fills);
+      json_str(fills, f ? f : "");
+    }
+    fprintf(fills, "]");
+    sqlite3_finalize(st);
+    first = 0;
+  }
+  fclose(fills);
+  fprintf(o, "\n },\n \"filled\": {%s\n },\n", fillbuf ? fillbuf : "");
+  free(fillbuf);
+
+  /* Whatever the extension reports about itself (BLAS core, threads). */
+  st = NULL;
+  if (sqlite3_prepare_v2(db, "SELECT bert_debug()", -1, &st, NULL) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW) {
+    fprintf(o, " \"bert_debug\": ");
+    json_str(o, (const char *)sqlite3_column_text(st, 0));
+    fprintf(o, ",\n");
+  }
+  sqlite3_finalize(st);
+  fprintf(o, " \"peak_rss_mb\": %.1f\n}\n", peak_rss_mb());
+  fclose(o);
+  sqlite3_close(db);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  const char *pos[4]; int np = 0;
+  for (int i = 1; i < argc; i++) {
+    if (!strncmp(argv[i], "--", 2) && i + 1 < argc) {
+      const char *k = argv[i] + 2, *v = argv[++i];
+      if (!strcmp(k, "reps")) o_reps = atoi(v);
+      else if (!strcmp(k, "warmup")) o_warmup = atoi(v);
+      else if (!strcmp(k, "rounds")) o_rounds = atoi(v);
+      else if (!strcmp(k, "batch")) o_batch = atoi(v);
+      else if (!strcmp(k, "limit")) o_limit = atoi(v);
+      else if (!strcmp(k, "threads")) o_threads = atoi(v);
+      else if (!strcmp(k, "hits")) o_hits = atoi(v);
+      else if (!strcmp(k, "ext")) o_ext = v;
+      else die("unknown option --%s%s", k, "");
+    } else if (np < 4) pos[np++] = argv[i];
+    else die("too many arguments%s%s", "", "");
+  }
+  if (np != 4 || (strcmp(pos[0], "engine") && strcmp(pos[0], "sql")))
+    die("usage: bench_bertfill engine|sql MODEL_DIR SENTENCES.tsv OUT.json [--reps N ...]%s%s", "", "");
+  if (o_reps < 1 || o_rounds < 1 || o_batch < 1 || o_batch > 4096 || o_warmup < 0 || o_hits < 20)
+    die("bad option values%s%s", "", "");
+  read_sentences(pos[2]);
+  if (!strcmp(pos[0], "engine")) return engine_mode(pos[1], pos[3]);
+  if (!o_ext) die("sql mode needs --ext PATH_TO_bertfill.so%s%s", "", "");
+  char dbpath[1024];
+  snprintf(dbpath, sizeof dbpath, "%s.db", pos[3]);
+  return sql_mode(pos[1], pos[3], dbpath);
+}

@@ -1,0 +1,263 @@
+#!/usr/bin/python3
+"""Side-by-side table of a `make bench` run (see tests/bench/run.sh).
+
+    /usr/bin/python3 tests/bench/report.py BENCH_DIR SENTENCES.tsv VOCAB.txt
+
+Reads the per-engine JSON files that run.sh left in BENCH_DIR
+(bertfill.json, bertfill_sql.json, ort.json, torch.json, torch_asis.json,
+meta.json; any may be missing), checks that the engines agree on the top-1
+token of every benchmark sentence, and writes BENCH_DIR/results.md (printed)
+and BENCH_DIR/results.json (every raw number).
+"""
+import json, os, sys
+
+LENGTHS = ("8", "16", "32", "64", "128")
+BATCHES = ("256", "2000")
+
+
+def load(d, name):
+    p = os.path.join(d, name + ".json")
+    if not os.path.exists(p):
+        return None
+    with open(p, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def get(d, *keys):
+    for k in keys:
+        if not isinstance(d, dict) or k not in d:
+            return None
+        d = d[k]
+    return d
+
+
+def fmt(x, unit=""):
+    if x is None:
+        return "n/a"
+    if isinstance(x, str):
+        return x
+    if x >= 100:
+        s = f"{x:.0f}"
+    elif x >= 10:
+        s = f"{x:.1f}"
+    else:
+        s = f"{x:.2f}"
+    return s + unit
+
+
+def ratio(a, b):
+    return None if a is None or b is None or b == 0 else a / b
+
+
+def fmt_ratio(r):
+    return "n/a" if r is None else f"{r:.2f}×"
+
+
+def read_sentences(path):
+    sets = {}
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            line = line.rstrip("\n")
+            if not line:
+                continue
+            name, text, ids, mpos = line.split("\t")
+            sets.setdefault(name, []).append(text)
+    return sets
+
+
+def read_vocab(path):
+    with open(path, "rb") as f:
+        toks = f.read().decode("utf-8").split("\n")
+    if toks and toks[-1] == "":
+        toks.pop()
+    return toks
+
+
+def agreement(a, b):
+    """Top-1 agreement between two engines over every set both have."""
+    if not a or not b:
+        return None
+    same = total = 0
+    for key, xs in a.get("top1", {}).items():
+        ys = b.get("top1", {}).get(key)
+        if ys is None:
+            continue
+        n = min(len(xs), len(ys))
+        total += n
+        same += sum(1 for i in range(n) if xs[i] == ys[i])
+    return (same, total) if total else None
+
+
+def main():
+    d, sent_path, vocab_path = sys.argv[1:4]
+    bf, sql, ort, pt, pta, meta = (load(d, n) for n in
+                                   ("bertfill", "bertfill_sql", "ort", "torch", "torch_asis", "meta"))
+    meta = meta or {}
+    sets = read_sentences(sent_path)
+    vocab = read_vocab(vocab_path)
+
+    peers = [("bertfill", bf), ("ONNX Runtime", ort), ("PyTorch (SkylakeX)", pt)]
+    if pta:
+        peers.append(("PyTorch (as installed)", pta))
+    cols = [name for name, _ in peers]
+    head = "| | " + " | ".join(cols) + " | bertfill / ORT | PyTorch / ORT |"
+    sep = "|---" * (len(cols) + 3) + "|"
+    rows = []
+    ratios = {}
+
+    def row(label, vals, r_bf, r_pt):
+        rows.append(f"| {label} | " + " | ".join(vals) + f" | {fmt_ratio(r_bf)} | {fmt_ratio(r_pt)} |")
+
+    for n in LENGTHS:
+        v = [get(e, "single", n, "median_ms") for _, e in peers]
+        r_bf, r_pt = ratio(v[0], v[1]), ratio(v[2], v[1])
+        ratios[f"single_{n}"] = r_bf
+        row(f"1 sentence, {n} tokens (ms)", [fmt(x) for x in v], r_bf, r_pt)
+    for b in BATCHES:
+        v = [get(e, "batch", b, "sent_per_s") for _, e in peers]
+        r_bf, r_pt = ratio(v[0], v[1]), ratio(v[2], v[1])
+        ratios[f"batch_{b}"] = r_bf
+        n = get(bf, "batch", b, "sentences") or get(ort, "batch", b, "sentences") or b
+        label = f"batch of {n} sentences, 16-23 tokens (sentences/s)"
+        if str(n) != b:
+            label = f"batch set {b}, first {n} sentences, 16-23 tokens (sentences/s)"
+        row(label, [fmt(x) for x in v], r_bf, r_pt)
+        sv = get(sql, "prefill", b, "sent_per_s")
+        if sv is not None:
+            r = ratio(sv, v[1])
+            ratios[f"batch_{b}_sql"] = r
+            row(f"… same through SQL: bert_prefill + UPDATE (sentences/s)",
+                [fmt(sv)] + ["—"] * (len(peers) - 1), r, None)
+    v = [get(e, "load_ms") for _, e in peers]
+    ratios["load"] = ratio(v[0], v[1])
+    row("model load (ms)", [fmt(x) for x in v], ratio(v[0], v[1]), ratio(v[2], v[1]))
+    v = [get(e, "first_run_ms") for _, e in peers]
+    row("first inference after load, 8 tokens (ms)", [fmt(x) for x in v], ratio(v[0], v[1]), ratio(v[2], v[1]))
+    hit = get(sql, "cache_hit_us")
+    row("cache hit: repeated bert_fill through SQL (µs per call)",
+        [fmt(hit)] + ["—"] * (len(peers) - 1), None, None)
+    v = [get(e, "peak_rss_mb") for _, e in peers]
+    row("peak RSS (MB)", [fmt(x) for x in v], ratio(v[0], v[1]), ratio(v[2], v[1]))
+
+    # Agreement on top-1.
+    agree = {}
+    for (na, a), (nb, b) in [(peers[0], peers[1]), (peers[0], peers[2]), (peers[1], peers[2])]:
+        r = agreement(a, b)
+        if r:
+            agree[f"{na} vs {nb}"] = r
+    if sql and ort:
+        same = total = 0
+        for key, filled in sql.get("filled", {}).items():
+            tops = get(ort, "top1", key) or []
+            for i, f in enumerate(filled[:len(tops)]):
+                tok = vocab[tops[i]]
+                tok = tok[2:] if tok.startswith("##") else tok
+                total += 1
+                same += f == sets[key][i].replace("[MASK]", tok, 1)
+        if total:
+            agree["bertfill SQL bert_fill vs ONNX Runtime"] = (same, total)
+
+    lines = []
+    lines.append(f"## make bench — {meta.get('date', '')}{' (BENCH_QUICK=1: fewer runs, smaller sets)' if meta.get('quick') else ''}")
+    lines.append("")
+    lines.append(f"Model: {meta.get('model', '?')} — random weights, bert-base-chinese shape "
+                 f"({meta.get('shape', '?')}), fp32, vocabulary: {meta.get('vocab_source', '?')}.  "
+                 f"Machine: {meta.get('cpu', '?')}, {meta.get('cores', '?')} cores "
+                 f"(load average before the run: {meta.get('loadavg_before', '?')}, after: {meta.get('loadavg_after', '?')}).")
+    lines.append("")
+    lines.append(head)
+    lines.append(sep)
+    lines.extend(rows)
+    lines.append("")
+    lines.append("Latency: median of repeated runs after warm-up, one [MASK] per sentence, the whole call "
+                 "(bertfill: tokenize + bf_fill with k=1; ORT/PyTorch: ids in, top-1 id out). "
+                 "Batches: ORT and PyTorch in padded batches of "
+                 f"{get(ort, 'batch_size') or get(pt, 'batch_size') or 32} with an attention mask; bertfill "
+                 f"engine in bf_fill calls of {get(bf, 'batch_size') or '?'} sentences without padding; "
+                 "bertfill SQL: `SELECT bert_prefill(text) FROM t` then `UPDATE t SET filled = bert_fill(text)` "
+                 "on a fresh table. ratio columns: time ratio for latency/load/RSS (lower is better), "
+                 "rate ratio for sentences/s (higher is better).")
+    lines.append("")
+    eng = []
+    if bf:
+        eng.append(f"bertfill: BLAS core {bf.get('blas_core') or '?'}, {bf.get('threads')} threads, "
+                   f"weights {bf.get('dtype')}; load = OpenBLAS init {fmt(bf.get('blas_init_ms'))} ms + "
+                   f"model mmap {fmt(bf.get('model_load_ms'))} ms"
+                   + (f"; {bf['token_mismatches']} sentences tokenized differently from the peers' ids"
+                      if bf.get("token_mismatches") else ""))
+    if ort:
+        eng.append(f"ONNX Runtime: {ort.get('engine')}, {ort.get('threads')} intra-op threads, "
+                   "logits at all positions (the exported graph), session load includes graph optimization")
+    for name, e in (("PyTorch (SkylakeX)", pt), ("PyTorch (as installed)", pta)):
+        if e:
+            s = (f"{name}: torch {e.get('torch_version')}, {e.get('threads')} threads, "
+                 f"OPENBLAS_CORETYPE={e.get('openblas_coretype') or 'unset'}, no_grad, MLM head at masks only")
+            if e.get("note"):
+                s += "; " + e["note"]
+            eng.append(s)
+    for x in meta.get("missing", []):
+        eng.append(f"MISSING: {x}")
+    lines.extend(f"- {x}" for x in eng)
+    lines.append("")
+    if agree:
+        lines.append("Top-1 agreement on the benchmark sentences: " + "; ".join(
+            f"{k} {100.0 * s / t:.1f}% ({s}/{t})" for k, (s, t) in agree.items()) + ".")
+        lines.append("")
+
+    # Targets of issue 4.
+    tg = []
+
+    def target(name, value, ok, shown):
+        tg.append(f"| {name} | {shown} | {'met' if ok else ('n/a' if ok is None else 'missed')} |")
+    for n in ("16", "128"):
+        r = ratios.get(f"single_{n}")
+        target(f"1 sentence, {n} tokens ≤ 0.8 × ORT", r, None if r is None else r <= 0.8, fmt_ratio(r))
+    for b in BATCHES:
+        r = ratios.get(f"batch_{b}")
+        target(f"batch {b} ≥ 1.3 × ORT (engine)", r, None if r is None else r >= 1.3, fmt_ratio(r))
+        r = ratios.get(f"batch_{b}_sql")
+        if r is not None:
+            target(f"batch {b} ≥ 1.3 × ORT (through SQL)", r, r >= 1.3, fmt_ratio(r))
+    target("cache hit ≤ 20 µs per bert_fill", hit, None if hit is None else hit <= 20, fmt(hit, " µs"))
+    lm = get(bf, "load_ms")
+    target("model load ≤ 50 ms", lm, None if lm is None else lm <= 50, fmt(lm, " ms"))
+    lines.append("| target (issue 4) | measured | |")
+    lines.append("|---|---|---|")
+    lines.extend(tg)
+    lines.append("")
+
+    # Where bertfill's time goes.
+    if bf:
+        lines.append("bertfill per stage (bf_run_timings, ms; medians for single sentences, totals for a batch round):")
+        lines.append("")
+        lines.append("| | embed | encoder | MLM head | softmax+top-k | whole call |")
+        lines.append("|---|---|---|---|---|---|")
+        for n in LENGTHS:
+            s = get(bf, "single", n, "stages_median")
+            if s:
+                lines.append(f"| 1 sentence, {n} tokens | {fmt(s['embed_ms'])} | {fmt(s['encode_ms'])} | "
+                             f"{fmt(s['head_ms'])} | {fmt(s['topk_ms'])} | {fmt(get(bf, 'single', n, 'median_ms'))} |")
+        for b in BATCHES:
+            s = get(bf, "batch", b, "stages_last_round")
+            if s:
+                tot = get(bf, "batch", b, "seconds")
+                lines.append(f"| batch {get(bf, 'batch', b, 'sentences')} ({s['tokens']} tokens) | {fmt(s['embed_ms'])} | "
+                             f"{fmt(s['encode_ms'])} | {fmt(s['head_ms'])} | {fmt(s['topk_ms'])} | "
+                             f"{fmt(tot[-1] * 1e3) if tot else 'n/a'} |")
+        lines.append("")
+    md = "\n".join(lines) + "\n"
+    with open(os.path.join(d, "results.md"), "w", encoding="utf-8") as f:
+        f.write(md)
+    raw = {"meta": meta, "bertfill": bf, "bertfill_sql": sql, "onnxruntime": ort, "pytorch": pt,
+           "pytorch_as_installed": pta, "ratios_to_ort": ratios,
+           "agreement": {k: {"same": s, "total": t, "percent": 100.0 * s / t} for k, (s, t) in agree.items()}}
+    for e in raw.values():   # the top-1 lists are long and checked above
+        if isinstance(e, dict):
+            e.pop("filled", None)
+    with open(os.path.join(d, "results.json"), "w", encoding="utf-8") as f:
+        json.dump(raw, f, indent=1, ensure_ascii=False)
+    sys.stdout.write(md)
+
+
+if __name__ == "__main__":
+    main()

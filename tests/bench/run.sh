@@ -1,0 +1,160 @@
+#!/usr/bin/env bash
+# make bench — bertfill vs ONNX Runtime vs PyTorch, side by side, in one run.
+#
+#   make bench                 full run (~10-15 minutes on 2 cores)
+#   BENCH_QUICK=1 make bench   quick run for development (fewer repetitions,
+#                              64 sentences per batch set; numbers are rough)
+#
+# What it does, in order (each engine in its own process, one after another,
+# never two at once):
+#   1. a random model of bert-base-chinese's exact shape (12 layers, 768 hidden,
+#      12 heads, 3072 intermediate, 21128 vocab; the genuine vocab.txt from
+#      ../shared/data/bert-base-chinese when present, else a synthetic one) in
+#      build/models/bert-base-random, made once by model/gen_random_model.py;
+#      the same weights exported to ONNX (build/bench/model.onnx) with Debian's
+#      python3-torch (tests/bench/export_onnx.py);
+#   2. benchmark sentences (tests/bench/sentences.py): one sentence of 8, 16,
+#      32, 64 and 128 tokens, and two disjoint sets of 256 and 2,000 sentences
+#      of 16-23 tokens, one [MASK] each;
+#   3. bertfill engine (tests/bench/bench_bertfill.c linked with
+#      build/libbfengine.a), bertfill through SQL (./bertfill.so in the same
+#      driver, separate process), ONNX Runtime (tests/bench/bench_ort.js,
+#      npm onnxruntime-node), PyTorch with OPENBLAS_CORETYPE=SkylakeX and as
+#      installed (tests/bench/bench_torch.py);
+#   4. tests/bench/report.py: the markdown table (printed, and written to
+#      build/bench/results.md), raw numbers in build/bench/results.json, and
+#      the top-1 agreement of the engines on every benchmark sentence.
+#
+# Installs what it needs when it can (root): python3-torch and nodejs/npm with
+# apt-get, onnxruntime-node with `npm ci` in tests/bench (its CPU binaries ship
+# inside the npm package; the optional CUDA download is skipped).  A peer that
+# cannot run is reported as MISSING in the table; the run goes on.
+#
+# Environment: BENCH_QUICK=1, BUILD (default build), BENCH_SKIP="ort torch
+# torch_asis sql" to leave engines out, BENCH_THREADS (default 2: the peers'
+# thread count; bertfill uses its own default, the number of cores, and
+# reports it).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+BUILD=${BUILD:-build}
+OUT=$BUILD/bench
+MODEL=$BUILD/models/bert-base-random
+PY=/usr/bin/python3
+SHARED_VOCAB=../shared/data/bert-base-chinese/vocab.txt
+THREADS=${BENCH_THREADS:-2}
+SKIP=" ${BENCH_SKIP:-} "
+mkdir -p "$OUT"
+missing=()
+say() { echo "bench: $*" >&2; }
+skipped() { [[ $SKIP == *" $1 "* ]]; }
+
+if [ -n "${BENCH_QUICK:-}" ]; then
+  REPS=5; WARM=1; ROUNDS=1; LIMIT=64; HITS=2000
+else
+  REPS=20; WARM=3; ROUNDS=3; LIMIT=0; HITS=20000
+fi
+COMMON=(--reps "$REPS" --warmup "$WARM" --rounds "$ROUNDS" --limit "$LIMIT")
+
+apt_install() {   # apt_install PACKAGE... (only as root; quiet)
+  [ "$(id -u)" -eq 0 ] || return 1
+  say "installing $* with apt-get"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null 2>&1 || {
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null 2>&1 &&
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null 2>&1; }
+}
+
+# ---- tools ------------------------------------------------------------------
+have_torch=1
+if ! $PY -c 'import torch' 2>/dev/null; then
+  apt_install python3-torch python3-numpy || true
+  $PY -c 'import torch' 2>/dev/null || { have_torch=0; missing+=("python3-torch (apt-get install python3-torch): no PyTorch peer, no ONNX export"); }
+fi
+have_ort=1
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+  apt_install nodejs npm || true
+fi
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+  have_ort=0; missing+=("node/npm (apt-get install nodejs npm): no ONNX Runtime peer")
+elif [ ! -e tests/bench/node_modules/onnxruntime-node/package.json ] ||
+     [ tests/bench/package-lock.json -nt tests/bench/node_modules/.package-lock.json ]; then
+  say "npm ci in tests/bench (onnxruntime-node)"
+  (cd tests/bench && ONNXRUNTIME_NODE_INSTALL=skip npm ci --no-audit --no-fund --loglevel=error >&2) ||
+    { have_ort=0; missing+=("onnxruntime-node (cd tests/bench && npm ci) failed: no ONNX Runtime peer"); }
+fi
+
+# ---- model ------------------------------------------------------------------
+if [ -f "$SHARED_VOCAB" ]; then
+  vocab_source="genuine bert-base-chinese vocab.txt ($SHARED_VOCAB)"; vocab_args=(--vocab "$SHARED_VOCAB")
+else
+  vocab_source="synthetic (no $SHARED_VOCAB)"; vocab_args=()
+fi
+if [ ! -f "$MODEL/model.safetensors" ]; then
+  say "making a random bert-base-shaped model in $MODEL"
+  rm -rf "$MODEL.tmp"
+  $PY model/gen_random_model.py "$MODEL.tmp" "${vocab_args[@]}" >&2
+  rm -rf "$MODEL"; mv "$MODEL.tmp" "$MODEL"
+fi
+if [ "$have_torch" = 1 ] && ! skipped ort &&
+   { [ ! -f "$OUT/model.onnx" ] || [ "$MODEL/model.safetensors" -nt "$OUT/model.onnx" ] ||
+     [ tests/bench/export_onnx.py -nt "$OUT/model.onnx" ]; }; then
+  say "exporting $MODEL to ONNX ($OUT/model.onnx)"
+  OPENBLAS_CORETYPE=SkylakeX $PY tests/bench/export_onnx.py "$MODEL" "$OUT/model.onnx" >&2 ||
+    { rm -f "$OUT/model.onnx"; missing+=("ONNX export failed (tests/bench/export_onnx.py)"); }
+fi
+[ -f "$OUT/model.onnx" ] || have_ort=0
+
+$PY tests/bench/sentences.py "$MODEL" "$OUT/sentences.tsv"
+
+# ---- bertfill driver ----------------------------------------------------------
+say "building $OUT/bench_bertfill"
+${CC:-cc} -O2 -march=x86-64-v2 -std=c11 -D_GNU_SOURCE -Wall -Iext -o "$OUT/bench_bertfill" \
+  tests/bench/bench_bertfill.c "$BUILD/libbfengine.a" -lsqlite3 -lutf8proc -ldl -lm -lpthread
+
+# ---- runs (sequential) --------------------------------------------------------
+rm -f "$OUT"/{bertfill,bertfill_sql,ort,torch,torch_asis,meta,results}.json
+loadavg_before=$(cut -d' ' -f1-3 /proc/loadavg)
+start=$(date +%s)
+run() {   # run NAME COMMAND...: one engine, its own process; failure is reported, not fatal
+  local name=$1; shift
+  say "--- $name"
+  local t0=$(date +%s)
+  if ! "$@"; then missing+=("$name: run failed (see the messages above)"); rm -f "$OUT/$name.json"; fi
+  say "--- $name done in $(( $(date +%s) - t0 )) s"
+}
+run bertfill "$OUT/bench_bertfill" engine "$MODEL" "$OUT/sentences.tsv" "$OUT/bertfill.json" "${COMMON[@]}"
+skipped sql || run bertfill_sql "$OUT/bench_bertfill" sql "$MODEL" "$OUT/sentences.tsv" "$OUT/bertfill_sql.json" \
+  "${COMMON[@]}" --ext "./bertfill.so" --hits "$HITS"
+if [ "$have_ort" = 1 ] && ! skipped ort; then
+  run ort node tests/bench/bench_ort.js "$OUT/model.onnx" "$OUT/sentences.tsv" "$OUT/ort.json" \
+    "${COMMON[@]}" --threads "$THREADS" --batch 32
+fi
+if [ "$have_torch" = 1 ] && ! skipped torch; then
+  run torch env OPENBLAS_CORETYPE=SkylakeX $PY tests/bench/bench_torch.py "$MODEL" "$OUT/sentences.tsv" \
+    "$OUT/torch.json" "${COMMON[@]}" --threads "$THREADS" --batch 32
+fi
+if [ "$have_torch" = 1 ] && ! skipped torch_asis; then
+  # OpenBLAS as installed: 5-15x slower here, so fewer runs and only the 256 set.
+  if [ -n "${BENCH_QUICK:-}" ]; then asis=(--reps 1 --warmup 0 --rounds 1 --limit 32 --sets single,batch-256)
+  else asis=(--reps 3 --warmup 1 --rounds 1 --limit 0 --sets single,batch-256); fi
+  run torch_asis env -u OPENBLAS_CORETYPE $PY tests/bench/bench_torch.py "$MODEL" "$OUT/sentences.tsv" \
+    "$OUT/torch_asis.json" "${asis[@]}" --threads "$THREADS" --batch 32
+fi
+loadavg_after=$(cut -d' ' -f1-3 /proc/loadavg)
+
+# ---- report -------------------------------------------------------------------
+cpu=$(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //')
+flags=$(grep -m1 '^flags' /proc/cpuinfo)
+for f in amx_tile avx512_bf16 avx512f; do [[ $flags == *" $f"* ]] && cpu="$cpu, $f"; done
+$PY - "$OUT/meta.json" "$MODEL" "$vocab_source" "$cpu" "$(nproc)" "$loadavg_before" "$loadavg_after" \
+    "${BENCH_QUICK:-}" "$(( $(date +%s) - start ))" "${missing[@]+"${missing[@]}"}" <<'EOF'
+import json, sys, time
+out, model, vocab, cpu, cores, lb, la, quick, secs, *missing = sys.argv[1:]
+cfg = json.load(open(model + "/config.json"))
+shape = (f"{cfg['num_hidden_layers']} layers, {cfg['hidden_size']} hidden, {cfg['num_attention_heads']} heads, "
+         f"{cfg['intermediate_size']} intermediate, {cfg['vocab_size']} vocab")
+json.dump({"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "model": model, "shape": shape,
+           "vocab_source": vocab, "cpu": cpu, "cores": int(cores), "loadavg_before": lb, "loadavg_after": la,
+           "quick": bool(quick), "seconds": int(secs), "missing": missing}, open(out, "w"), indent=1)
+EOF
+$PY tests/bench/report.py "$OUT" "$OUT/sentences.tsv" "$MODEL/vocab.txt"
+say "wrote $OUT/results.md and $OUT/results.json (engines ran for $(( $(date +%s) - start )) s)"
