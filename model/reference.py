@@ -1,0 +1,350 @@
+#!/usr/bin/env python3
+"""reference.py — an independent PyTorch BertForMaskedLM, and the golden outputs.
+
+    /usr/bin/python3 model/make_test_models.py build/models
+    /usr/bin/python3 model/reference.py build/models tests/golden [NAME ...]
+    /usr/bin/python3 model/reference.py --mutations build/models [NAME ...]
+
+For each test model build/models/NAME (every one made by make_test_models.py,
+or the NAMEs given) this runs a fixed set of token-id sequences through a
+forward pass written here from the architecture — not from the C engine, and
+without the transformers package — and writes tests/golden/forward_NAME.json:
+the model's name, the sha256 of its model.safetensors, and for every [MASK] of
+every sequence the top-5 (id, probability) and the probability of the 6th.
+
+Needs Debian's python3-torch and python3-numpy; developers run it by hand after
+changing the generator (CI never does: it only compares against the committed
+goldens, after checking that the sha256 still matches).
+
+Precision: the whole forward pass runs in float64 on the stored weights
+(F16/BF16 widened to float32 exactly as the C engine does, then to float64),
+so the goldens are the model's exact output up to ~1e-15; the C engine's
+float32 results are checked against them.  The same pass is also run in
+float32 and the largest float32-vs-float64 difference is printed, to show how
+much of the 1e-4 tolerance plain float32 arithmetic uses.
+
+The architecture (post-LayerNorm BERT, Devlin et al. 2018), for token ids
+x_1..x_n (n <= max_position_embeddings), hidden size H, A heads of d = H/A:
+    h = LN(E_word[x_i] + E_pos[i] + E_type[0])
+    per layer:  q, k, v = h Wq^T + bq, h Wk^T + bk, h Wv^T + bv   (split into A heads)
+                a = softmax(q k^T / sqrt(d)) v   (per head, over all n positions)
+                h = LN(h + a Wo^T + bo)
+                h = LN(h + gelu(h Wi^T + bi) W2^T + b2)        gelu(x) = x (1 + erf(x/sqrt 2)) / 2
+    at each [MASK]:  t = LN(gelu(h Wt^T + bt));  logits = t D^T + b;  p = softmax(logits)
+where D is cls.predictions.decoder.weight, or E_word when that tensor is absent
+(tied), b is cls.predictions.bias, and LN(x) = (x - mean) / sqrt(var + eps) * g + beta.
+"""
+import hashlib
+import json
+import math
+import os
+import random
+import struct
+import sys
+import zlib
+
+import numpy as np
+import torch
+
+K = 5
+
+
+# ---------------------------------------------------------------- safetensors
+def read_safetensors(path):
+    """name -> float64 numpy array, for every floating tensor in the file."""
+    with open(path, "rb") as f:
+        data = f.read()
+    if len(data) < 8:
+        raise ValueError("%s: shorter than 8 bytes" % path)
+    (hlen,) = struct.unpack("<Q", data[:8])
+    if 8 + hlen > len(data):
+        raise ValueError("%s: header length %d past end of file" % (path, hlen))
+    header = json.loads(data[8:8 + hlen].decode("utf-8"))
+    base = 8 + hlen
+    out = {}
+    for name, t in header.items():
+        if name == "__metadata__":
+            continue
+        lo, hi = t["data_offsets"]
+        n = 1
+        for s in t["shape"]:
+            n *= s
+        raw = data[base + lo:base + hi]
+        dt = t["dtype"]
+        if dt == "F32":
+            a = np.frombuffer(raw, dtype="<f4")
+        elif dt == "F16":
+            a = np.frombuffer(raw, dtype="<f2").astype(np.float32)
+        elif dt == "BF16":
+            a = (np.frombuffer(raw, dtype="<u2").astype(np.uint32) << 16).view(np.float32)
+        else:
+            continue                              # e.g. int64 position_ids
+        if a.size != n:
+            raise ValueError("%s: tensor %s has %d values, shape says %d" % (path, name, a.size, n))
+        out[name] = a.reshape(t["shape"]).astype(np.float64)
+    return out
+
+
+def file_sha256(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for b in iter(lambda: f.read(1 << 20), b""):
+            h.update(b)
+    return h.hexdigest()
+
+
+# ---------------------------------------------------------------- model
+class Bert:
+    def __init__(self, d, dtype=torch.float64):
+        with open(os.path.join(d, "config.json")) as f:
+            self.cfg = cfg = json.load(f)
+        assert cfg.get("hidden_act", "gelu") == "gelu"
+        with open(os.path.join(d, "vocab.txt"), "rb") as f:
+            vocab = f.read().decode("utf-8").split("\n")
+        if vocab and vocab[-1] == "":
+            vocab.pop()
+        self.vocab = vocab
+        self.tensors = read_safetensors(os.path.join(d, "model.safetensors"))
+        self.dt = dtype
+        self.V, self.H = cfg["vocab_size"], cfg["hidden_size"]
+        self.A, self.L = cfg["num_attention_heads"], cfg["num_hidden_layers"]
+        self.P, self.eps = cfg["max_position_embeddings"], cfg["layer_norm_eps"]
+        g = self.get
+        self.word = g("bert.embeddings.word_embeddings.weight")
+        self.pos = g("bert.embeddings.position_embeddings.weight")
+        self.typ = g("bert.embeddings.token_type_embeddings.weight")
+        self.emb_ln = self.ln("bert.embeddings.LayerNorm")
+        self.layers = []
+        for i in range(self.L):
+            p = "bert.encoder.layer.%d." % i
+            self.layers.append(dict(
+                q=self.lin(p + "attention.self.query"), k=self.lin(p + "attention.self.key"),
+                v=self.lin(p + "attention.self.value"), ao=self.lin(p + "attention.output.dense"),
+                aln=self.ln(p + "attention.output.LayerNorm"), i=self.lin(p + "intermediate.dense"),
+                o=self.lin(p + "output.dense"), oln=self.ln(p + "output.LayerNorm")))
+        self.head = self.lin("cls.predictions.transform.dense")
+        self.head_ln = self.ln("cls.predictions.transform.LayerNorm")
+        self.tied = not self.has("cls.predictions.decoder.weight")
+        self.dec_w = self.word if self.tied else g("cls.predictions.decoder.weight")
+        self.dec_b = g("cls.predictions.bias") if self.has("cls.predictions.bias") \
+            else g("cls.predictions.decoder.bias")
+        assert self.word.shape == (self.V, self.H) and self.pos.shape[0] == self.P
+        assert self.dec_w.shape == (self.V, self.H) and self.dec_b.shape == (self.V,)
+        self.mask_id = vocab.index("[MASK]")
+
+    def _names(self, name):
+        yield name
+        if name.startswith("bert."):
+            yield name[5:]
+
+    def has(self, name):
+        return any(n in self.tensors for n in self._names(name))
+
+    def get(self, name):
+        for n in self._names(name):
+            if n in self.tensors:
+                return torch.tensor(self.tensors[n], dtype=self.dt)
+        raise KeyError("tensor %s not found" % name)
+
+    def lin(self, base):
+        return self.get(base + ".weight"), self.get(base + ".bias")
+
+    def ln(self, base):
+        w = base + (".weight" if self.has(base + ".weight") else ".gamma")
+        b = base + (".bias" if self.has(base + ".bias") else ".beta")
+        return self.get(w), self.get(b)
+
+    def layernorm(self, x, p):
+        mu = x.mean(-1, keepdim=True)
+        var = ((x - mu) ** 2).mean(-1, keepdim=True)
+        eps = 1e-12 if self.bug == "eps-1e-12" else self.eps
+        return (x - mu) / torch.sqrt(var + eps) * p[0] + (0 if self.bug == "no-ln-bias" else p[1])
+
+    @staticmethod
+    def linear(x, p):
+        return x @ p[0].T + p[1]
+
+    bug = None       # --mutations: name of a deliberate mistake to make
+
+    def gelu(self, x):
+        if self.bug == "gelu-tanh":
+            return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
+        return 0.5 * x * (1.0 + torch.erf(x / math.sqrt(2.0)))
+
+    def probs(self, ids):
+        """Softmax over the vocabulary at every [MASK] of ids: [n_masks, V]."""
+        n, H, A = len(ids), self.H, self.A
+        d = H // A
+        t = torch.tensor(ids, dtype=torch.long)
+        h = self.word[t] + self.pos[:n] + self.typ[1 if self.bug == "token-type-1" else 0]
+        if self.bug == "pos-off-by-one":             # (the last position wraps)
+            h = h - self.pos[:n] + self.pos[torch.arange(1, n + 1) % self.P]
+        h = self.layernorm(h, self.emb_ln)
+        for ly in self.layers:
+            q = self.linear(h, ly["q"]).view(n, A, d).transpose(0, 1)   # [A, n, d]
+            k = self.linear(h, ly["k"]).view(n, A, d).transpose(0, 1)
+            v = self.linear(h, ly["v"]).view(n, A, d).transpose(0, 1)
+            s = q @ k.transpose(1, 2) / math.sqrt(H if self.bug == "scale-sqrt-H" else d)  # [A, n, n]
+            if self.bug == "causal":
+                s = s + torch.triu(torch.full((n, n), -1e30, dtype=s.dtype), 1)
+            s = torch.exp(s - s.max(-1, keepdim=True).values)
+            a = (s / s.sum(-1, keepdim=True)) @ v                        # [A, n, d]
+            a = a.transpose(0, 1).reshape(n, H)
+            if self.bug == "heads-transposed":
+                a = a.reshape(n, d, A).transpose(1, 2).reshape(n, H)
+            h = self.layernorm(h + self.linear(a, ly["ao"]), ly["aln"])
+            f = self.linear(self.gelu(self.linear(h, ly["i"])), ly["o"])
+            h = self.layernorm(h + f, ly["oln"])
+        pos = [i for i, x in enumerate(ids) if x == self.mask_id]
+        if not pos:
+            return pos, torch.zeros((0, self.V), dtype=self.dt)
+        m = self.layernorm(self.gelu(self.linear(h[pos], self.head)), self.head_ln)
+        logits = m @ self.dec_w.T + (0 if self.bug == "no-output-bias" else self.dec_b)
+        logits = logits - logits.max(-1, keepdim=True).values
+        e = torch.exp(logits)
+        return pos, e / e.sum(-1, keepdim=True)
+
+
+# ---------------------------------------------------------------- inputs
+def make_sequences(m, name):
+    """A fixed, varied set of [CLS] ... [SEP] id sequences for model m."""
+    rng = random.Random(zlib.crc32(name.encode()))
+    special = {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"}
+    ids = {t: m.vocab.index(t) for t in special}
+    content = [i for i, t in enumerate(m.vocab) if t not in special and not t.startswith("[unused")]
+    P = m.P
+    lengths = [3, 3, 4, 5, 5, 6, 8, 9, 12, 16, 17, 23, 31, 32, 33, 47, P // 2, P - 1, P, P, P]
+    lengths = [n for n in lengths if n <= P]
+    seqs = []
+    for j, n in enumerate(lengths):
+        body = [rng.choice(content) if rng.random() > 0.03 else ids["[UNK]"] for _ in range(n - 2)]
+        if j == 0:
+            nm, where = 1, [0]                       # [CLS] [MASK] [SEP]
+        elif j == 1:
+            nm, where = 0, []                        # no mask at all
+        elif j == 4:
+            nm, where = 3, [0, 1, 2]                 # every content token masked
+        elif j == len(lengths) - 1:
+            nm, where = 0, []                        # longest, no mask
+        else:
+            nm = min(n - 2, [1, 2, 3, 1, 2, 0][j % 6])
+            where = sorted(rng.sample(range(n - 2), nm))
+            if j % 5 == 2 and nm:                    # masks at the very ends
+                where[0] = 0
+                where[-1] = n - 3
+                where = sorted(set(where))
+        for w in where:
+            body[w] = ids["[MASK]"]
+        seqs.append([ids["[CLS]"]] + body + [ids["[SEP]"]])
+    return seqs, ids
+
+
+def golden_for(model_dir, name):
+    m64 = Bert(model_dir, torch.float64)
+    m32 = Bert(model_dir, torch.float32)
+    seqs, ids = make_sequences(m64, name)
+    out_seqs, stats = [], {"fp32_vs_fp64": 0.0, "margins": [], "top1": set()}
+    for s in seqs:
+        pos, p = m64.probs(s)
+        pos32, p32 = m32.probs(s)
+        masks = []
+        for r, at in enumerate(pos):
+            v, ix = torch.topk(p[r], K + 1)
+            v, ix = v.tolist(), ix.tolist()
+            d32 = float((p32[r].double() - p[r]).abs().max())
+            stats["fp32_vs_fp64"] = max(stats["fp32_vs_fp64"], d32)
+            stats["margins"].append(v[0] - v[1])
+            stats["top1"].add(ix[0])
+            masks.append({"pos": at, "top": [[i, round(x, 10)] for i, x in zip(ix[:K], v[:K])],
+                          "next_prob": round(v[K], 10)})
+        out_seqs.append({"ids": s, "masks": masks})
+    doc = {
+        "model": name,
+        "safetensors_sha256": file_sha256(os.path.join(model_dir, "model.safetensors")),
+        "generator": "model/make_test_models.py (model/gen_random_model.py)",
+        "reference": "model/reference.py: float64 forward pass on the stored weights",
+        "dtype": next(iter({t["dtype"] for t in _header(model_dir).values()} - {"I64"})),
+        "config": {k: m64.cfg[k] for k in ("vocab_size", "hidden_size", "num_hidden_layers",
+                                            "num_attention_heads", "intermediate_size",
+                                            "max_position_embeddings", "type_vocab_size",
+                                            "layer_norm_eps")},
+        "tied": m64.tied,
+        "ids": ids,
+        "k": K,
+        "sequences": out_seqs,
+    }
+    return doc, stats
+
+
+def _header(model_dir):
+    with open(os.path.join(model_dir, "model.safetensors"), "rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        h = json.loads(f.read(n))
+    h.pop("__metadata__", None)
+    return h
+
+
+def dump(doc):
+    """JSON with one sequence per line."""
+    seqs = doc["sequences"]
+    head = json.dumps({k: v for k, v in doc.items() if k != "sequences"}, indent=1, ensure_ascii=False)
+    lines = [json.dumps(s, separators=(",", ":")) for s in seqs]
+    return head[:-2] + ',\n "sequences": [\n  ' + ",\n  ".join(lines) + "\n ]\n}\n"
+
+
+MUTATIONS = ["gelu-tanh", "eps-1e-12", "no-ln-bias", "token-type-1", "pos-off-by-one",
+             "scale-sqrt-H", "causal", "heads-transposed", "no-output-bias"]
+
+
+def mutations(models_dir, names):
+    """How far each deliberate mistake moves the top-5 probabilities (the C
+    test tolerates 1e-4): shows that the goldens can catch it."""
+    for name in names:
+        m = Bert(os.path.join(models_dir, name))
+        seqs, _ = make_sequences(m, name)
+        base = [m.probs(s)[1] for s in seqs]
+        row = []
+        for bug in MUTATIONS:
+            m.bug = bug
+            worst = 0.0
+            for s, b in zip(seqs, base):
+                p = m.probs(s)[1]
+                if len(p):
+                    top = torch.topk(b, K, dim=-1).indices
+                    worst = max(worst, float((p.gather(1, top) - b.gather(1, top)).abs().max()))
+            m.bug = None
+            row.append("%s %.1e" % (bug, worst))
+        print("%s: %s" % (name, ", ".join(row)))
+
+
+def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "--mutations":
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import make_test_models
+        mutations(sys.argv[2], sys.argv[3:] or list(make_test_models.MODELS))
+        return
+    if len(sys.argv) < 3:
+        sys.exit("usage: reference.py MODELS_DIR GOLDEN_DIR [NAME ...]")
+    models_dir, golden_dir = sys.argv[1], sys.argv[2]
+    names = sys.argv[3:]
+    if not names:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import make_test_models
+        names = list(make_test_models.MODELS)
+    torch.set_num_threads(1)
+    os.makedirs(golden_dir, exist_ok=True)
+    for name in names:
+        doc, st = golden_for(os.path.join(models_dir, name), name)
+        nm = sum(len(s["masks"]) for s in doc["sequences"])
+        mg = sorted(st["margins"])
+        path = os.path.join(golden_dir, "forward_%s.json" % name)
+        with open(path, "w") as f:
+            f.write(dump(doc))
+        print("%s: %d sequences, %d masks, %d distinct top-1 ids; top1-top2 margin min %.4f "
+              "median %.4f; max |fp32 - fp64| prob %.2e -> %s"
+              % (name, len(doc["sequences"]), nm, len(st["top1"]), mg[0], mg[len(mg) // 2],
+                 st["fp32_vs_fp64"], path))
+
+
+if __name__ == "__main__":
+    main()
