@@ -536,3 +536,15 @@ const char *json_type_name(json_type t) {
   }
   return "?";
 }
+
+const char *json_type_a(json_type t) {
+  switch (t) {
+    case JSON_NULL: return "null";
+    case JSON_BOOL: return "a boolean";
+    case JSON_NUMBER: return "a number";
+    case JSON_STRING: return "a string";
+    case JSON_ARRAY: return "an array";
+    case JSON_OBJECT: return "an object";
+  }
+  return "?";
+}

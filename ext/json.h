@@ -89,5 +89,7 @@ const char *json_key(const json_value *v, size_t i, size_t *len);
 
 /* "null", "boolean", "number", "string", "array", "object". */
 const char *json_type_name(json_type t);
+/* The same with an article, for messages: "an array", "a string", "null". */
+const char *json_type_a(json_type t);
 
 #endif

@@ -56,6 +56,8 @@ struct bf_model {
   atomic_int refcount;
   pthread_mutex_t fp_mu;
   char fingerprint[17];             /* "" until computed */
+  uint64_t fp_files;                /* hash of config.json, vocab.txt and the tokenizer
+                                       JSON files as read at load (model.c) */
 };
 
 #endif

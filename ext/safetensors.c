@@ -69,8 +69,8 @@ void st_close(st_file *f) {
 static int parse_entry(const char *path, const char *name, const json_value *v,
                        const st_file *f, st_tensor *t, char *err, size_t errlen) {
   if (v->type != JSON_OBJECT) {
-    seterr(err, errlen, path, "bad header: entry for tensor '%s' is a %s, not an object",
-           name, json_type_name(v->type));
+    seterr(err, errlen, path, "bad header: entry for tensor '%s' is %s, not an object",
+           name, json_type_a(v->type));
     return -1;
   }
   const char *dt;
@@ -219,7 +219,7 @@ int st_open(st_file *f, const char *path, char *err, size_t errlen) {
     goto fail;
   }
   if (h->type != JSON_OBJECT) {
-    seterr(err, errlen, path, "header is a JSON %s, not an object", json_type_name(h->type));
+    seterr(err, errlen, path, "header is %s, not an object", json_type_a(h->type));
     json_free(h);
     goto fail;
   }
@@ -238,8 +238,8 @@ int st_open(st_file *f, const char *path, char *err, size_t errlen) {
     }
     if (strcmp(name, "__metadata__") == 0) {
       if (v->type != JSON_OBJECT) {
-        seterr(err, errlen, path, "bad header: \"__metadata__\" is a %s, not an object",
-               json_type_name(v->type));
+        seterr(err, errlen, path, "bad header: \"__metadata__\" is %s, not an object",
+               json_type_a(v->type));
         json_free(h); goto fail;
       }
       continue;
