@@ -31,7 +31,8 @@
 ** bertfill_trace(id, ts, func, text, source, total_ms, queue_ms, tokenize_ms,
 ** encode_ms, topk_ms, cache_read_ms, cache_write_ms, tokens, masks):
 ** ts is UTC ('YYYY-MM-DD HH:MM:SS.SSS', what SQLite's date functions read);
-** source is where the answer came from: 'lru', 'table', 'encoder' or 'error'.
+** source is where the answer came from: 'lru', 'table', 'encoder' or 'error';
+** text is the input as given (a BLOB when it is not valid UTF-8).
 ** The table is created by bert_trace(1) (an error there if the database cannot
 ** be written).  Writing a trace row never breaks the user's statement: if the
 ** insert fails (read-only or locked database, table dropped, ...) the row is
@@ -410,6 +411,26 @@ static void utc_now(char *buf, size_t n) {
   snprintf(buf + k, n - k, ".%03d", (int)(ts.tv_nsec / 1000000));
 }
 
+/* 1 when s[0..n) is well-formed UTF-8 (no overlongs, surrogates or > U+10FFFF). */
+static int utf8_valid(const unsigned char *s, size_t n) {
+  size_t i = 0;
+  while (i < n) {
+    unsigned c = s[i];
+    if (c < 0x80) { i++; continue; }
+    int len = (c >= 0xC2 && c <= 0xDF) ? 2 : (c >= 0xE0 && c <= 0xEF) ? 3
+            : (c >= 0xF0 && c <= 0xF4) ? 4 : 0;
+    if (!len || i + (size_t)len > n) return 0;
+    for (int k = 1; k < len; k++)
+      if ((s[i + k] & 0xC0) != 0x80) return 0;
+    unsigned c1 = s[i + 1];
+    if ((c == 0xE0 && c1 < 0xA0) || (c == 0xED && c1 > 0x9F) || (c == 0xF0 && c1 < 0x90) ||
+        (c == 0xF4 && c1 > 0x8F))
+      return 0;
+    i += (size_t)len;
+  }
+  return 1;
+}
+
 static void skip_trace(void) {
   atomic_fetch_add_explicit(&g_trace_skipped, 1, memory_order_relaxed);
 }
@@ -431,7 +452,13 @@ void bf_trace_record(sqlite3 *db, const bf_trace_rec *rec) {
     utc_now(ts, sizeof ts);
     sqlite3_bind_text(st, 1, ts, -1, SQLITE_TRANSIENT);
     sqlite3_bind_text(st, 2, rec->func ? rec->func : "", -1, SQLITE_STATIC);
-    if (rec->text) sqlite3_bind_text(st, 3, rec->text, -1, SQLITE_STATIC);
+    if (rec->text) {   /* text that is not UTF-8 (the error case) is kept as a blob */
+      size_t n = strlen(rec->text);
+      if (utf8_valid((const unsigned char *)rec->text, n))
+        sqlite3_bind_text(st, 3, rec->text, (int)n, SQLITE_STATIC);
+      else
+        sqlite3_bind_blob(st, 3, rec->text, (int)n, SQLITE_STATIC);
+    }
     if (rec->source) sqlite3_bind_text(st, 4, rec->source, -1, SQLITE_STATIC);
     const uint64_t t[7] = {rec->total_ns, rec->queue_ns, rec->tokenize_ns, rec->encode_ns,
                            rec->topk_ns, rec->cache_read_ns, rec->cache_write_ns};
