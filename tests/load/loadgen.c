@@ -313,6 +313,15 @@ static int ncores(void) {
   return n > 0 ? (int)n : 1;
 }
 
+/* Milliseconds with about three significant digits. */
+static void fmt_ms(char *buf, size_t n, double ms) {
+  if (ms == 0) snprintf(buf, n, "0");
+  else if (ms < 0.01) snprintf(buf, n, "%.4f", ms);
+  else if (ms < 1) snprintf(buf, n, "%.3f", ms);
+  else if (ms < 100) snprintf(buf, n, "%.2f", ms);
+  else snprintf(buf, n, "%.0f", ms);
+}
+
 static void csv_field(FILE *f, const char *s) {
   fputc('"', f);
   for (; *s; s++) {
@@ -502,10 +511,13 @@ int main(int argc, char **argv) {
   for (int i = 0; i < NSTAGE; i++) per[i] = calls ? srv.stage_total_ms[i] / (double)calls : 0;
   double hitpct = calls ? 100.0 * (double)(srv.counter[1] + srv.counter[2]) / (double)calls : 0;
 
-  printf("%7d %8.1f %8.2f %8.2f %8.2f %8.2f %8.1f %6.2f %5.0f %5.0f | %7.2f %7.2f %7.3f %7.2f "
-         "%7.3f %7.3f %7.3f | %5.1f\n",
-         n, rps, mean, q[0], q[1], q[2], maxms, errpct, cpupct, busypct, per[0], per[1], per[2],
-         per[3], per[4], per[5], per[6], hitpct);
+  char f[12][16];
+  const double lat[5] = {mean, q[0], q[1], q[2], maxms};
+  for (int i = 0; i < 5; i++) fmt_ms(f[i], sizeof f[i], lat[i]);
+  for (int i = 0; i < NSTAGE; i++) fmt_ms(f[5 + i], sizeof f[5 + i], per[i]);
+  printf("%7d %8.1f %8s %8s %8s %8s %8s %6.2f %5.0f %5.0f | %7s %7s %7s %7s %7s %7s %7s | %5.1f\n",
+         n, rps, f[0], f[1], f[2], f[3], f[4], errpct, cpupct, busypct, f[5], f[6], f[7], f[8],
+         f[9], f[10], f[11], hitpct);
   if (nready < n) printf("        (%d of %d clients could not start: %s)\n", n - nready, n, first_error);
   else if (all->errors) printf("        (first error: %s)\n", first_error);
   fflush(stdout);

@@ -23,6 +23,8 @@
 #   LOAD_BUSY_MS       each connection's sqlite3_busy_timeout (default 5000)
 #   LOAD_OUT           output directory (default $BUILD/load)
 #   LOAD_EXT           the extension to load (default ./bertfill)
+#   LOAD_BLAS_THREADS  run SELECT bert_threads(N) on each connection (OpenBLAS
+#                      threads per encoder run; default: the extension's own)
 #   BERTFILL_MAX_CONCURRENT, BERTFILL_BUSY_TIMEOUT_MS   the extension's overload
 #                      guard (encoder runs at once; wait for a slot), passed through
 set -euo pipefail
@@ -63,10 +65,12 @@ BUSY_MS=${LOAD_BUSY_MS:-5000}
 [ -f "$MODEL/config.json" ] || { echo "load: no model in $MODEL (set BERTFILL_MODEL)" >&2; exit 1; }
 export BERTFILL_MODEL=$MODEL
 
+BLAS_SQL=""
+[ -z "${LOAD_BLAS_THREADS:-}" ] || BLAS_SQL="; SELECT bert_threads(${LOAD_BLAS_THREADS})"
 cache_sql() {   # per-connection setup for a cache setting
   case "$1" in
-    on)  echo "SELECT bert_cache('on')" ;;
-    off) echo "SELECT bert_cache('off')" ;;
+    on)  echo "SELECT bert_cache('on')$BLAS_SQL" ;;
+    off) echo "SELECT bert_cache('off')$BLAS_SQL" ;;
     *)   echo "load: LOAD_CACHE values are on and off, not $1" >&2; exit 1 ;;
   esac
 }
@@ -95,7 +99,7 @@ say() { echo "$@" | tee -a "$TXT"; }
 say "bertfill load test — $(date -u '+%Y-%m-%d %H:%M UTC')"
 say "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'), $(awk '/MemTotal/{printf "%.0f GB", $2/1048576}' /proc/meminfo)"
 say "model: $MODEL ($(du -sh "$MODEL" | cut -f1))"
-say "guard: BERTFILL_MAX_CONCURRENT=${BERTFILL_MAX_CONCURRENT:-default (cores)} BERTFILL_BUSY_TIMEOUT_MS=${BERTFILL_BUSY_TIMEOUT_MS:-default}; sqlite busy_timeout ${BUSY_MS} ms"
+say "guard: BERTFILL_MAX_CONCURRENT=${BERTFILL_MAX_CONCURRENT:-default (cores)} BERTFILL_BUSY_TIMEOUT_MS=${BERTFILL_BUSY_TIMEOUT_MS:-default}; OpenBLAS threads per run: ${LOAD_BLAS_THREADS:-default}; sqlite busy_timeout ${BUSY_MS} ms"
 say "each point: ${DURATION} s after a warm-up call per client; latencies are client-side"
 say "columns: latency in ms (client-side); cpu% = the clients' CPU time / (wall x cores);"
 say "busy% = whole machine (/proc/stat); server-side ms per request = bertfill_stats stage"
@@ -157,7 +161,7 @@ plot_panels() {   # $1: "latency" or "throughput"
         parts+=("'$f' using 1:2 with linespoints lc 3 dt $dt pt 7 title 'req/s $mode'")
       fi
     done
-    if [ ${#parts[@]} -eq 0 ]; then echo "set label 1 'not measured' at graph 0.4,0.5; plot NaN notitle; unset label 1"
+    if [ ${#parts[@]} -eq 0 ]; then echo "set label 1 'not measured' at graph 0.4,0.5; plot [1:50][1:10] 1000 notitle; unset label 1"
     else (IFS=,; echo "plot ${parts[*]}"); fi
   done; done
 }
@@ -165,7 +169,7 @@ plot_panels() {   # $1: "latency" or "throughput"
   echo "set terminal pngcairo size 1400,1000 font 'sans,10'"
   echo "set output '$OUT/latency-vs-clients.png'"
   echo "set multiplot layout 2,2 title 'bertfill load test: client latency vs concurrent clients ($(basename "$MODEL"), $(nproc) cores, ${DURATION} s per point)'"
-  echo "set logscale xy 2; set logscale y 10; set xtics (1,2,4,8,16,32,50); set grid"
+  echo "set logscale xy 2; set logscale y 10; set xrange [0.8:64]; set xtics (1,2,4,8,16,32,50); set grid"
   echo "set xlabel 'clients'; set ylabel 'latency (ms)'; set key top left"
   plot_panels latency
   echo "unset multiplot"
