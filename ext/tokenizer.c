@@ -1,0 +1,956 @@
+/*
+** tokenizer.c — the Hugging Face BERT tokenizer (WordPiece) in C.
+**
+** Produces the same token ids as BertTokenizerFast — the tokenizer that
+** AutoTokenizer gives for google-bert/bert-base-chinese, i.e. the pipeline
+** described by the model's tokenizer.json — for any model directory with a
+** vocab.txt:
+**
+**   char err[256];
+**   bf_tokenizer *tok = bf_tokenizer_load("models/bert-base-chinese", err, sizeof err);
+**   bf_tokens t = {0};
+**   if (bf_tokenize(tok, "今天天气真[MASK]啊", -1, &t, err, sizeof err) == BF_OK)
+**     for (int i = 0; i < t.n; i++) printf("%d %s\n", t.ids[i], bf_tokenizer_token(tok, t.ids[i]));
+**   bf_tokens_free(&t);
+**   bf_tokenizer_free(tok);
+**
+** prints 101 [CLS], 791 今, 1921 天, 1921 天, 3698 气, 4696 真, 103 [MASK],
+** 1557 啊, 102 [SEP].
+**
+** The pipeline, one step per function below:
+**   1. Added tokens.  The special tokens [PAD] [UNK] [CLS] [SEP] [MASK] and
+**      every "added_tokens" entry of tokenizer.json are found in the raw text
+**      (leftmost-longest, case-sensitive) and never split: "真[MASK]啊" gives
+**      真 [MASK] 啊, while "[mask]" is the three tokens [ mask ].  Added
+**      tokens marked "normalized": true are matched after step 2 instead.
+**   2. Normalizer (BertNormalizer), on the text between added tokens:
+**      clean_text: drop U+0000, U+FFFD and characters of category Cc, Cf, Co
+**        (control, format such as zero-width space and soft hyphen, private
+**        use) except \t \n \r; turn every White_Space character (\t \n \r,
+**        U+3000, U+00A0, U+2028, ...) into a space.
+**      handle_chinese_chars: put spaces around CJK ideographs (the exact
+**        ranges of HF's _is_chinese_char), so each becomes its own word.
+**      strip_accents: NFD, then drop category Mn.
+**      lowercase: Unicode lower case (per character).
+**   3. Pre-tokenizer (BertPreTokenizer): split on whitespace; every
+**      punctuation character (ASCII !"#$%&'()*+,-./:;<=>?@[\]^_`{|}~ and
+**      Unicode categories P*) is a word of its own.
+**   4. WordPiece: greedy longest-match-first over the vocabulary, pieces
+**      after the first carry the "##" prefix; a word that cannot be covered
+**      completely, or is longer than max_input_chars_per_word (100)
+**      characters, becomes a single [UNK].
+**   5. [CLS] ... [SEP] around the result.
+**
+** Settings, each from the first place that has it:
+**   lowercase:     tokenizer_config.json "do_lower_case", tokenizer.json
+**                  normalizer "lowercase", else true (HF's default);
+**   strip_accents: tokenizer_config.json "strip_accents", the normalizer's
+**                  "strip_accents", else the same as lowercase;
+**   handle_chinese_chars: "tokenize_chinese_chars", the normalizer's
+**                  "handle_chinese_chars", else true; clean_text: the
+**                  normalizer's "clean_text", else true.
+** bert-base-chinese has do_lower_case false: no lower-casing, no accent
+** stripping, no NFC/NFKC, so "iPhone" and "café" are [UNK] and full-width
+** "１２３" is "１２ ##３".
+**
+** vocab.txt: one entry per line, split on "\n" only (bert-base-chinese's
+** entry 343 is U+2028 LINE SEPARATOR); a "\r" right before the "\n" is
+** dropped (both Python's BertTokenizer and the tokenizers library do that);
+** a "\r" anywhere else is an error, because the two disagree about it.  The
+** id of an entry is its line number (from 0).  Empty lines are entries
+** (they keep their id but can never match).  When an entry appears twice
+** the later line's id wins for lookups, as in HF (a dict filled in file
+** order); bf_tokenizer_token() still returns each line's own text.
+**
+** Where Hugging Face's own implementations disagree, this file follows the
+** tokenizers library (Rust, used by BertTokenizerFast and AutoTokenizer),
+** not the older pure-Python BertTokenizer:
+**   - U+2028 / U+2029 are whitespace (Python: an ordinary character);
+**   - unassigned code points (Cn) are kept (Python drops them);
+**   - no NFC before tokenizing (recent Python versions apply NFC);
+**   - lowercase is per character: final sigma is "σ" (Python: "ς");
+**   - lower case is Unicode simple case mapping plus U+0130 -> "i̇",
+**     the one unconditional multi-character mapping.
+** Also: single_word added tokens use word characters = letters, marks,
+** decimal digits, Nl, Pc, ZWJ/ZWNJ; lstrip/rstrip of added tokens change
+** nothing here, since whitespace never becomes a token.
+**
+** Unicode tables come from utf8proc (categories, NFD, case mapping).
+** Invalid UTF-8 (overlong forms, surrogates, truncated sequences, stray
+** continuation bytes, code points beyond U+10FFFF) is an error that gives
+** the byte offset.  A loaded tokenizer is immutable and thread-safe;
+** bf_tokenize allocates its scratch memory per call.
+*/
+#include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <utf8proc.h>
+
+#include "bertfill.h"
+#include "json.h"
+
+#define MAX_CHARS_LIMIT 100000      /* sanity bound on max_input_chars_per_word */
+#define MAX_VOCAB_FILE (256u << 20) /* vocab.txt larger than this is refused */
+
+/* ------------------------------------------------------------------ */
+/* Data                                                                */
+/* ------------------------------------------------------------------ */
+
+typedef struct added_tok {
+  char *text;           /* UTF-8 content as written in the text */
+  size_t len;           /* its length in bytes */
+  uint32_t *cps;        /* normalized: the content after normalization */
+  size_t ncp;
+  int32_t id;
+  int normalized;       /* matched after normalization (else in raw text) */
+  int single_word;      /* only matched when not inside a word */
+} added_tok;
+
+/* The lookup key of a vocabulary entry: its text without the "##" prefix,
+** and whether it had one. */
+typedef struct key { uint32_t off, len_cont; } key;  /* len_cont = bytes << 1 | cont */
+typedef struct slot { uint32_t hash; int32_t id; } slot;  /* id -1: empty */
+
+struct bf_tokenizer {
+  int n_vocab;
+  char *pool;             /* vocab.txt contents, each entry NUL-terminated */
+  uint32_t *off;          /* [n_vocab] start of entry i in pool */
+  uint32_t *len;          /* [n_vocab] length of entry i in bytes */
+  key *keys;              /* [n_vocab] lookup key of entry i */
+  slot *slots;            /* hash table, size mask+1 */
+  uint32_t mask;
+  int max_piece;          /* most characters in any key (prefix excluded) */
+
+  char prefix[32];        /* continuing_subword_prefix, "##" */
+  int prefix_len;
+  int max_chars;          /* max_input_chars_per_word, 100 */
+
+  int lowercase, strip_accents, clean_text, chinese;
+  int32_t unk, cls, sep, mask_id, pad;
+
+  added_tok *added;       /* raw ones first, then normalized ones */
+  int n_added, n_raw;
+  unsigned char raw_first[32]; /* bitmap: first bytes of raw added tokens */
+};
+
+/* A growable array of code points. */
+typedef struct u32vec { uint32_t *v; size_t n, cap; } u32vec;
+
+/* Scratch memory of one bf_tokenize call. */
+typedef struct work {
+  const bf_tokenizer *tok;
+  bf_tokens *out;
+  u32vec seg, norm;
+  char *wbuf;             /* UTF-8 bytes of the current word */
+  uint32_t *woff;         /* byte offset of each character in wbuf */
+  char *err; size_t errlen;
+} work;
+
+static void seterr(char *err, size_t errlen, const char *fmt, ...) {
+  if (!err || errlen == 0) return;
+  va_list ap; va_start(ap, fmt);
+  vsnprintf(err, errlen, fmt, ap);
+  va_end(ap);
+}
+
+static int u32_grow(u32vec *a) {
+  size_t cap = a->cap ? a->cap * 2 : 64;
+  if (cap > SIZE_MAX / sizeof(uint32_t)) return 0;
+  uint32_t *v = realloc(a->v, cap * sizeof(uint32_t));
+  if (!v) return 0;
+  a->v = v; a->cap = cap;
+  return 1;
+}
+
+static inline int u32_push(u32vec *a, uint32_t c) {
+  if (a->n == a->cap && !u32_grow(a)) return 0;
+  a->v[a->n++] = c;
+  return 1;
+}
+
+/* ------------------------------------------------------------------ */
+/* Character classes                                                   */
+/* ------------------------------------------------------------------ */
+
+/* White_Space (Rust's char::is_whitespace, which the tokenizers library
+** uses for clean_text and the pre-tokenizer). */
+static inline int is_white(uint32_t c) {
+  if (c < 0x80) return c == ' ' || (c >= 9 && c <= 13);
+  return c == 0x85 || c == 0xA0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200A) ||
+         c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
+}
+
+/* Dropped by clean_text: categories Cc, Cf, Co, except \t \n \r. */
+static inline int is_control(uint32_t c) {
+  if (c < 0x80) return (c < 32 && c != '\t' && c != '\n' && c != '\r') || c == 127;
+  utf8proc_category_t k = utf8proc_category((utf8proc_int32_t)c);
+  return k == UTF8PROC_CATEGORY_CC || k == UTF8PROC_CATEGORY_CF || k == UTF8PROC_CATEGORY_CO;
+}
+
+/* HF's _is_chinese_char: the CJK Unified Ideographs blocks (not Japanese
+** kana or Korean Hangul, which are words like any other). */
+static inline int is_chinese(uint32_t c) {
+  return (c >= 0x4E00 && c <= 0x9FFF) || (c >= 0x3400 && c <= 0x4DBF) ||
+         (c >= 0x20000 && c <= 0x2A6DF) || (c >= 0x2A700 && c <= 0x2B73F) ||
+         (c >= 0x2B740 && c <= 0x2B81F) || (c >= 0x2B820 && c <= 0x2CEAF) ||
+         (c >= 0xF900 && c <= 0xFAFF) || (c >= 0x2F800 && c <= 0x2FA1F);
+}
+
+/* All non-alphanumeric printable ASCII, plus Unicode categories P*. */
+static inline int is_punct(uint32_t c) {
+  if (c < 0x80)
+    return (c >= 33 && c <= 47) || (c >= 58 && c <= 64) || (c >= 91 && c <= 96) ||
+           (c >= 123 && c <= 126);
+  utf8proc_category_t k = utf8proc_category((utf8proc_int32_t)c);
+  return k >= UTF8PROC_CATEGORY_PC && k <= UTF8PROC_CATEGORY_PO;
+}
+
+/* A "word character" for single_word added tokens (regex \w). */
+static int is_word_char(uint32_t c) {
+  if (c < 0x80) return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
+  if (c == 0x200C || c == 0x200D) return 1;
+  utf8proc_category_t k = utf8proc_category((utf8proc_int32_t)c);
+  return (k >= UTF8PROC_CATEGORY_LU && k <= UTF8PROC_CATEGORY_ND) || k == UTF8PROC_CATEGORY_NL ||
+         k == UTF8PROC_CATEGORY_PC;
+}
+
+/* ------------------------------------------------------------------ */
+/* UTF-8                                                               */
+/* ------------------------------------------------------------------ */
+
+/* Why the sequence at s[0..n) is not valid UTF-8 (utf8proc_iterate said
+** so); a short phrase for the error message. */
+static void utf8_why(const unsigned char *s, size_t n, char *buf, size_t len) {
+  unsigned b = s[0];
+  if (b >= 0x80 && b < 0xC0) { snprintf(buf, len, "continuation byte 0x%02X without a lead byte", b); return; }
+  if (b == 0xC0 || b == 0xC1) { snprintf(buf, len, "overlong encoding (lead byte 0x%02X)", b); return; }
+  if (b >= 0xF5) { snprintf(buf, len, "byte 0x%02X never appears in UTF-8", b); return; }
+  size_t need = b < 0xE0 ? 1 : b < 0xF0 ? 2 : 3;
+  for (size_t k = 1; k <= need; k++) {
+    if (k >= n) { snprintf(buf, len, "truncated sequence (lead byte 0x%02X needs %zu continuation bytes, the text ends)", b, need); return; }
+    if ((s[k] & 0xC0) != 0x80) { snprintf(buf, len, "truncated sequence (lead byte 0x%02X followed by 0x%02X)", b, s[k]); return; }
+  }
+  if (b == 0xE0 && s[1] < 0xA0) { snprintf(buf, len, "overlong 3-byte encoding"); return; }
+  if (b == 0xED && s[1] > 0x9F) {
+    snprintf(buf, len, "UTF-16 surrogate U+%04X", ((b & 0xF) << 12) | ((s[1] & 0x3F) << 6) | (s[2] & 0x3F));
+    return;
+  }
+  if (b == 0xF0 && s[1] < 0x90) { snprintf(buf, len, "overlong 4-byte encoding"); return; }
+  if (b == 0xF4 && s[1] > 0x8F) { snprintf(buf, len, "code point beyond U+10FFFF"); return; }
+  snprintf(buf, len, "invalid sequence");
+}
+
+/* Check that s[0..n) is valid UTF-8; else return the offset of the first
+** bad sequence and describe it. */
+static long utf8_check(const unsigned char *s, size_t n, char *why, size_t whylen) {
+  size_t i = 0;
+  while (i < n) {
+    if (s[i] < 0x80) { i++; continue; }
+    utf8proc_int32_t c;
+    utf8proc_ssize_t l = utf8proc_iterate(s + i, (utf8proc_ssize_t)(n - i < 4 ? n - i : 4), &c);
+    if (l <= 0) { utf8_why(s + i, n - i, why, whylen); return (long)i; }
+    i += (size_t)l;
+  }
+  return -1;
+}
+
+/* Decode one character of UTF-8 that utf8_check has accepted. */
+static inline uint32_t utf8_next(const unsigned char *s, size_t n, size_t *i) {
+  size_t k = *i;
+  uint32_t b = s[k];
+  if (b < 0x80) { *i = k + 1; return b; }
+  if (b < 0xE0 && k + 1 < n) { *i = k + 2; return ((b & 0x1F) << 6) | (s[k + 1] & 0x3F); }
+  if (b < 0xF0 && k + 2 < n) { *i = k + 3; return ((b & 0x0F) << 12) | ((uint32_t)(s[k + 1] & 0x3F) << 6) | (s[k + 2] & 0x3F); }
+  if (k + 3 < n) {
+    *i = k + 4;
+    return ((b & 0x07) << 18) | ((uint32_t)(s[k + 1] & 0x3F) << 12) | ((uint32_t)(s[k + 2] & 0x3F) << 6) | (s[k + 3] & 0x3F);
+  }
+  *i = n;  /* not reached for checked text */
+  return 0xFFFD;
+}
+
+/* The character that ends before s[i] (valid UTF-8). */
+static uint32_t utf8_prev(const unsigned char *s, size_t n, size_t i) {
+  size_t j = i;
+  do { j--; } while (j > 0 && (s[j] & 0xC0) == 0x80 && i - j < 4);
+  return utf8_next(s, n, &j);
+}
+
+static inline size_t utf8_put(uint32_t c, char *d) {
+  if (c < 0x80) { d[0] = (char)c; return 1; }
+  if (c < 0x800) { d[0] = (char)(0xC0 | (c >> 6)); d[1] = (char)(0x80 | (c & 0x3F)); return 2; }
+  if (c < 0x10000) {
+    d[0] = (char)(0xE0 | (c >> 12)); d[1] = (char)(0x80 | ((c >> 6) & 0x3F));
+    d[2] = (char)(0x80 | (c & 0x3F)); return 3;
+  }
+  d[0] = (char)(0xF0 | (c >> 18)); d[1] = (char)(0x80 | ((c >> 12) & 0x3F));
+  d[2] = (char)(0x80 | ((c >> 6) & 0x3F)); d[3] = (char)(0x80 | (c & 0x3F)); return 4;
+}
+
+/* ------------------------------------------------------------------ */
+/* Vocabulary hash table                                               */
+/* ------------------------------------------------------------------ */
+/* The key of an entry is its text, or — for a continuation piece such as
+** "##子" — the text after the prefix together with a "continuation" flag.
+** WordPiece then looks up word[start:end] with cont = (start > 0) without
+** building "##" + substring strings. */
+
+static inline uint32_t key_hash(const char *s, size_t n, int cont) {
+  uint32_t h = cont ? 0x9747b28cu : 2166136261u;  /* FNV-1a, two seeds */
+  for (size_t i = 0; i < n; i++) { h ^= (unsigned char)s[i]; h *= 16777619u; }
+  return h ^ (h >> 15);
+}
+
+static int entry_is_cont(const bf_tokenizer *t, int32_t id) {
+  return t->prefix_len > 0 && t->len[id] >= (uint32_t)t->prefix_len &&
+         memcmp(t->pool + t->off[id], t->prefix, (size_t)t->prefix_len) == 0;
+}
+
+static inline int32_t vocab_find(const bf_tokenizer *t, const char *s, size_t n, int cont) {
+  uint32_t h = key_hash(s, n, cont);
+  uint32_t want = (uint32_t)(n << 1) | (uint32_t)cont;
+  for (uint32_t i = h & t->mask;; i = (i + 1) & t->mask) {
+    const slot *sl = &t->slots[i];
+    if (sl->id < 0) return -1;
+    if (sl->hash != h || t->keys[sl->id].len_cont != want) continue;
+    const char *k = t->pool + t->keys[sl->id].off;
+    size_t j = 0;
+    while (j < n && k[j] == s[j]) j++;
+    if (j == n) return sl->id;
+  }
+}
+
+static int build_table(bf_tokenizer *t) {
+  uint32_t size = 16;
+  while (size < 2u * (uint32_t)t->n_vocab + 16) size *= 2;
+  t->slots = malloc(size * sizeof(slot));
+  t->keys = malloc(((size_t)t->n_vocab + 1) * sizeof *t->keys);
+  if (!t->slots || !t->keys) return 0;
+  for (uint32_t i = 0; i < size; i++) t->slots[i].id = -1;
+  t->mask = size - 1;
+  t->max_piece = 1;
+  for (int32_t id = 0; id < t->n_vocab; id++) {
+    int cont = entry_is_cont(t, id);
+    size_t skip = cont ? (size_t)t->prefix_len : 0;
+    const char *s = t->pool + t->off[id] + skip;
+    size_t n = t->len[id] - skip;
+    t->keys[id].off = t->off[id] + (uint32_t)skip;
+    t->keys[id].len_cont = (uint32_t)(n << 1) | (uint32_t)cont;
+    int chars = 0;
+    for (size_t i = 0; i < n; i++) chars += ((unsigned char)s[i] & 0xC0) != 0x80;
+    if (chars > t->max_piece) t->max_piece = chars;
+    uint32_t h = key_hash(s, n, cont);
+    uint32_t i = h & t->mask;
+    for (;; i = (i + 1) & t->mask) {
+      int32_t o = t->slots[i].id;
+      if (o < 0) break;
+      if (t->slots[i].hash == h && t->keys[o].len_cont == t->keys[id].len_cont &&
+          memcmp(t->pool + t->keys[o].off, s, n) == 0)
+        break;  /* duplicate entry: the later line wins, as in HF */
+    }
+    t->slots[i].id = id;
+    t->slots[i].hash = h;
+  }
+  return 1;
+}
+
+/* ------------------------------------------------------------------ */
+/* Normalizer (steps 2a-2d)                                            */
+/* ------------------------------------------------------------------ */
+
+/* clean_text and handle_chinese_chars for one character, appended to seg. */
+static inline int clean_push(const bf_tokenizer *t, u32vec *seg, uint32_t c) {
+  if (t->chinese && c >= 0x3400 && is_chinese(c))  /* never control or space */
+    return u32_push(seg, ' ') && u32_push(seg, c) && u32_push(seg, ' ');
+  if (t->clean_text) {
+    if (c == 0 || c == 0xFFFD || is_control(c)) return 1;
+    if (is_white(c)) c = ' ';
+  }
+  return u32_push(seg, c);
+}
+
+/* strip_accents (NFD, drop Mn) and lowercase, in that order (as the
+** tokenizers library does), from in[0..n) into out. */
+static int case_and_accents(const bf_tokenizer *t, const uint32_t *in, size_t n, u32vec *out) {
+  out->n = 0;
+  if (t->strip_accents) {
+    for (size_t i = 0; i < n; i++) {
+      uint32_t c = in[i];
+      if (c < 0xC0) { if (!u32_push(out, c)) return 0; continue; }  /* nothing below U+00C0 decomposes */
+      utf8proc_int32_t d[16];
+      int bc = 0;
+      utf8proc_ssize_t k = utf8proc_decompose_char((utf8proc_int32_t)c, d, 16, UTF8PROC_DECOMPOSE, &bc);
+      if (k <= 0 || k > 16) { d[0] = (utf8proc_int32_t)c; k = 1; }
+      for (utf8proc_ssize_t j = 0; j < k; j++)
+        if (!u32_push(out, (uint32_t)d[j])) return 0;
+    }
+    /* canonical ordering: stable sort of each run of combining marks by class */
+    for (size_t i = 1; i < out->n; i++) {
+      uint32_t c = out->v[i];
+      int cc = utf8proc_get_property((utf8proc_int32_t)c)->combining_class;
+      if (cc == 0) continue;
+      size_t j = i;
+      while (j > 0) {
+        int pc = utf8proc_get_property((utf8proc_int32_t)out->v[j - 1])->combining_class;
+        if (pc <= cc) break;
+        out->v[j] = out->v[j - 1];
+        j--;
+      }
+      out->v[j] = c;
+    }
+    size_t m = 0;
+    for (size_t i = 0; i < out->n; i++)
+      if (out->v[i] < 0x300 || utf8proc_category((utf8proc_int32_t)out->v[i]) != UTF8PROC_CATEGORY_MN)
+        out->v[m++] = out->v[i];
+    out->n = m;
+  } else {
+    for (size_t i = 0; i < n; i++)
+      if (!u32_push(out, in[i])) return 0;
+  }
+  if (t->lowercase) {
+    size_t m = out->n;
+    for (size_t i = 0; i < m; i++) {
+      uint32_t c = out->v[i];
+      if (c < 0x80) { if (c >= 'A' && c <= 'Z') out->v[i] = c + 32; continue; }
+      if (c == 0x130) {  /* İ -> i + COMBINING DOT ABOVE (SpecialCasing) */
+        if (!u32_push(out, 0)) return 0;
+        memmove(out->v + i + 2, out->v + i + 1, (out->n - i - 2) * sizeof(uint32_t));
+        out->v[i] = 'i'; out->v[i + 1] = 0x307;
+        i++; m++;
+        continue;
+      }
+      out->v[i] = (uint32_t)utf8proc_tolower((utf8proc_int32_t)c);
+    }
+  }
+  return 1;
+}
+
+/* ------------------------------------------------------------------ */
+/* Output                                                              */
+/* ------------------------------------------------------------------ */
+
+static int emit(work *w, int32_t id) {
+  bf_tokens *o = w->out;
+  if (o->n == o->cap) {
+    if (o->cap >= INT_MAX / 2) {
+      seterr(w->err, w->errlen, "text too long: more than %d tokens", o->cap);
+      return BF_ERR_TOOLONG;
+    }
+    int cap = o->cap < 64 ? 64 : o->cap * 2;
+    int32_t *ids = realloc(o->ids, (size_t)cap * sizeof(int32_t));
+    if (!ids) { seterr(w->err, w->errlen, "out of memory while tokenizing"); return BF_ERR_NOMEM; }
+    o->ids = ids; o->cap = cap;
+  }
+  o->ids[o->n++] = id;
+  return BF_OK;
+}
+
+/* ------------------------------------------------------------------ */
+/* WordPiece (step 4)                                                  */
+/* ------------------------------------------------------------------ */
+
+static int wordpiece(work *w, const uint32_t *cp, size_t n) {
+  const bf_tokenizer *t = w->tok;
+  if (n > (size_t)t->max_chars) return emit(w, t->unk);
+  if (n == 1) {  /* the common case for Chinese: one ideograph */
+    char b[4];
+    int32_t id = vocab_find(t, b, utf8_put(cp[0], b), 0);
+    return emit(w, id >= 0 ? id : t->unk);
+  }
+  uint32_t pos = 0;
+  for (size_t i = 0; i < n; i++) { w->woff[i] = pos; pos += (uint32_t)utf8_put(cp[i], w->wbuf + pos); }
+  w->woff[n] = pos;
+  int mark = w->out->n;
+  size_t start = 0;
+  while (start < n) {
+    size_t end = n - start > (size_t)t->max_piece ? start + (size_t)t->max_piece : n;
+    int32_t id = -1;
+    for (; end > start; end--) {
+      id = vocab_find(t, w->wbuf + w->woff[start], w->woff[end] - w->woff[start], start > 0);
+      if (id >= 0) break;
+    }
+    if (id < 0) { w->out->n = mark; return emit(w, t->unk); }
+    int rc = emit(w, id);
+    if (rc) return rc;
+    start = end;
+  }
+  return BF_OK;
+}
+
+/* ------------------------------------------------------------------ */
+/* Pre-tokenizer (step 3) and normalized added tokens                  */
+/* ------------------------------------------------------------------ */
+
+enum { C_WORD, C_WHITE, C_PUNCT };
+
+static inline int char_class(uint32_t c) {
+  if (c >= 0x4E00 && c <= 0x9FFF) return C_WORD;  /* the usual case in Chinese text */
+  if (is_white(c)) return C_WHITE;
+  return is_punct(c) ? C_PUNCT : C_WORD;
+}
+
+static int pretokenize(work *w, const uint32_t *cp, size_t n) {
+  size_t i = 0;
+  while (i < n) {
+    int k = char_class(cp[i]);
+    if (k == C_WHITE) { i++; continue; }
+    size_t j = i + 1;
+    if (k == C_WORD)
+      while (j < n && char_class(cp[j]) == C_WORD) j++;
+    int rc = wordpiece(w, cp + i, j - i);
+    if (rc) return rc;
+    i = j;
+  }
+  return BF_OK;
+}
+
+/* Leftmost-longest match of a normalized added token at cp[i]; -1 if none. */
+static int match_norm(const bf_tokenizer *t, const uint32_t *cp, size_t n, size_t i) {
+  int best = -1; size_t best_len = 0;
+  for (int k = t->n_raw; k < t->n_added; k++) {
+    const added_tok *a = &t->added[k];
+    if (a->ncp <= best_len || a->ncp > n - i) continue;
+    if (memcmp(cp + i, a->cps, a->ncp * sizeof(uint32_t)) != 0) continue;
+    if (a->single_word && ((i > 0 && is_word_char(cp[i - 1])) ||
+                           (i + a->ncp < n && is_word_char(cp[i + a->ncp]))))
+      continue;
+    best = k; best_len = a->ncp;
+  }
+  return best;
+}
+
+/* Steps 2c-4 for one stretch of text between raw added tokens; seg holds
+** it after clean_text and handle_chinese_chars. */
+static int flush(work *w) {
+  const bf_tokenizer *t = w->tok;
+  const uint32_t *cp = w->seg.v;
+  size_t n = w->seg.n;
+  w->seg.n = 0;
+  if (n == 0) return BF_OK;
+  if (t->lowercase || t->strip_accents) {
+    if (!case_and_accents(t, cp, n, &w->norm)) {
+      seterr(w->err, w->errlen, "out of memory while tokenizing");
+      return BF_ERR_NOMEM;
+    }
+    cp = w->norm.v; n = w->norm.n;
+  }
+  if (t->n_added == t->n_raw) return pretokenize(w, cp, n);
+  size_t start = 0;
+  for (size_t i = 0; i < n;) {
+    int k = match_norm(t, cp, n, i);
+    if (k < 0) { i++; continue; }
+    int rc = pretokenize(w, cp + start, i - start);
+    if (!rc) rc = emit(w, t->added[k].id);
+    if (rc) return rc;
+    i += t->added[k].ncp;
+    start = i;
+  }
+  return pretokenize(w, cp + start, n - start);
+}
+
+/* Leftmost-longest match of a raw added token at s[i]; -1 if none. */
+static int match_raw(const bf_tokenizer *t, const unsigned char *s, size_t n, size_t i) {
+  int best = -1; size_t best_len = 0;
+  for (int k = 0; k < t->n_raw; k++) {
+    const added_tok *a = &t->added[k];
+    if (a->len <= best_len || a->len > n - i || memcmp(s + i, a->text, a->len) != 0) continue;
+    if (a->single_word) {
+      if (i > 0 && is_word_char(utf8_prev(s, n, i))) continue;
+      size_t j = i + a->len;
+      if (j < n && is_word_char(utf8_next(s, n, &j))) continue;
+    }
+    best = k; best_len = a->len;
+  }
+  return best;
+}
+
+/* ------------------------------------------------------------------ */
+/* bf_tokenize                                                         */
+/* ------------------------------------------------------------------ */
+
+int bf_tokenize(const bf_tokenizer *tok, const char *text, long len,
+                bf_tokens *out, char *err, size_t errlen) {
+  if (err && errlen) err[0] = 0;
+  if (!tok || !out) { seterr(err, errlen, "bf_tokenize: no tokenizer or no output"); return BF_ERR_INPUT; }
+  if (!out->ids) out->cap = 0;
+  out->n = 0; out->n_masks = 0;
+  if (!text && len != 0) { seterr(err, errlen, "bf_tokenize: text is NULL"); return BF_ERR_INPUT; }
+  size_t n = len < 0 ? strlen(text) : (size_t)len;
+  if (n > (size_t)INT_MAX - 16) {
+    seterr(err, errlen, "text too long to tokenize: %zu bytes (at most %d)", n, INT_MAX - 16);
+    return BF_ERR_TOOLONG;
+  }
+  const unsigned char *s = (const unsigned char *)text;
+  char why[128];
+  long bad = utf8_check(s, n, why, sizeof why);
+  if (bad >= 0) { seterr(err, errlen, "invalid UTF-8 at byte %ld: %s", bad, why); return BF_ERR_INPUT; }
+
+  work w = {.tok = tok, .out = out, .err = err, .errlen = errlen};
+  int rc = BF_OK;
+  /* seg never needs more code points than the text has bytes (an ideograph
+  ** is 3 or 4 bytes and becomes 3 code points); reserve that up front. */
+  w.seg.cap = n + 1;
+  w.seg.v = malloc(w.seg.cap * sizeof(uint32_t));
+  w.wbuf = malloc((size_t)tok->max_chars * 4 + 4);
+  w.woff = malloc(((size_t)tok->max_chars + 1) * sizeof(uint32_t));
+  if (!w.seg.v || !w.wbuf || !w.woff) { seterr(err, errlen, "out of memory while tokenizing"); rc = BF_ERR_NOMEM; goto done; }
+
+  if ((rc = emit(&w, tok->cls))) goto done;
+  for (size_t i = 0; i < n;) {
+    unsigned char b = s[i];
+    if (tok->raw_first[b >> 3] & (1u << (b & 7))) {
+      int k = match_raw(tok, s, n, i);
+      if (k >= 0) {
+        if ((rc = flush(&w)) || (rc = emit(&w, tok->added[k].id))) goto done;
+        i += tok->added[k].len;
+        continue;
+      }
+    }
+    uint32_t c = utf8_next(s, n, &i);
+    if (!clean_push(tok, &w.seg, c)) { seterr(err, errlen, "out of memory while tokenizing"); rc = BF_ERR_NOMEM; goto done; }
+  }
+  if ((rc = flush(&w)) || (rc = emit(&w, tok->sep))) goto done;
+  for (int i = 0; i < out->n; i++) out->n_masks += out->ids[i] == tok->mask_id;
+
+done:
+  if (rc) { out->n = 0; out->n_masks = 0; }
+  free(w.seg.v); free(w.norm.v); free(w.wbuf); free(w.woff);
+  return rc;
+}
+
+void bf_tokens_free(bf_tokens *t) {
+  if (!t) return;
+  free(t->ids);
+  t->ids = NULL; t->n = t->cap = t->n_masks = 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Loading                                                             */
+/* ------------------------------------------------------------------ */
+
+int bf_tokenizer_vocab_size(const bf_tokenizer *tok) { return tok ? tok->n_vocab : 0; }
+int32_t bf_tokenizer_mask_id(const bf_tokenizer *tok) { return tok ? tok->mask_id : -1; }
+int bf_tokenizer_lowercase(const bf_tokenizer *tok) { return tok ? tok->lowercase : 0; }
+int bf_tokenizer_strip_accents(const bf_tokenizer *tok) { return tok ? tok->strip_accents : 0; }
+
+const char *bf_tokenizer_token(const bf_tokenizer *tok, int32_t id) {
+  if (!tok || id < 0 || id >= tok->n_vocab) return NULL;
+  return tok->pool + tok->off[id];
+}
+
+void bf_tokenizer_free(bf_tokenizer *tok) {
+  if (!tok) return;
+  for (int i = 0; i < tok->n_added; i++) { free(tok->added[i].text); free(tok->added[i].cps); }
+  free(tok->added);
+  free(tok->pool); free(tok->off); free(tok->len);
+  free(tok->slots); free(tok->keys);
+  free(tok);
+}
+
+static char *path_join(const char *dir, const char *name) {
+  size_t a = strlen(dir), b = strlen(name);
+  char *p = malloc(a + b + 2);
+  if (!p) return NULL;
+  memcpy(p, dir, a);
+  size_t k = a;
+  if (a > 0 && dir[a - 1] != '/') p[k++] = '/';
+  memcpy(p + k, name, b + 1);
+  return p;
+}
+
+/* Read vocab.txt into t->pool / off / len.  Returns a BF_ code. */
+static int load_vocab(bf_tokenizer *t, const char *path, char *err, size_t errlen) {
+  FILE *f = fopen(path, "rb");
+  if (!f) { seterr(err, errlen, "%s: %s", path, strerror(errno)); return errno == ENOENT ? BF_ERR_MODEL : BF_ERR_IO; }
+  size_t cap = 1 << 16, n = 0;
+  char *buf = malloc(cap + 1);
+  int rc = BF_OK;
+  while (buf) {
+    if (n == cap) {
+      if (cap >= MAX_VOCAB_FILE) { seterr(err, errlen, "%s: larger than %u MiB, not a vocabulary", path, MAX_VOCAB_FILE >> 20); rc = BF_ERR_MODEL; break; }
+      cap *= 2;
+      char *nb = realloc(buf, cap + 1);
+      if (!nb) { free(buf); buf = NULL; break; }
+      buf = nb;
+    }
+    size_t got = fread(buf + n, 1, cap - n, f);
+    n += got;
+    if (got == 0) {
+      if (ferror(f)) { seterr(err, errlen, "%s: read error: %s", path, strerror(errno)); rc = BF_ERR_IO; }
+      break;
+    }
+  }
+  fclose(f);
+  if (!buf) { seterr(err, errlen, "%s: out of memory", path); return BF_ERR_NOMEM; }
+  if (rc) { free(buf); return rc; }
+  buf[n] = '\n';  /* sentinel: a last line without "\n" still counts */
+  t->pool = buf;
+
+  size_t lines = 0;
+  for (size_t i = 0; i < n; i++) lines += buf[i] == '\n';
+  if (n > 0 && buf[n - 1] != '\n') lines++;
+  if (lines > (size_t)INT32_MAX / 4) { seterr(err, errlen, "%s: too many lines", path); return BF_ERR_MODEL; }
+  t->off = malloc((lines + 1) * sizeof(uint32_t));
+  t->len = malloc((lines + 1) * sizeof(uint32_t));
+  if (!t->off || !t->len) { seterr(err, errlen, "%s: out of memory", path); return BF_ERR_NOMEM; }
+  size_t start = 0, id = 0;
+  while (start < n) {
+    char *nl = memchr(buf + start, '\n', n + 1 - start);
+    size_t end = (size_t)(nl - buf), e = end;
+    if (e > start && buf[e - 1] == '\r') e--;
+    const char *bad_cr = memchr(buf + start, '\r', e - start);
+    if (bad_cr) {
+      seterr(err, errlen, "%s: line %zu contains a carriage return (\\r) that does not end the line; "
+             "Hugging Face's tokenizers disagree about such a file (split the line or not), so it is refused",
+             path, id + 1);
+      return BF_ERR_MODEL;
+    }
+    if (memchr(buf + start, '\0', e - start)) { seterr(err, errlen, "%s: line %zu contains a NUL byte", path, id + 1); return BF_ERR_MODEL; }
+    char why[128];
+    long bad = utf8_check((const unsigned char *)buf + start, e - start, why, sizeof why);
+    if (bad >= 0) { seterr(err, errlen, "%s: line %zu is not valid UTF-8 (byte %ld of the line: %s)", path, id + 1, bad, why); return BF_ERR_MODEL; }
+    buf[e] = 0;
+    t->off[id] = (uint32_t)start;
+    t->len[id] = (uint32_t)(e - start);
+    id++;
+    start = end + 1;
+  }
+  t->n_vocab = (int)id;
+  return BF_OK;
+}
+
+/* A special token name from tokenizer_config.json: "name" or {"content": "name"}. */
+static int config_token(const json_value *cfg, const char *key, const char **out, const char *file, char *err, size_t errlen) {
+  const json_value *v = json_get(cfg, key);
+  if (!v || v->type == JSON_NULL) return BF_OK;
+  if (v->type == JSON_OBJECT) v = json_get(v, "content");
+  if (!v || v->type != JSON_STRING || v->len == 0 || strlen(v->str) != v->len) {
+    seterr(err, errlen, "%s: \"%s\" must be a token string", file, key);
+    return BF_ERR_MODEL;
+  }
+  *out = v->str;
+  return BF_OK;
+}
+
+static int get_flag(const json_value *obj, const char *key, int *out, const char *file, const char *where, char *err, size_t errlen) {
+  int b;
+  switch (json_get_bool(obj, key, &b)) {
+    case JSON_OK: *out = b; return BF_OK;
+    case JSON_ABSENT: return BF_OK;
+    default:
+      seterr(err, errlen, "%s: %s\"%s\" must be true, false or null", file, where, key);
+      return BF_ERR_MODEL;
+  }
+}
+
+static int add_token(bf_tokenizer *t, const char *text, size_t len, int32_t id, int normalized, int single_word) {
+  for (int k = 0; k < t->n_added; k++)  /* same content again: the later one wins */
+    if (t->added[k].len == len && memcmp(t->added[k].text, text, len) == 0) {
+      t->added[k].id = id; t->added[k].normalized = normalized; t->added[k].single_word = single_word;
+      return 1;
+    }
+  added_tok *a = realloc(t->added, (size_t)(t->n_added + 1) * sizeof *a);
+  if (!a) return 0;
+  t->added = a;
+  a = &t->added[t->n_added];
+  memset(a, 0, sizeof *a);
+  a->text = malloc(len + 1);
+  if (!a->text) return 0;
+  memcpy(a->text, text, len); a->text[len] = 0;
+  a->len = len; a->id = id; a->normalized = normalized; a->single_word = single_word;
+  t->n_added++;
+  return 1;
+}
+
+static int cmp_raw_first(const void *x, const void *y) {
+  const added_tok *a = x, *b = y;
+  return (a->normalized > b->normalized) - (a->normalized < b->normalized);
+}
+
+/* Sort raw added tokens before normalized ones, fill the first-byte bitmap
+** and compute the normalized form of the normalized ones. */
+static int finish_added(bf_tokenizer *t) {
+  qsort(t->added, (size_t)t->n_added, sizeof *t->added, cmp_raw_first);
+  t->n_raw = 0;
+  for (int k = 0; k < t->n_added; k++) {
+    added_tok *a = &t->added[k];
+    if (!a->normalized) {
+      t->n_raw++;
+      unsigned char b = (unsigned char)a->text[0];
+      t->raw_first[b >> 3] |= (unsigned char)(1u << (b & 7));
+      continue;
+    }
+    u32vec seg = {0}, norm = {0};
+    size_t i = 0;
+    int ok = 1;
+    while (ok && i < a->len) ok = clean_push(t, &seg, utf8_next((const unsigned char *)a->text, a->len, &i));
+    if (ok && (t->lowercase || t->strip_accents)) {
+      ok = case_and_accents(t, seg.v, seg.n, &norm);
+      free(seg.v);
+      seg = norm;
+    }
+    if (!ok) { free(seg.v); return 0; }
+    a->cps = seg.v; a->ncp = seg.n;
+  }
+  /* a normalized token that normalizes to nothing can never match: drop it */
+  int m = t->n_raw;
+  for (int k = t->n_raw; k < t->n_added; k++) {
+    if (t->added[k].ncp == 0) { free(t->added[k].text); free(t->added[k].cps); continue; }
+    t->added[m++] = t->added[k];
+  }
+  t->n_added = m;
+  return 1;
+}
+
+bf_tokenizer *bf_tokenizer_load(const char *dir, char *err, size_t errlen) {
+  if (err && errlen) err[0] = 0;
+  if (!dir) { seterr(err, errlen, "bf_tokenizer_load: no directory"); return NULL; }
+  bf_tokenizer *t = calloc(1, sizeof *t);
+  char *vocab_path = path_join(dir, "vocab.txt");
+  char *cfg_path = path_join(dir, "tokenizer_config.json");
+  char *tj_path = path_join(dir, "tokenizer.json");
+  json_value *cfg = NULL, *tj = NULL;
+  int ok = 0;
+  if (!t || !vocab_path || !cfg_path || !tj_path) { seterr(err, errlen, "out of memory loading the tokenizer"); goto done; }
+
+  if (load_vocab(t, vocab_path, err, errlen) != BF_OK) goto done;
+
+  /* Settings: -1 = not given yet */
+  int lower = -1, strip = -1, chinese = -1, clean = -1;
+  const char *names[5] = {"[UNK]", "[CLS]", "[SEP]", "[MASK]", "[PAD]"};
+  static const char *const name_keys[5] = {"unk_token", "cls_token", "sep_token", "mask_token", "pad_token"};
+  memcpy(t->prefix, "##", 3); t->prefix_len = 2;
+  t->max_chars = 100;
+
+  if (access(cfg_path, F_OK) == 0) {
+    cfg = json_parse_file(cfg_path, err, errlen);
+    if (!cfg) goto done;
+    if (cfg->type != JSON_OBJECT) { seterr(err, errlen, "%s: not a JSON object", cfg_path); goto done; }
+    if (get_flag(cfg, "do_lower_case", &lower, cfg_path, "", err, errlen) ||
+        get_flag(cfg, "strip_accents", &strip, cfg_path, "", err, errlen) ||
+        get_flag(cfg, "tokenize_chinese_chars", &chinese, cfg_path, "", err, errlen))
+      goto done;
+    for (int k = 0; k < 5; k++)
+      if (config_token(cfg, name_keys[k], &names[k], cfg_path, err, errlen)) goto done;
+  }
+
+  if (access(tj_path, F_OK) == 0) {
+    tj = json_parse_file(tj_path, err, errlen);
+    if (!tj) goto done;
+    if (tj->type != JSON_OBJECT) { seterr(err, errlen, "%s: not a JSON object", tj_path); goto done; }
+    const json_value *nz = json_get(tj, "normalizer");
+    if (nz && nz->type != JSON_NULL) {
+      const char *type = NULL;
+      if (json_get_string(nz, "type", &type) != JSON_OK || strcmp(type, "BertNormalizer") != 0) {
+        seterr(err, errlen, "%s: normalizer type \"%s\" is not supported (only BertNormalizer)", tj_path, type ? type : "?");
+        goto done;
+      }
+      int l = -1, s = -1, c = -1, k = -1;
+      if (get_flag(nz, "lowercase", &l, tj_path, "normalizer ", err, errlen) ||
+          get_flag(nz, "strip_accents", &s, tj_path, "normalizer ", err, errlen) ||
+          get_flag(nz, "handle_chinese_chars", &c, tj_path, "normalizer ", err, errlen) ||
+          get_flag(nz, "clean_text", &k, tj_path, "normalizer ", err, errlen))
+        goto done;
+      if (lower < 0) lower = l;
+      if (strip < 0) strip = s;
+      if (chinese < 0) chinese = c;
+      clean = k;
+    }
+    const json_value *pt = json_get(tj, "pre_tokenizer");
+    if (pt && pt->type != JSON_NULL) {
+      const char *type = NULL;
+      if (json_get_string(pt, "type", &type) != JSON_OK || strcmp(type, "BertPreTokenizer") != 0) {
+        seterr(err, errlen, "%s: pre_tokenizer type \"%s\" is not supported (only BertPreTokenizer)", tj_path, type ? type : "?");
+        goto done;
+      }
+    }
+    const json_value *model = json_get(tj, "model");
+    if (model && model->type != JSON_NULL) {
+      const char *type = NULL, *prefix = NULL, *unk = NULL;
+      int64_t mc;
+      if (json_get_string(model, "type", &type) == JSON_OK && strcmp(type, "WordPiece") != 0) {
+        seterr(err, errlen, "%s: model type \"%s\" is not supported (only WordPiece)", tj_path, type);
+        goto done;
+      }
+      switch (json_get_int(model, "max_input_chars_per_word", &mc)) {
+        case JSON_OK:
+          if (mc < 1 || mc > MAX_CHARS_LIMIT) {
+            seterr(err, errlen, "%s: model max_input_chars_per_word %lld is out of range 1..%d", tj_path, (long long)mc, MAX_CHARS_LIMIT);
+            goto done;
+          }
+          t->max_chars = (int)mc;
+          break;
+        case JSON_WRONG: seterr(err, errlen, "%s: model max_input_chars_per_word must be an integer", tj_path); goto done;
+      }
+      switch (json_get_string(model, "continuing_subword_prefix", &prefix)) {
+        case JSON_OK:
+          if (strlen(prefix) >= sizeof t->prefix) { seterr(err, errlen, "%s: model continuing_subword_prefix is too long", tj_path); goto done; }
+          strcpy(t->prefix, prefix); t->prefix_len = (int)strlen(prefix);
+          break;
+        case JSON_WRONG: seterr(err, errlen, "%s: model continuing_subword_prefix must be a string", tj_path); goto done;
+      }
+      if (json_get_string(model, "unk_token", &unk) == JSON_OK && unk[0] && !json_get(cfg, "unk_token")) names[0] = unk;
+    }
+  }
+
+  t->lowercase = lower < 0 ? 1 : lower;
+  t->strip_accents = strip < 0 ? t->lowercase : strip;
+  t->chinese = chinese < 0 ? 1 : chinese;
+  t->clean_text = clean < 0 ? 1 : clean;
+
+  if (!build_table(t)) { seterr(err, errlen, "out of memory loading the tokenizer"); goto done; }
+
+  /* The special tokens: never split, matched in the raw text. */
+  int32_t *ids[5] = {&t->unk, &t->cls, &t->sep, &t->mask_id, &t->pad};
+  for (int k = 0; k < 5; k++) {
+    size_t l = strlen(names[k]);
+    int32_t id = -1;
+    for (int32_t i = 0; i < t->n_vocab; i++)  /* exact entry text; the last one if repeated */
+      if (t->len[i] == l && memcmp(t->pool + t->off[i], names[k], l) == 0) id = i;
+    if (id < 0) {
+      seterr(err, errlen, "%s: no \"%s\" entry (needed as the %s token)", vocab_path, names[k],
+             (const char *[]){"unknown", "[CLS]", "[SEP]", "mask", "padding"}[k]);
+      goto done;
+    }
+    *ids[k] = id;
+    if (!add_token(t, names[k], l, id, 0, 0)) { seterr(err, errlen, "out of memory loading the tokenizer"); goto done; }
+  }
+
+  /* tokenizer.json's added tokens (they may override the ids above). */
+  const json_value *at = json_get(tj, "added_tokens");
+  if (at && at->type != JSON_NULL && at->type != JSON_ARRAY) { seterr(err, errlen, "%s: added_tokens must be an array", tj_path); goto done; }
+  for (size_t i = 0; i < json_len(at); i++) {
+    const json_value *a = json_at(at, i);
+    const char *content = NULL;
+    int64_t id;
+    int normalized = 0, single_word = 0;
+    if (json_get_string(a, "content", &content) != JSON_OK || !content[0] ||
+        strlen(content) != json_get(a, "content")->len) {
+      seterr(err, errlen, "%s: added_tokens[%zu] has no \"content\" string", tj_path, i);
+      goto done;
+    }
+    if (json_get_int(a, "id", &id) != JSON_OK) { seterr(err, errlen, "%s: added token \"%s\" has no integer \"id\"", tj_path, content); goto done; }
+    if (id < 0 || id >= t->n_vocab) {
+      seterr(err, errlen, "%s: added token \"%s\" has id %lld, but %s has %d entries", tj_path, content, (long long)id, vocab_path, t->n_vocab);
+      goto done;
+    }
+    if (get_flag(a, "normalized", &normalized, tj_path, "added token ", err, errlen) ||
+        get_flag(a, "single_word", &single_word, tj_path, "added token ", err, errlen))
+      goto done;
+    if (!add_token(t, content, strlen(content), (int32_t)id, normalized, single_word)) { seterr(err, errlen, "out of memory loading the tokenizer"); goto done; }
+    for (int k = 0; k < 5; k++)
+      if (!normalized && strcmp(content, names[k]) == 0) *ids[k] = (int32_t)id;
+  }
+  if (!finish_added(t)) { seterr(err, errlen, "out of memory loading the tokenizer"); goto done; }
+  ok = 1;
+
+done:
+  json_free(cfg); json_free(tj);
+  free(vocab_path); free(cfg_path); free(tj_path);
+  if (!ok) { bf_tokenizer_free(t); return NULL; }
+  return t;
+}
