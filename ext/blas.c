@@ -26,7 +26,6 @@
 #include "bertfill.h"
 #include "blas.h"
 
-#include <cpuid.h>
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -53,6 +52,8 @@ static char config[256] = "";
 
 /* Does the CPU (and the OS, via XCR0) support the AVX-512 subsets that
 ** OpenBLAS's SkylakeX kernels use? */
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
 static int cpu_has_avx512_skx(void) {
   unsigned a, b, c, d;
   if (!__get_cpuid(1, &a, &b, &c, &d)) return 0;
@@ -65,6 +66,9 @@ static int cpu_has_avx512_skx(void) {
   unsigned need = (1u << 16) | (1u << 17) | (1u << 30) | (1u << 31); /* F, DQ, BW, VL */
   return (b & need) == need;
 }
+#else
+static int cpu_has_avx512_skx(void) { return 0; }  /* not x86: OpenBLAS decides */
+#endif
 
 static void blas_load(void) {
   static const char *names[] = {"libopenblas.so.0", "libopenblas.so"};

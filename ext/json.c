@@ -240,6 +240,18 @@ static json_value *parse_number(parser *ps) {
     while (p < e && *p >= '0' && *p <= '9') p++;
   }
   size_t n = (size_t)(p - s);
+  if (integral && int_end - s - neg <= 15) {
+    /* fast path: up to 15 digits is exact in a double and in int64 */
+    int64_t acc = 0;
+    for (const unsigned char *dg = s + neg; dg < int_end; dg++) acc = acc * 10 + (*dg - '0');
+    json_value *v = new_value(ps, JSON_NUMBER);
+    if (!v) return NULL;
+    v->i = neg ? -acc : acc;
+    v->num = neg ? (acc ? -(double)acc : -0.0) : (double)acc;
+    v->is_int = 1;
+    ps->p = p;
+    return v;
+  }
   char small[64], *tmp = n < sizeof small ? small : malloc(n + 1);
   if (!tmp) { fail_oom(ps); return NULL; }
   memcpy(tmp, s, n); tmp[n] = 0;

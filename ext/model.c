@@ -251,9 +251,12 @@ static const float *as_f32(loader *L, const st_tensor *t) {
   if (!L->dtype0) L->dtype0 = t->dtype_name;
   else if (strcmp(L->dtype0, t->dtype_name) != 0) L->mixed = 1;
   if (t->dtype == ST_F32 && ((uintptr_t)t->data & 3) == 0) return (const float *)t->data;
-  size_t n = (size_t)t->n_elems;
+  size_t n = (size_t)t->n_elems, bytes = n ? n * sizeof(float) : 64;
   float *out = NULL;
-  if (posix_memalign((void **)&out, 64, n ? n * sizeof(float) : 64) != 0 || own(L->m, out) != 0) {
+  /* (MADV_HUGEPAGE on these buffers was tried: fewer page faults, but the
+  ** first load in a process got slower, from the kernel finding huge pages) */
+  if (posix_memalign((void **)&out, 64, bytes) != 0) out = NULL;
+  if (!out || own(L->m, out) != 0) {
     free(out);
     seterr(L->err, L->errlen, "%s: out of memory converting tensor '%s' (%zu values)",
            L->st.path, t->name, n);
@@ -263,11 +266,9 @@ static const float *as_f32(loader *L, const st_tensor *t) {
   if (t->dtype == ST_F32) {
     memcpy(out, src, n * sizeof(float));          /* misaligned in the file */
   } else if (t->dtype == ST_F16) {
-    for (size_t i = 0; i < n; i++)
-      out[i] = st_f16_to_f32((uint16_t)(src[2 * i] | (src[2 * i + 1] << 8)));
+    st_f16_to_f32_n(src, out, n);
   } else {
-    for (size_t i = 0; i < n; i++)
-      out[i] = st_bf16_to_f32((uint16_t)(src[2 * i] | (src[2 * i + 1] << 8)));
+    st_bf16_to_f32_n(src, out, n);
   }
   return out;
 }

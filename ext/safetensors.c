@@ -314,3 +314,47 @@ float st_f16_to_f32(uint16_t h) {
 }
 
 float st_bf16_to_f32(uint16_t h) { return bits_f32((uint32_t)h << 16); }
+
+/* ---- bulk conversion ---- */
+
+static void f16_n_scalar(const unsigned char *src, float *dst, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    dst[i] = st_f16_to_f32((uint16_t)(src[2 * i] | (src[2 * i + 1] << 8)));
+}
+
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+#include <immintrin.h>
+__attribute__((target("avx,f16c")))
+static void f16_n_f16c(const unsigned char *src, float *dst, size_t n) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m128i h = _mm_loadu_si128((const __m128i *)(const void *)(src + 2 * i));
+    _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(h));
+  }
+  f16_n_scalar(src + 2 * i, dst + i, n - i);
+}
+static int have_f16c(void) {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+}
+#else
+static void f16_n_f16c(const unsigned char *src, float *dst, size_t n) { f16_n_scalar(src, dst, n); }
+static int have_f16c(void) { return 0; }
+#endif
+
+void st_f16_to_f32_n(const void *src, float *dst, size_t n) {
+  static int f16c = -1;   /* racy but idempotent: every thread computes the same */
+  if (f16c < 0) f16c = have_f16c();
+  if (f16c) f16_n_f16c(src, dst, n);
+  else f16_n_scalar(src, dst, n);
+}
+
+void st_bf16_to_f32_n(const void *src, float *dst, size_t n) {
+  const unsigned char *s = src;
+  uint32_t *d = (uint32_t *)(void *)dst;
+  for (size_t i = 0; i < n; i++) {
+    uint16_t h;
+    memcpy(&h, s + 2 * i, 2);            /* little-endian host (x86, arm64) */
+    d[i] = (uint32_t)h << 16;
+  }
+}

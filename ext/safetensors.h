@@ -81,5 +81,10 @@ void st_close(st_file *f);
 ** subnormals, infinities and NaNs included, is representable in F32). */
 float st_f16_to_f32(uint16_t h);
 float st_bf16_to_f32(uint16_t h);
+/* n little-endian F16 / BF16 values at src (any alignment) to dst, with the
+** same results as the functions above (F16 uses the CPU's F16C instructions
+** when it has them). */
+void st_f16_to_f32_n(const void *src, float *dst, size_t n);
+void st_bf16_to_f32_n(const void *src, float *dst, size_t n);
 
 #endif
