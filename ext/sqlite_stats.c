@@ -39,6 +39,10 @@
 ** skipped and counted in the 'trace_skipped' counter.  Trace rows are ordinary
 ** rows of the user's transaction: they commit or roll back with it.
 **
+** While a statement that names bertfill_trace runs on the connection (say
+** SELECT bert_fill(text) FROM bertfill_trace), calls are not traced: each
+** row appended to the table being scanned would be scanned in turn.
+**
 ** Statistics are per process, shared by every connection; the trace is per
 ** connection.  Counters are read without locks (see stats.c).
 **
@@ -197,8 +201,7 @@ static void result_json(sqlite3_context *ctx) {
     sqlite3_result_error_nomem(ctx);
     return;
   }
-  sqlite3_result_text(ctx, z, -1, sqlite3_free);
-  sqlite3_result_subtype(ctx, 'J');   /* JSON subtype, as json() returns */
+  sqlite3_result_text(ctx, z, -1, sqlite3_free);   /* plain text: wrap in json() to embed */
 }
 
 /* bert_stats() */
@@ -431,6 +434,17 @@ static int utf8_valid(const unsigned char *s, size_t n) {
   return 1;
 }
 
+/* 1 when a running statement of db names the trace table (see the top). */
+static int trace_table_in_use(sqlite3 *db) {
+  for (sqlite3_stmt *p = sqlite3_next_stmt(db, NULL); p; p = sqlite3_next_stmt(db, p)) {
+    const char *q;
+    if (sqlite3_stmt_busy(p) && (q = sqlite3_sql(p)) &&
+        sqlite3_strlike("%" TRACE_TABLE "%", q, 0) == 0)
+      return 1;
+  }
+  return 0;
+}
+
 static void skip_trace(void) {
   atomic_fetch_add_explicit(&g_trace_skipped, 1, memory_order_relaxed);
 }
@@ -439,6 +453,7 @@ void bf_trace_record(sqlite3 *db, const bf_trace_rec *rec) {
   sqlite3_int64 max_rows = TRACE_DEFAULT_MAX_ROWS;
   if (!db || !rec || !reg_lookup(db, &max_rows)) return;
   if (t_in_record) return;
+  if (trace_table_in_use(db)) { skip_trace(); return; }
   t_in_record = 1;
   /* Keep the user's last_insert_rowid(): the trace row is not theirs. */
   sqlite3_int64 user_rowid = sqlite3_last_insert_rowid(db);

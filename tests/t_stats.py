@@ -345,6 +345,12 @@ def test_trace(tmp):
         c.execute("SELECT bert_fill(?)", ("%d：%s" % (i, SENT[0]),)).fetchone()
     n = c.execute("SELECT count(*), max(text) FROM bertfill_trace").fetchone()
     check("trace_bounded", n[0] == 3 and n[1].startswith("5："), repr(n))
+    # Filling the trace table's own rows does not feed itself.
+    c.execute("SELECT bert_trace(1, 1000)")
+    before = c.execute("SELECT count(*) FROM bertfill_trace").fetchone()[0]
+    got = c.execute("SELECT bert_fill(text) FROM bertfill_trace LIMIT 20").fetchall()
+    after = c.execute("SELECT count(*) FROM bertfill_trace").fetchone()[0]
+    check("trace_scan_of_itself", len(got) == before == after == 3, repr((before, len(got), after)))
     # Off again.
     check("trace_off", c.execute("SELECT bert_trace(0)").fetchone()[0] == 0)
     c.execute("SELECT bert_fill(?)", ("关闭：" + SENT[0],)).fetchone()
