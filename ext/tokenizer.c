@@ -123,6 +123,7 @@ struct bf_tokenizer {
   key *keys;              /* [n_vocab] lookup key of entry i */
   slot *slots;            /* hash table, size mask+1 */
   uint32_t mask;
+  int32_t *single;        /* [0x10000] id of the one-character entry c, or -1 */
   int max_piece;          /* most characters in any key (prefix excluded) */
 
   char prefix[32];        /* continuing_subword_prefix, "##" */
@@ -355,6 +356,18 @@ static int build_table(bf_tokenizer *t) {
     t->slots[i].id = id;
     t->slots[i].hash = h;
   }
+  /* direct table for one-character words (every ideograph in Chinese text) */
+  t->single = malloc(0x10000 * sizeof(int32_t));
+  if (!t->single) return 0;
+  for (uint32_t c = 0; c < 0x10000; c++) t->single[c] = -1;
+  for (int32_t id = 0; id < t->n_vocab; id++) {
+    if (t->keys[id].len_cont & 1) continue;
+    const unsigned char *s = (const unsigned char *)t->pool + t->keys[id].off;
+    size_t n = t->keys[id].len_cont >> 1, i = 0;
+    if (n == 0 || n > 3) continue;
+    uint32_t c = utf8_next(s, n, &i);
+    if (i == n) t->single[c] = vocab_find(t, (const char *)s, n, 0);  /* the id lookups give */
+  }
   return 1;
 }
 
@@ -457,6 +470,7 @@ static int wordpiece(work *w, const uint32_t *cp, size_t n) {
   const bf_tokenizer *t = w->tok;
   if (n > (size_t)t->max_chars) return emit(w, t->unk);
   if (n == 1) {  /* the common case for Chinese: one ideograph */
+    if (cp[0] < 0x10000) { int32_t id = t->single[cp[0]]; return emit(w, id >= 0 ? id : t->unk); }
     char b[4];
     int32_t id = vocab_find(t, b, utf8_put(cp[0], b), 0);
     return emit(w, id >= 0 ? id : t->unk);
@@ -647,7 +661,7 @@ void bf_tokenizer_free(bf_tokenizer *tok) {
   for (int i = 0; i < tok->n_added; i++) { free(tok->added[i].text); free(tok->added[i].cps); }
   free(tok->added);
   free(tok->pool); free(tok->off); free(tok->len);
-  free(tok->slots); free(tok->keys);
+  free(tok->slots); free(tok->keys); free(tok->single);
   free(tok);
 }
 
