@@ -1,0 +1,80 @@
+/*
+** sqlite_cache.h — the memo cache of bertfill: an in-memory LRU shared by
+** the whole process, in front of a table inside each database.
+**
+** A cache entry is keyed by
+**   - the model's fingerprint (bf_model_fingerprint: config, vocabulary and
+**     every weight byte), so another model never sees this model's results;
+**   - the token ids the model sees ([CLS] ... [SEP]): two texts share an
+**     entry exactly when the tokenizer turns them into the same tokens
+**     ('今天 天气真[MASK]啊' and '今天天气真[MASK]啊' do; 'ab[MASK]' and
+**     'a b[MASK]' do not).
+** Its value is, for each mask in order, the top k candidates (token id and
+** probability), together with that k: a lookup that needs more candidates
+** than an entry holds is a miss.
+**
+** The table (created in the main schema on the first write):
+**   CREATE TABLE bertfill_cache(
+**     id INTEGER PRIMARY KEY,  -- write order: the oldest rows are evicted first
+**     model TEXT NOT NULL,     -- model fingerprint (16 hex digits)
+**     key BLOB NOT NULL,       -- token ids, 4-byte little-endian each
+**     k INTEGER NOT NULL,      -- candidates per mask in result
+**     result BLOB NOT NULL,    -- "BFC1", u32 masks, u32 k, then per mask and
+**                              -- rank: i32 token id, f32 probability (LE)
+**     created INTEGER NOT NULL,-- unix time of the write
+**     UNIQUE(model, key))
+** Writes never make a user's statement fail: a read-only database or
+** connection, a database locked by another writer (the wait is capped at
+** BFC_BUSY_BUDGET_MS of the connection's own busy timeout), or any other
+** write error just skips the write (counted as cache_skipped).  The write is
+** a statement on the user's own connection: inside an open transaction it
+** joins that transaction (and is rolled back with it); in autocommit mode it
+** commits at once, even from inside a read-only SELECT.
+*/
+#ifndef BERTFILL_SQLITE_CACHE_H
+#define BERTFILL_SQLITE_CACHE_H
+
+#include <stdint.h>
+#include "sqlite3ext.h"
+#include "bertfill.h"
+
+#define BFC_TABLE "bertfill_cache"
+#define BFC_DEFAULT_TABLE_LIMIT 100000   /* rows */
+#define BFC_DEFAULT_LRU_ENTRIES 10000
+#define BFC_DEFAULT_LRU_BYTES (64u << 20)
+#define BFC_BUSY_BUDGET_MS 10
+
+/* ---- process-wide LRU ---- */
+/* Look up (fp, ids[0..n)) holding n_masks masks and at least k_need
+** candidates per mask.  Returns 1 on a hit with *out = sqlite3_malloc'ed
+** copy of n_masks * (*k_have) candidates, 0 on a miss, -1 out of memory. */
+int bfc_lru_get(const char *fp, const int32_t *ids, int n, int n_masks,
+                int k_need, int *k_have, bf_cand **out);
+/* Store (or widen) an entry.  Silently does nothing when out of memory or
+** when the entry alone is larger than the byte bound. */
+void bfc_lru_put(const char *fp, const int32_t *ids, int n, int n_masks,
+                 int k, const bf_cand *c);
+long bfc_lru_clear(void);                 /* returns entries dropped */
+void bfc_lru_set_max_entries(long n);     /* n <= 0: default */
+long bfc_lru_max_entries(void);
+size_t bfc_lru_max_bytes(void);
+void bfc_lru_usage(long *entries, size_t *bytes);
+
+/* ---- cache table of one database ---- */
+/* Same contract as bfc_lru_get, reading main.bertfill_cache (a missing
+** table, a malformed row or any read error is a miss). */
+int bfc_table_get(sqlite3 *db, const char *fp, const int32_t *ids, int n,
+                  int n_masks, int k_need, int vocab, int *k_have,
+                  bf_cand **out);
+/* Write an entry (replacing the one with the same key) and evict the oldest
+** rows beyond limit now and then.  Returns 1 when written, 0 when skipped. */
+int bfc_table_put(sqlite3 *db, const char *fp, const int32_t *ids, int n,
+                  int n_masks, int k, const bf_cand *c, int64_t limit,
+                  int64_t *writes_since_trim);
+/* Evict the oldest rows beyond limit.  SQLITE_OK or an error code. */
+int bfc_table_trim(sqlite3 *db, int64_t limit);
+/* Delete every row (all models).  SQLITE_OK with *deleted, or an error with
+** *err (sqlite3_malloc'ed). */
+int bfc_table_clear(sqlite3 *db, int64_t *deleted, char **err);
+
+#endif

@@ -1,0 +1,327 @@
+/*
+** sqlite_candidates.c — fill_candidates, a table-valued function that lists
+** the top-k candidates of every [MASK] in a text, built the way SQLite's own
+** generate_series (ext/misc/series.c) and json_each are.
+**
+**   SELECT * FROM fill_candidates('今天天气真[MASK]啊', 3);
+**
+**   mask  rank  token  token_id  score   sequence
+**   ----  ----  -----  --------  ------  ---------------
+**   0     1     好     1962      0.62    今天天气真好啊
+**   0     2     ...
+**
+** Columns:
+**   mask      0-based index of the [MASK] in the text (left to right)
+**   rank      1..k, best first
+**   token     the candidate as text (a "##" word-piece prefix removed)
+**   token_id  its id in the model's vocabulary
+**   score     its probability (softmax over the whole vocabulary)
+**   sequence  the text with this mask filled and the other masks left as
+**             they are
+**   text      HIDDEN: the input text (first argument)
+**   k         HIDDEN: candidates per mask (second argument; default 5, from
+**             1 to 1000, and at most the vocabulary size)
+**
+** Rows come out ordered by mask, then rank (an ORDER BY on those columns
+** costs nothing).  A NULL text, or one without a mask, gives no rows.  The
+** text argument is required; it may come from another table in a join:
+**
+**   SELECT s.id, c.token, c.score
+**     FROM sentences s, fill_candidates(s.text) c WHERE c.rank = 1;
+**
+** Results come from the memo cache when they can (see sqlite_cache.h).  The
+** module is eponymous-only (no CREATE VIRTUAL TABLE) and DIRECTONLY: usable
+** in top-level SQL, never from a view or trigger.
+*/
+#include <string.h>
+
+#include "sqlite3ext.h"
+SQLITE_EXTENSION_INIT3
+#include "sqlite_ext.h"
+#include "stats.h"
+
+enum { COL_MASK, COL_RANK, COL_TOKEN, COL_TOKEN_ID, COL_SCORE, COL_SEQUENCE, COL_TEXT, COL_K };
+
+typedef struct cand_vtab {
+  sqlite3_vtab base;
+  bfx_conn *c;
+} cand_vtab;
+
+typedef struct cand_cursor {
+  sqlite3_vtab_cursor base;
+  bf_model *m;              /* retained for the life of the results */
+  char *text;               /* copy of the input (sqlite3_malloc) */
+  int n;                    /* its length in bytes */
+  int k;                    /* rows per mask */
+  int n_masks;
+  int *off;                 /* byte offset of each "[MASK]" in text */
+  bfx_result res;           /* candidates: res.c[mask * res.k + rank] */
+  sqlite3_int64 row, nrows;
+} cand_cursor;
+
+static int cand_connect(sqlite3 *db, void *aux, int argc, const char *const *argv,
+                        sqlite3_vtab **ppVtab, char **pzErr) {
+  int rc = sqlite3_declare_vtab(db,
+      "CREATE TABLE x(mask INTEGER, rank INTEGER, token TEXT, token_id INTEGER, "
+      "score REAL, sequence TEXT, text HIDDEN, k HIDDEN)");
+  if (rc != SQLITE_OK) return rc;
+  cand_vtab *v = sqlite3_malloc(sizeof *v);
+  if (!v) return SQLITE_NOMEM;
+  memset(v, 0, sizeof *v);
+  v->c = aux;
+  sqlite3_vtab_config(db, SQLITE_VTAB_DIRECTONLY);
+  *ppVtab = &v->base;
+  return SQLITE_OK;
+}
+
+static int cand_disconnect(sqlite3_vtab *pVtab) {
+  sqlite3_free(pVtab);
+  return SQLITE_OK;
+}
+
+static int cand_open(sqlite3_vtab *pVtab, sqlite3_vtab_cursor **ppCursor) {
+  cand_cursor *cur = sqlite3_malloc(sizeof *cur);
+  if (!cur) return SQLITE_NOMEM;
+  memset(cur, 0, sizeof *cur);
+  *ppCursor = &cur->base;
+  return SQLITE_OK;
+}
+
+static void cursor_reset(cand_cursor *cur) {
+  bfx_result_clear(&cur->res);
+  sqlite3_free(cur->text);
+  sqlite3_free(cur->off);
+  if (cur->m) bf_model_release(cur->m);
+  cur->m = NULL;
+  cur->text = NULL;
+  cur->off = NULL;
+  cur->n = cur->k = cur->n_masks = 0;
+  cur->row = cur->nrows = 0;
+}
+
+static int cand_close(sqlite3_vtab_cursor *cursor) {
+  cursor_reset((cand_cursor *)cursor);
+  sqlite3_free(cursor);
+  return SQLITE_OK;
+}
+
+/* Report e as the error of the statement. */
+static int vtab_error(sqlite3_vtab *vt, const bfx_err *e) {
+  if (e->kind >= 0) bf_stats_add((bf_counter)e->kind, 1);
+  if (e->rc == SQLITE_NOMEM) return SQLITE_NOMEM;
+  sqlite3_free(vt->zErrMsg);
+  vt->zErrMsg = sqlite3_mprintf("%s", e->msg);
+  return SQLITE_ERROR;
+}
+
+/*
+** The plan.  text (argument 1) must be given by an equality constraint
+** (without one, xFilter fails with "fill_candidates: missing text
+** argument"); k (argument 2) is optional.  When such a constraint exists but is not
+** usable in this plan (the text comes from a table that is not yet joined
+** at this point), return SQLITE_CONSTRAINT so that SQLite picks a join
+** order where it is usable.  idxNum: bit 1 = text given, bit 2 = k given.
+*/
+static int cand_best_index(sqlite3_vtab *pVtab, sqlite3_index_info *info) {
+  int text_i = -1, k_i = -1, text_unusable = 0, k_unusable = 0;
+  for (int i = 0; i < info->nConstraint; i++) {
+    const struct sqlite3_index_constraint *cs = &info->aConstraint[i];
+    if (cs->iColumn != COL_TEXT && cs->iColumn != COL_K) continue;
+    if (cs->op != SQLITE_INDEX_CONSTRAINT_EQ) continue;   /* checked by SQLite on our rows */
+    if (!cs->usable) {
+      if (cs->iColumn == COL_TEXT) text_unusable = 1; else k_unusable = 1;
+      continue;
+    }
+    if (cs->iColumn == COL_TEXT && text_i < 0) text_i = i;
+    if (cs->iColumn == COL_K && k_i < 0) k_i = i;
+  }
+  if (text_i < 0) {
+    if (text_unusable) return SQLITE_CONSTRAINT;
+    /* No text constraint at all.  This is not always an error in the
+    ** query: SQLite also asks about each branch of an OR in the WHERE
+    ** clause with only that branch's terms.  Offer a plan that no one would
+    ** choose; if it is the only plan, xFilter reports the missing text. */
+    info->idxNum = 0;
+    info->estimatedCost = 1e300;
+    info->estimatedRows = 2147483647;
+    return SQLITE_OK;
+  }
+  if (k_i < 0 && k_unusable) return SQLITE_CONSTRAINT;
+  info->aConstraintUsage[text_i].argvIndex = 1;
+  info->aConstraintUsage[text_i].omit = 1;
+  info->idxNum = 1;
+  if (k_i >= 0) {
+    info->aConstraintUsage[k_i].argvIndex = 2;
+    info->aConstraintUsage[k_i].omit = 1;
+    info->idxNum |= 2;
+  }
+  /* One encoder run (or a cache lookup) per scan: expensive compared with
+  ** reading a table row, and independent of any index. */
+  info->estimatedCost = 1000.0;
+  info->estimatedRows = 5;
+  /* Rows come ordered by (mask, rank): ORDER BY mask / mask, rank is free. */
+  if (info->nOrderBy >= 1 && info->nOrderBy <= 2) {
+    int ok = info->aOrderBy[0].iColumn == COL_MASK && !info->aOrderBy[0].desc;
+    if (info->nOrderBy == 2)
+      ok = ok && info->aOrderBy[1].iColumn == COL_RANK && !info->aOrderBy[1].desc;
+    if (ok) info->orderByConsumed = 1;
+  }
+  return SQLITE_OK;
+}
+
+static int cand_filter(sqlite3_vtab_cursor *cursor, int idxNum, const char *idxStr,
+                       int argc, sqlite3_value **argv) {
+  cand_cursor *cur = (cand_cursor *)cursor;
+  sqlite3_vtab *vt = cursor->pVtab;
+  bfx_conn *c = ((cand_vtab *)vt)->c;
+  bfx_err e = { 0, -1, "" };
+  cursor_reset(cur);
+  if (!(idxNum & 1) || argc < 1) {
+    bfx_errf(&e, SQLITE_ERROR, BF_CT_ERR_INPUT,
+             "fill_candidates: missing text argument; use fill_candidates(text [, k]), "
+             "e.g. SELECT * FROM fill_candidates('今天天气真[MASK]啊', 5)");
+    return vtab_error(vt, &e);
+  }
+
+  /* k: default 5; an integer from 1 to BF_MAX_K. */
+  sqlite3_int64 k = BFX_DEFAULT_K;
+  if ((idxNum & 2) && argc >= 2 && sqlite3_value_type(argv[1]) != SQLITE_NULL) {
+    sqlite3_value *v = argv[1];
+    int t = sqlite3_value_numeric_type(v);
+    double d = sqlite3_value_double(v);
+    int is_int = t == SQLITE_INTEGER || (t == SQLITE_FLOAT && d >= -1e18 && d <= 1e18 &&
+                                         d == (double)(sqlite3_int64)d);
+    k = t == SQLITE_INTEGER ? sqlite3_value_int64(v) : (sqlite3_int64)(is_int ? d : 0);
+    if (!is_int || k < 1 || k > BF_MAX_K) {
+      const unsigned char *z = sqlite3_value_text(v);
+      bfx_errf(&e, SQLITE_ERROR, BF_CT_ERR_INPUT,
+               "fill_candidates: k must be an integer from 1 to %d (got %.40s)", BF_MAX_K,
+               z ? (const char *)z : "?");
+      return vtab_error(vt, &e);
+    }
+  }
+
+  const char *s;
+  int n;
+  int a = bfx_arg_text(argv[0], &s, &n);
+  if (a == 0) return SQLITE_OK;            /* NULL text: no rows */
+  if (a < 0) return SQLITE_NOMEM;
+
+  uint64_t t0 = bf_now_ns(), tok_ns = 0;
+  bf_stats_add(BF_CT_CALLS, 1);
+  bf_tokens t = { 0 };
+  int rc = SQLITE_OK, traced = 0;
+  char *msg = NULL;
+  bf_model *m = bfx_model(c, &msg);
+  if (!m) {
+    bfx_err_model(&e, NULL, msg, msg == NULL);
+    rc = vtab_error(vt, &e);
+    goto done;
+  }
+  traced = 1;
+  if (bfx_tokenize("fill_candidates", m, s, n, &t, &tok_ns, &e) != SQLITE_OK) {
+    rc = vtab_error(vt, &e);
+    goto done;
+  }
+  bf_model_retain(m);
+  cur->m = m;
+  cur->text = sqlite3_malloc64((size_t)n + 1);
+  cur->off = sqlite3_malloc64((size_t)(t.n_masks ? t.n_masks : 1) * sizeof *cur->off);
+  if (!cur->text || !cur->off) {
+    bfx_errf(&e, SQLITE_NOMEM, BF_CT_ERR_NOMEM, "out of memory");
+    rc = vtab_error(vt, &e);
+    goto done;
+  }
+  memcpy(cur->text, s, (size_t)n);
+  cur->text[n] = 0;
+  cur->n = n;
+  if (t.n_masks == 0) goto done;           /* nothing to fill: no rows */
+  int literal = bfx_mask_offsets(s, n, cur->off, t.n_masks);
+  if (literal != t.n_masks) {
+    bfx_errf(&e, SQLITE_ERROR, BF_CT_ERR_INPUT,
+             "fill_candidates: the text has %d \"[MASK]\" but the tokenizer found %d mask tokens",
+             literal, t.n_masks);
+    rc = vtab_error(vt, &e);
+    goto done;
+  }
+  if (bfx_fill("fill_candidates", c, m, &t, (int)k, &cur->res, &e) != SQLITE_OK) {
+    rc = vtab_error(vt, &e);
+    goto done;
+  }
+  int vocab = bf_model_config(m)->vocab_size;
+  cur->k = (int)(k < vocab ? k : vocab);
+  cur->n_masks = t.n_masks;
+  cur->nrows = (sqlite3_int64)cur->n_masks * cur->k;
+done:
+  bf_stats_time(BF_ST_CALL, bf_now_ns() - t0);
+  if (traced) bfx_trace(c->db, "fill_candidates", s, n, &cur->res, t0, tok_ns, t.n, rc != SQLITE_OK);
+  bf_tokens_free(&t);
+  if (rc != SQLITE_OK) cursor_reset(cur);
+  return rc;
+}
+
+static int cand_next(sqlite3_vtab_cursor *cursor) {
+  ((cand_cursor *)cursor)->row++;
+  return SQLITE_OK;
+}
+
+static int cand_eof(sqlite3_vtab_cursor *cursor) {
+  cand_cursor *cur = (cand_cursor *)cursor;
+  return cur->row >= cur->nrows;
+}
+
+static int cand_column(sqlite3_vtab_cursor *cursor, sqlite3_context *ctx, int col) {
+  cand_cursor *cur = (cand_cursor *)cursor;
+  int mask = (int)(cur->row / cur->k), rank = (int)(cur->row % cur->k);
+  const bf_cand *cd = &cur->res.c[(size_t)mask * cur->res.k + rank];
+  switch (col) {
+    case COL_MASK: sqlite3_result_int(ctx, mask); break;
+    case COL_RANK: sqlite3_result_int(ctx, rank + 1); break;
+    case COL_TOKEN: {
+      const char *tok = bf_model_token(cur->m, cd->id);
+      sqlite3_result_text(ctx, tok ? tok : "", -1, SQLITE_TRANSIENT);
+      break;
+    }
+    case COL_TOKEN_ID: sqlite3_result_int(ctx, cd->id); break;
+    case COL_SCORE: sqlite3_result_double(ctx, (double)cd->prob); break;
+    case COL_SEQUENCE: {
+      const char *tok = bf_model_token(cur->m, cd->id);
+      if (!tok) tok = "";
+      int at = cur->off[mask];
+      char *z = sqlite3_mprintf("%.*s%s%.*s", at, cur->text, tok, cur->n - at - 6, cur->text + at + 6);
+      if (!z) return SQLITE_NOMEM;
+      sqlite3_result_text(ctx, z, -1, sqlite3_free);
+      break;
+    }
+    case COL_TEXT: sqlite3_result_text(ctx, cur->text, cur->n, SQLITE_TRANSIENT); break;
+    case COL_K: sqlite3_result_int(ctx, cur->k); break;
+  }
+  return SQLITE_OK;
+}
+
+static int cand_rowid(sqlite3_vtab_cursor *cursor, sqlite_int64 *pRowid) {
+  *pRowid = ((cand_cursor *)cursor)->row + 1;
+  return SQLITE_OK;
+}
+
+static const sqlite3_module cand_module = {
+  0,                 /* iVersion */
+  0,                 /* xCreate: eponymous-only */
+  cand_connect,
+  cand_best_index,
+  cand_disconnect,
+  0,                 /* xDestroy */
+  cand_open,
+  cand_close,
+  cand_filter,
+  cand_next,
+  cand_eof,
+  cand_column,
+  cand_rowid,
+  0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0
+};
+
+int bfx_register_candidates(sqlite3 *db, bfx_conn *c) {
+  bfx_conn_ref(c);              /* dropped by bfx_conn_unref (also on failure) */
+  return sqlite3_create_module_v2(db, "fill_candidates", &cand_module, c, bfx_conn_unref);
+}

@@ -1,0 +1,245 @@
+/*
+** sqlite_models.c — which model a connection uses, and the process-wide
+** registry that lets every connection share one loaded copy of a model.
+**
+** Registry: loaded models keyed by the canonical path of their directory
+** (realpath), each with a count of the connections using it.  A model is
+** loaded on first use, shared by every connection that names the same
+** directory, and released when the last of them lets go.  Models are
+** immutable after loading, so sharing needs no locking beyond the registry's
+** own mutex.
+**
+** The model of a connection, resolved on its first use:
+**   1. the directory given to SELECT bert_load('dir') on this connection;
+**   2. otherwise the directory in the environment variable BERTFILL_MODEL;
+**   3. otherwise the model shipped with bertfill, model/bertfill-zh-tiny,
+**      looked for next to the directory holding bertfill.so (and one or two
+**      levels up, for builds in build/...), then at BERTFILL_DEFAULT_MODEL
+**      when that was defined at compile time.
+** With none of these, every function fails with a message that says how to
+** provide a model.
+*/
+#include <dlfcn.h>
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "sqlite3ext.h"
+SQLITE_EXTENSION_INIT3
+#include "sqlite_ext.h"
+
+#define DEFAULT_MODEL_NAME "model/bertfill-zh-tiny"
+
+#define HOWTO \
+  "Load one with SELECT bert_load('/path/to/model-dir') or set the environment variable " \
+  "BERTFILL_MODEL=/path/to/model-dir.  A model directory holds config.json, vocab.txt and " \
+  "model.safetensors, e.g. those of bert-base-chinese from the Hugging Face hub " \
+  "(https://huggingface.co/google-bert/bert-base-chinese)."
+
+typedef struct reg_ent {
+  char *path;          /* canonical directory */
+  bf_model *m;
+  int users;           /* connections using it */
+  struct reg_ent *next;
+} reg_ent;
+
+static pthread_mutex_t reg_mu = PTHREAD_MUTEX_INITIALIZER;
+static reg_ent *reg_head;
+
+/* Load (or share) the model in dir.  On failure *err says why. */
+static bf_model *registry_get(const char *dir, char **err) {
+  char canon[PATH_MAX];
+  if (!realpath(dir, canon)) {
+    *err = sqlite3_mprintf("bertfill: cannot open model directory '%s': %s.  " HOWTO,
+                           dir, strerror(errno));
+    return NULL;
+  }
+  bf_model *m = NULL;
+  pthread_mutex_lock(&reg_mu);
+  for (reg_ent *e = reg_head; e; e = e->next)
+    if (strcmp(e->path, canon) == 0) { e->users++; m = e->m; break; }
+  if (!m) {
+    /* Loading under the lock: a second connection asking for the same
+    ** directory waits for this load instead of loading a second copy. */
+    char msg[512];
+    msg[0] = 0;
+    reg_ent *e = malloc(sizeof *e);
+    char *path = strdup(canon);
+    if (!e || !path) {
+      free(e); free(path);
+      *err = NULL;                              /* out of memory */
+    } else if (!(m = bf_model_load(canon, msg, sizeof msg))) {
+      free(e); free(path);
+      *err = sqlite3_mprintf("bertfill: cannot load the model in '%s': %s", dir,
+                             msg[0] ? msg : "unknown error");
+    } else {
+      e->path = path; e->m = m; e->users = 1;
+      e->next = reg_head;
+      reg_head = e;
+    }
+  }
+  pthread_mutex_unlock(&reg_mu);
+  return m;
+}
+
+static void registry_put(bf_model *m) {
+  bf_model *drop = NULL;
+  pthread_mutex_lock(&reg_mu);
+  for (reg_ent **pp = &reg_head; *pp; pp = &(*pp)->next) {
+    reg_ent *e = *pp;
+    if (e->m == m) {
+      if (--e->users == 0) {
+        *pp = e->next;
+        drop = e->m;
+        free(e->path);
+        free(e);
+      }
+      break;
+    }
+  }
+  pthread_mutex_unlock(&reg_mu);
+  if (drop) bf_model_release(drop);
+}
+
+int bfx_models_loaded(void) {
+  int n = 0;
+  pthread_mutex_lock(&reg_mu);
+  for (reg_ent *e = reg_head; e; e = e->next) n++;
+  pthread_mutex_unlock(&reg_mu);
+  return n;
+}
+
+/* ---- where the extension file is ---- */
+static char ext_path[PATH_MAX];
+static pthread_once_t ext_once = PTHREAD_ONCE_INIT;
+
+static void find_ext_path(void) {
+  Dl_info info;
+  if (dladdr((void *)&bfx_extension_path, &info) && info.dli_fname) {
+    if (!realpath(info.dli_fname, ext_path)) {
+      strncpy(ext_path, info.dli_fname, sizeof ext_path - 1);
+      ext_path[sizeof ext_path - 1] = 0;
+    }
+  }
+}
+
+const char *bfx_extension_path(void) {
+  pthread_once(&ext_once, find_ext_path);
+  return ext_path;
+}
+
+/* Candidate directories for the default model, in order (up to max). */
+static int default_candidates(char out[][PATH_MAX], int max) {
+  int n = 0;
+  const char *so = bfx_extension_path();
+  if (so[0]) {
+    char dir[PATH_MAX];
+    strncpy(dir, so, sizeof dir - 1);
+    dir[sizeof dir - 1] = 0;
+    char *slash = strrchr(dir, '/');
+    if (slash) *slash = 0; else strcpy(dir, ".");
+    static const char *const up[] = { "", "/..", "/../.." };
+    for (int i = 0; i < 3 && n < max; i++) {
+      char p[PATH_MAX + 8], base[PATH_MAX], cand[PATH_MAX + 64];
+      snprintf(p, sizeof p, "%s%s", dir, up[i]);
+      if (!realpath(p, base)) continue;
+      snprintf(cand, sizeof cand, "%s/" DEFAULT_MODEL_NAME, strcmp(base, "/") ? base : "");
+      int dup = 0;
+      for (int j = 0; j < n; j++) dup |= strcmp(out[j], cand) == 0;
+      if (!dup && strlen(cand) < PATH_MAX) strcpy(out[n++], cand);
+    }
+  }
+#ifdef BERTFILL_DEFAULT_MODEL
+  if (n < max && strlen(BERTFILL_DEFAULT_MODEL) < PATH_MAX) strcpy(out[n++], BERTFILL_DEFAULT_MODEL);
+#endif
+  return n;
+}
+
+char *bfx_default_model_paths(void) {
+  char c[4][PATH_MAX];
+  int n = default_candidates(c, 4);
+  char *s = sqlite3_mprintf("%s", "");
+  for (int i = 0; i < n && s; i++) {
+    char *t = sqlite3_mprintf("%s%s%s", s, i ? ", " : "", c[i]);
+    sqlite3_free(s);
+    s = t;
+  }
+  return s;
+}
+
+static int has_config(const char *dir) {
+  char p[PATH_MAX + 16];
+  snprintf(p, sizeof p, "%.*s/config.json", PATH_MAX - 1, dir);
+  return access(p, R_OK) == 0;
+}
+
+/* Resolve the model of c from the environment or the default location. */
+static bf_model *resolve_default(bfx_conn *c, const char **source, char **err) {
+  const char *env = getenv("BERTFILL_MODEL");
+  *err = NULL;
+  if (env && *env) {
+    *source = "BERTFILL_MODEL";
+    bf_model *m = registry_get(env, err);
+    if (!m && *err) {
+      char *e2 = sqlite3_mprintf("%s (from the environment variable BERTFILL_MODEL)", *err);
+      sqlite3_free(*err);
+      *err = e2;
+    }
+    return m;
+  }
+  char cand[4][PATH_MAX];
+  int n = default_candidates(cand, 4);
+  for (int i = 0; i < n; i++) {
+    if (has_config(cand[i])) {
+      *source = "default";
+      return registry_get(cand[i], err);
+    }
+  }
+  char *where = bfx_default_model_paths();
+  *err = sqlite3_mprintf("bertfill: no model: the default model %s was not found (looked in %s).  " HOWTO,
+                         DEFAULT_MODEL_NAME, where && where[0] ? where : "no location known");
+  sqlite3_free(where);
+  return NULL;
+}
+
+bf_model *bfx_model(bfx_conn *c, char **err) {
+  *err = NULL;
+  if (c->model) return c->model;
+  const char *source = NULL;
+  bf_model *m = resolve_default(c, &source, err);
+  if (m) { c->model = m; c->model_source = source; }
+  return m;
+}
+
+int bfx_model_set(bfx_conn *c, const char *dir, char **err) {
+  const char *source = "bert_load";
+  bf_model *m;
+  *err = NULL;
+  if (dir) m = registry_get(dir, err);
+  else m = resolve_default(c, &source, err);
+  if (!m) return *err ? SQLITE_ERROR : SQLITE_NOMEM;
+  bfx_model_drop(c);
+  c->model = m;
+  c->model_source = source;
+  return SQLITE_OK;
+}
+
+void bfx_model_drop(bfx_conn *c) {
+  if (c->model) registry_put(c->model);
+  c->model = NULL;
+  c->model_source = NULL;
+}
+
+char *bfx_model_describe(bf_model *m) {
+  const bf_config *cfg = bf_model_config(m);
+  const char *dir = bf_model_dir(m);
+  const char *base = dir ? strrchr(dir, '/') : NULL;
+  base = base && base[1] ? base + 1 : (dir ? dir : "?");
+  return sqlite3_mprintf("%s: %d layers, hidden %d, vocab %d, %s", base,
+                         cfg->num_hidden_layers, cfg->hidden_size, cfg->vocab_size,
+                         bf_model_dtype(m));
+}

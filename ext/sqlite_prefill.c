@@ -1,0 +1,205 @@
+/*
+** sqlite_prefill.c — bert_prefill(text), an aggregate that fills the memo
+** cache for a whole column at batch speed:
+**
+**   SELECT bert_prefill(text) FROM t;        -- number of texts computed
+**   UPDATE t SET filled = bert_fill(text);   -- now answered from the cache
+**
+** Each text is tokenized; texts without a mask, texts already in the cache
+** (the table in mode 'on', the LRU in mode 'memory') and repeats are
+** skipped; the rest go through the encoder in batches of up to
+** PREFILL_MAX_SEQS sequences or PREFILL_MAX_TOKENS tokens per run (all
+** tokens of a batch go through each matrix product together), and the
+** results are stored in the cache.  Texts that cannot be filled (invalid
+** UTF-8, longer than the model's limit) are skipped here; bert_fill reports
+** them.  Memory stays bounded: one batch at a time.
+**
+** Progress goes to stderr, at most once a second, when stderr is a terminal
+** or BERTFILL_PROGRESS=1 (BERTFILL_PROGRESS=0 turns it off):
+**   bert_prefill: 1200 texts read, 1100 computed, 85 texts/s
+**   bert_prefill: done: 2000 texts read, 1850 computed, 150 cached or repeated, 0 skipped, 21.8 s
+**
+** With bert_cache('off') there is nowhere to keep the results: error.
+*/
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "sqlite3ext.h"
+SQLITE_EXTENSION_INIT3
+#include "sqlite_ext.h"
+#include "sqlite_cache.h"
+#include "stats.h"
+
+#define PREFILL_MAX_SEQS 32
+#define PREFILL_MAX_TOKENS 2048
+
+typedef struct prefill {
+  int started, failed, progress;
+  bfx_conn *c;
+  bf_model *m;                      /* retained until the final step */
+  int k;                            /* candidates per mask to compute */
+  bf_tokens batch[PREFILL_MAX_SEQS + 1];   /* last slot: the text being read */
+  int nb, btokens;
+  sqlite3_int64 read, computed, cached, skipped;
+  uint64_t t_start, t_progress;
+} prefill;
+
+static void progress(prefill *p, int final) {
+  if (!p->progress) return;
+  uint64_t now = bf_now_ns();
+  if (!final && now - p->t_progress < 1000000000ull) return;
+  p->t_progress = now;
+  double secs = (double)(now - p->t_start) / 1e9;
+  if (final)
+    fprintf(stderr, "bert_prefill: done: %lld texts read, %lld computed, %lld cached or repeated, "
+            "%lld skipped, %.1f s\n", (long long)p->read, (long long)p->computed,
+            (long long)p->cached, (long long)p->skipped, secs);
+  else
+    fprintf(stderr, "bert_prefill: %lld texts read, %lld computed, %.0f texts/s\n",
+            (long long)p->read, (long long)p->computed, secs > 0 ? (double)p->computed / secs : 0.0);
+}
+
+static int progress_wanted(void) {
+  const char *s = getenv("BERTFILL_PROGRESS");
+  if (s && *s) return strcmp(s, "0") != 0;
+  return isatty(2);
+}
+
+/* Encode the pending batch and store its results. */
+static int run_batch(sqlite3_context *ctx, prefill *p) {
+  if (p->nb == 0) return SQLITE_OK;
+  size_t masks = 0;
+  for (int i = 0; i < p->nb; i++) masks += (size_t)p->batch[i].n_masks;
+  bf_cand *out = sqlite3_malloc64(masks * (size_t)p->k * sizeof *out);
+  bfx_err e = { 0, -1, "" };
+  if (!out) bfx_errf(&e, SQLITE_NOMEM, BF_CT_ERR_NOMEM, "out of memory");
+  else if (bfx_encode(p->m, p->nb, p->batch, p->k, out, NULL, &e) == SQLITE_OK) {
+    size_t at = 0;
+    for (int i = 0; i < p->nb; i++) {
+      bfx_store(p->c, p->m, &p->batch[i], p->k, out + at * (size_t)p->k, NULL);
+      at += (size_t)p->batch[i].n_masks;
+    }
+    p->computed += p->nb;
+  }
+  sqlite3_free(out);
+  p->nb = 0;
+  p->btokens = 0;
+  if (e.rc != SQLITE_OK) {
+    p->failed = 1;
+    char *msg = e.rc == SQLITE_NOMEM ? NULL : sqlite3_mprintf("bert_prefill: %s", e.msg);
+    if (msg) {                              /* say where the error came from */
+      if (e.kind >= 0) bf_stats_add((bf_counter)e.kind, 1);
+      sqlite3_result_error(ctx, msg, -1);
+      sqlite3_free(msg);
+    } else {
+      bfx_error(ctx, &e);
+    }
+    return e.rc;
+  }
+  return SQLITE_OK;
+}
+
+/* 1 when t is already in the cache (copying an LRU-only entry into the
+** table in mode 'on'), 0 when not, -1 out of memory. */
+static int already_cached(prefill *p, const bf_tokens *t) {
+  const char *fp = bf_model_fingerprint(p->m);
+  if (!fp || !fp[0]) return 0;
+  int have = 0, vocab = bf_model_config(p->m)->vocab_size;
+  bf_cand *c = NULL;
+  if (p->c->cache_mode == BFX_CACHE_ON) {
+    int hit = bfc_table_get(p->c->db, fp, t->ids, t->n, t->n_masks, p->k, vocab, &have, &c);
+    sqlite3_free(c);
+    if (hit != 0) return hit;
+  }
+  int hit = bfc_lru_get(fp, t->ids, t->n, t->n_masks, p->k, &have, &c);
+  if (hit == 1 && p->c->cache_mode == BFX_CACHE_ON) bfx_store(p->c, p->m, t, have, c, NULL);
+  sqlite3_free(c);
+  return hit;
+}
+
+static void prefill_step(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+  prefill *p = sqlite3_aggregate_context(ctx, sizeof *p);
+  if (!p) { sqlite3_result_error_nomem(ctx); return; }
+  if (p->failed) return;
+  bfx_err e = { 0, -1, "" };
+  if (!p->started) {
+    p->started = 1;
+    p->c = sqlite3_user_data(ctx);
+    if (p->c->cache_mode == BFX_CACHE_OFF) {
+      p->failed = 1;
+      sqlite3_result_error(ctx, "bert_prefill: the cache is off, so there is nowhere to keep "
+                           "the results; turn it on with SELECT bert_cache('on') or "
+                           "bert_cache('memory')", -1);
+      return;
+    }
+    char *msg = NULL;
+    bf_model *m = bfx_model(p->c, &msg);
+    if (!m) {
+      p->failed = 1;
+      bfx_err_model(&e, NULL, msg, msg == NULL);
+      bfx_error(ctx, &e);
+      return;
+    }
+    bf_model_retain(m);
+    p->m = m;
+    int vocab = bf_model_config(m)->vocab_size;
+    p->k = BFX_MIN_K < vocab ? BFX_MIN_K : vocab;
+    p->progress = progress_wanted();
+    p->t_start = p->t_progress = bf_now_ns();
+  }
+  const char *s;
+  int n;
+  int a = bfx_arg_text(argv[0], &s, &n);
+  if (a == 0) return;
+  if (a < 0) { p->failed = 1; sqlite3_result_error_nomem(ctx); return; }
+  p->read++;
+
+  bf_tokens *t = &p->batch[p->nb];          /* tokenize into the next free slot */
+  int rc = bfx_tokenize("bert_prefill", p->m, s, n, t, NULL, &e);
+  if (rc == SQLITE_NOMEM) { p->failed = 1; bfx_error(ctx, &e); return; }
+  if (rc != SQLITE_OK || t->n > bfx_max_tokens(p->m)) { p->skipped++; goto out; }
+  if (t->n_masks == 0) goto out;
+
+  int hit = already_cached(p, t);
+  if (hit < 0) { p->failed = 1; sqlite3_result_error_nomem(ctx); return; }
+  for (int i = 0; i < p->nb && !hit; i++)   /* a repeat within the batch */
+    hit = p->batch[i].n == t->n && memcmp(p->batch[i].ids, t->ids, (size_t)t->n * sizeof *t->ids) == 0;
+  if (hit) { p->cached++; goto out; }
+
+  if (p->nb > 0 && p->btokens + t->n > PREFILL_MAX_TOKENS) {
+    /* No room for this text: run the batch, then move the text to slot 0. */
+    int at = p->nb;
+    if (run_batch(ctx, p) != SQLITE_OK) return;
+    bf_tokens tmp = p->batch[0];
+    p->batch[0] = p->batch[at];
+    p->batch[at] = tmp;
+    t = &p->batch[0];
+  }
+  p->nb++;
+  p->btokens += t->n;
+  if (p->nb == PREFILL_MAX_SEQS || p->btokens >= PREFILL_MAX_TOKENS)
+    if (run_batch(ctx, p) != SQLITE_OK) return;
+out:
+  progress(p, 0);
+}
+
+static void prefill_final(sqlite3_context *ctx) {
+  prefill *p = sqlite3_aggregate_context(ctx, 0);
+  if (!p) { sqlite3_result_int(ctx, 0); return; }
+  if (!p->failed && p->m) run_batch(ctx, p);
+  if (!p->failed) {
+    if (p->read > 0) progress(p, 1);
+    sqlite3_result_int64(ctx, p->computed);
+  }
+  for (int i = 0; i <= PREFILL_MAX_SEQS; i++) bf_tokens_free(&p->batch[i]);
+  if (p->m) bf_model_release(p->m);
+  p->m = NULL;
+}
+
+int bfx_register_prefill(sqlite3 *db, bfx_conn *c) {
+  bfx_conn_ref(c);              /* dropped by bfx_conn_unref (also on failure) */
+  return sqlite3_create_function_v2(db, "bert_prefill", 1, SQLITE_UTF8 | SQLITE_DIRECTONLY, c,
+                                    NULL, prefill_step, prefill_final, bfx_conn_unref);
+}
