@@ -240,8 +240,20 @@ static void client_run(int c, client_res *r, uint64_t (*sync)(int ready_ok, sqli
   if (db) {   /* warm-up, not counted */
     snprintf(text, sizeof text, "%s", FIVE[c % 5]);
     if (!strcmp(opt.set, "unique")) snprintf(text, sizeof text, "第0位顾客说：%s", FIVE[c % 5]);
+    /* A warm-up call that finds every encoder slot taken (many clients
+    ** starting at once on a big model) is retried for up to a minute. */
     client_res tmp = {0};
-    if (!one_request(st, text, &tmp)) {
+    int ok = 0;
+    for (int attempt = 0; attempt < 600 && !ok; attempt++) {
+      tmp.first_error[0] = 0;
+      ok = one_request(st, text, &tmp);
+      if (!ok && !strstr(tmp.first_error, "busy")) break;
+      if (!ok) {
+        struct timespec ts = {0, 100000000};
+        nanosleep(&ts, NULL);
+      }
+    }
+    if (!ok) {
       snprintf(r->first_error, sizeof r->first_error, "warm-up: %.180s", tmp.first_error);
       sqlite3_finalize(st);
       sqlite3_close(db);
