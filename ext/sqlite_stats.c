@@ -44,7 +44,16 @@
 ** row appended to the table being scanned would be scanned in turn.
 **
 ** Statistics are per process, shared by every connection; the trace is per
-** connection.  Counters are read without locks (see stats.c).
+** connection.  Counters are read without locks (see stats.c).  Percentiles
+** come from fixed log-scale histograms: each is the upper edge of its bucket
+** (at most 12.5% above the true value) and never above max_ms.
+**
+** How the counters relate (what ext/sqlite_fill.c records): each call with
+** non-NULL text counts one `calls` and one `call` sample; a call that reaches
+** the cache is exactly one of hit_lru, hit_table, miss; a call stopped before
+** (invalid UTF-8, too long, no model) counts its err_* instead; a text without
+** [MASK] counts none of them.  Each miss is one encoder run (queue, encode and
+** topk samples) unless it fails with busy; hits never run the encoder.
 **
 ** Flags (why each function has the ones it has):
 **   bert_stats(), bertfill_stats: no side effects and read no file or table, but
