@@ -204,6 +204,27 @@ def test_counts(c, max_pos):
           t["miss"]["value"] + t["hit_lru"]["value"] == 1 and t["call"]["count"] == 1, repr(t["calls"]))
 
 
+def test_batches(c):
+    # bert_prefill runs the encoder over many texts at once: batch rows, seqs > runs,
+    # and no calls (it is not a bert_fill / fill_candidates call).
+    c.execute("SELECT bert_cache('memory')")
+    c.execute("SELECT bert_cache('clear')")
+    c.execute("CREATE TEMP TABLE pf(x TEXT)")
+    c.executemany("INSERT INTO pf VALUES (?)", [("第%d批：%s" % (i, SENT[i % 5]),) for i in range(24)])
+    reset(c)
+    computed = c.execute("SELECT bert_prefill(x) FROM pf").fetchone()[0]
+    t = stats(c)
+    v = {n: t[n]["value"] for n in COUNTERS}
+    batch = [r for r in t.values() if r["kind"] == "batch"]
+    check("batch_prefill_seqs", computed > 1 and v["seqs"] == computed and
+          v["encoder_runs"] < v["seqs"] and v["calls"] == 0, repr((computed, v)))
+    check("batch_rows_sum", sum(r["count"] for r in batch) == v["encoder_runs"] and
+          t["encode"]["count"] == v["encoder_runs"], repr(batch))
+    check("batch_rows_multi", any(r["name"] != "batch_1" for r in batch) and
+          v["batches"] >= 1, repr(batch))
+    c.execute("DROP TABLE pf")
+
+
 def test_hit_no_encoder(tmp):
     path = os.path.join(tmp, "cache.db")
     c = connect(path)
@@ -414,6 +435,7 @@ def main():
         test_json_and_reset(c)
         test_counts(c, max_pos)
         test_percentiles(c)
+        test_batches(c)
         c.close()
         test_hit_no_encoder(tmp)
         test_concurrent(tmp)
