@@ -333,9 +333,16 @@ static void f16_n_f16c(const unsigned char *src, float *dst, size_t n) {
   }
   f16_n_scalar(src + 2 * i, dst + i, n - i);
 }
+#include <cpuid.h>
+/* CPUID + XGETBV rather than __builtin_cpu_supports("f16c"), which clang 14
+** does not know. */
 static int have_f16c(void) {
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+  unsigned a, b, c, d;
+  if (!__get_cpuid(1, &a, &b, &c, &d)) return 0;
+  if (!(c & bit_OSXSAVE) || !(c & bit_AVX) || !(c & bit_F16C)) return 0;
+  unsigned lo, hi;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  return (lo & 6) == 6;   /* the OS saves the XMM and YMM registers */
 }
 #else
 static void f16_n_f16c(const unsigned char *src, float *dst, size_t n) { f16_n_scalar(src, dst, n); }
@@ -343,8 +350,9 @@ static int have_f16c(void) { return 0; }
 #endif
 
 void st_f16_to_f32_n(const void *src, float *dst, size_t n) {
-  static int f16c = -1;   /* racy but idempotent: every thread computes the same */
-  if (f16c < 0) f16c = have_f16c();
+  static int cached = -1;  /* every thread computes the same value */
+  int f16c = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+  if (f16c < 0) { f16c = have_f16c(); __atomic_store_n(&cached, f16c, __ATOMIC_RELAXED); }
   if (f16c) f16_n_f16c(src, dst, n);
   else f16_n_scalar(src, dst, n);
 }
