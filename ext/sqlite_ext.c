@@ -278,7 +278,8 @@ static int int_arg(sqlite3_context *ctx, sqlite3_value *v, const char *what,
                    sqlite3_int64 lo, sqlite3_int64 hi, sqlite3_int64 *out) {
   int t = sqlite3_value_numeric_type(v);
   double d = sqlite3_value_double(v);
-  if ((t == SQLITE_INTEGER || (t == SQLITE_FLOAT && d == (double)(sqlite3_int64)d))) {
+  if ((t == SQLITE_INTEGER || (t == SQLITE_FLOAT && d >= -9e18 && d <= 9e18 &&
+                                d == (double)(sqlite3_int64)d))) {  /* no UB cast of inf/huge */
     sqlite3_int64 x = t == SQLITE_INTEGER ? sqlite3_value_int64(v) : (sqlite3_int64)d;
     if (x >= lo && x <= hi) { *out = x; return 1; }
   }
