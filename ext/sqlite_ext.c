@@ -470,6 +470,7 @@ int sqlite3_bertfill_init(sqlite3 *db, char **pzErrMsg, const sqlite3_api_routin
     *pzErrMsg = sqlite3_mprintf("bertfill needs SQLite 3.31 or later (this is %s)", sqlite3_libversion());
     return SQLITE_ERROR;
   }
+  bfx_pin_library();
   bfx_conn *c = sqlite3_malloc(sizeof *c);
   if (!c) return SQLITE_NOMEM;
   memset(c, 0, sizeof *c);

@@ -58,8 +58,10 @@ char *bfx_model_describe(bf_model *m);
 char *bfx_default_model_paths(void);
 /* Number of models loaded in the process right now. */
 int bfx_models_loaded(void);
-/* The directory of the loaded extension file ("" if unknown). */
+/* The path of the loaded extension file ("" if unknown). */
 const char *bfx_extension_path(void);
+/* Never unload the extension (dlopen RTLD_NODELETE), whatever SQLite does. */
+void bfx_pin_library(void);
 
 /* ---- sqlite_guard.c ---- */
 /* Take an encoder slot, waiting at most the busy timeout.  On success

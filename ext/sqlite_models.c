@@ -132,6 +132,18 @@ const char *bfx_extension_path(void) {
   return ext_path;
 }
 
+/* Keep this library loaded for the life of the process.  SQLite dlclose()s
+** an extension when the last connection that loaded it closes, but the
+** loaded models, the LRU and the engine's worker threads are process-wide
+** and outlive any one connection: unloading the code under them would
+** crash the next call (or the worker threads at once). */
+static pthread_once_t pin_once = PTHREAD_ONCE_INIT;
+static void pin(void) {
+  const char *so = bfx_extension_path();
+  if (so[0]) dlopen(so, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
+}
+void bfx_pin_library(void) { pthread_once(&pin_once, pin); }
+
 /* Candidate directories for the default model, in order (up to max). */
 static int default_candidates(char out[][PATH_MAX], int max) {
   int n = 0;
