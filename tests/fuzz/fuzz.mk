@@ -1,0 +1,49 @@
+# fuzz.mk — builds the fuzz targets of tests/fuzz/ (used by run.sh and
+# tests/t_fuzz_smoke.sh; run from the repository root):
+#   make -f tests/fuzz/fuzz.mk libfuzzer   clang -fsanitize=fuzzer,address,undefined
+#                                          -> $(BUILD)/fuzz/clang/fuzz_NAME
+#   make -f tests/fuzz/fuzz.mk replay      gcc -fsanitize=address,undefined + replay.c
+#                                          -> $(BUILD)/fuzz/gcc/fuzz_NAME
+# The engine and the SQLite layer (built with -DSQLITE_CORE, linked with the
+# system libsqlite3) are compiled again with the sanitizers, once per compiler.
+BUILD   ?= build
+FB      := $(BUILD)/fuzz
+TARGETS := tokenizer json model sql
+SAN_CFLAGS := -O1 -g -march=x86-64-v2 -std=c11 -D_GNU_SOURCE -DSQLITE_CORE -Iext -Itests/fuzz \
+              -fno-omit-frame-pointer -Wall -Wno-unused-parameter -Wno-unused-function
+LIBS    := -lsqlite3 -lutf8proc -ldl -lm -lpthread
+CLANG   ?= clang
+GCC     ?= gcc
+
+SRC     := $(wildcard ext/*.c)
+HDRS    := $(wildcard ext/*.h) tests/fuzz/fuzz_common.h
+ENG     := $(filter-out ext/sqlite_%.c,$(SRC))
+
+clang_objs = $(patsubst ext/%.c,$(FB)/clang/obj/%.o,$(1))
+gcc_objs   = $(patsubst ext/%.c,$(FB)/gcc/obj/%.o,$(1))
+# which sources each target links
+srcs_tokenizer := $(ENG)
+srcs_json      := $(ENG)
+srcs_model     := $(ENG)
+srcs_sql       := $(SRC)
+
+.PHONY: libfuzzer replay
+libfuzzer: $(patsubst %,$(FB)/clang/fuzz_%,$(TARGETS))
+replay: $(patsubst %,$(FB)/gcc/fuzz_%,$(TARGETS))
+
+$(FB)/clang/obj/%.o: ext/%.c $(HDRS)
+	@mkdir -p $(dir $@)
+	$(CLANG) $(SAN_CFLAGS) -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -c $< -o $@
+
+$(FB)/gcc/obj/%.o: ext/%.c $(HDRS)
+	@mkdir -p $(dir $@)
+	$(GCC) $(SAN_CFLAGS) -fsanitize=address,undefined -fno-sanitize-recover=undefined -c $< -o $@
+
+.SECONDEXPANSION:
+$(FB)/clang/fuzz_%: tests/fuzz/fuzz_%.c $$(call clang_objs,$$(srcs_$$*)) $(HDRS)
+	$(CLANG) $(SAN_CFLAGS) -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+	  -o $@ $< $(call clang_objs,$(srcs_$*)) $(LIBS)
+
+$(FB)/gcc/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/replay.c $$(call gcc_objs,$$(srcs_$$*)) $(HDRS)
+	$(GCC) $(SAN_CFLAGS) -fsanitize=address,undefined -fno-sanitize-recover=undefined \
+	  -o $@ $< tests/fuzz/replay.c $(call gcc_objs,$(srcs_$*)) $(LIBS)
