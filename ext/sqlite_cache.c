@@ -362,6 +362,36 @@ int bfc_table_put(sqlite3 *db, const char *fp, const int32_t *ids, int n,
   return written;
 }
 
+int bfc_group_begin(sqlite3 *db) {
+  if (!sqlite3_get_autocommit(db) || sqlite3_db_readonly(db, "main") != 0) return 0;
+  /* A running write statement (INSERT ... SELECT bert_prefill(...)) already
+  ** holds a transaction that our writes join; RELEASE would fail under it. */
+  for (sqlite3_stmt *s = sqlite3_next_stmt(db, NULL); s; s = sqlite3_next_stmt(db, s))
+    if (sqlite3_stmt_busy(s) && !sqlite3_stmt_readonly(s)) return 0;
+  int old = busy_timeout(db);
+  if (old > BFC_BUSY_BUDGET_MS) sqlite3_busy_timeout(db, BFC_BUSY_BUDGET_MS);
+  /* The table is created outside the group: rolling back a schema change
+  ** would abort the user's running statement. */
+  int ok = table_exists(db) || sqlite3_exec(db, create_sql, NULL, NULL, NULL) == SQLITE_OK;
+  if (ok) ok = sqlite3_exec(db, "SAVEPOINT bertfill_cache_group", NULL, NULL, NULL) == SQLITE_OK;
+  if (old > BFC_BUSY_BUDGET_MS) sqlite3_busy_timeout(db, old);
+  return ok;
+}
+
+int bfc_group_end(sqlite3 *db) {
+  int old = busy_timeout(db);
+  if (old > BFC_BUSY_BUDGET_MS) sqlite3_busy_timeout(db, BFC_BUSY_BUDGET_MS);
+  int ok = sqlite3_exec(db, "RELEASE bertfill_cache_group", NULL, NULL, NULL) == SQLITE_OK;
+  if (!ok) {
+    sqlite3_exec(db, "ROLLBACK TO bertfill_cache_group", NULL, NULL, NULL);
+    if (sqlite3_exec(db, "RELEASE bertfill_cache_group", NULL, NULL, NULL) != SQLITE_OK &&
+        !sqlite3_get_autocommit(db))
+      sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
+  }
+  if (old > BFC_BUSY_BUDGET_MS) sqlite3_busy_timeout(db, old);
+  return ok;
+}
+
 int bfc_table_trim(sqlite3 *db, int64_t limit) {
   sqlite3_stmt *st = NULL;
   if (limit < 1) limit = 1;

@@ -71,6 +71,13 @@ int bfc_table_get(sqlite3 *db, const char *fp, const int32_t *ids, int n,
 int bfc_table_put(sqlite3 *db, const char *fp, const int32_t *ids, int n,
                   int n_masks, int k, const bf_cand *c, int64_t limit,
                   int64_t *writes_since_trim);
+/* Group many writes into one transaction (one commit, one fsync instead of
+** one per row) when the connection is in autocommit mode and runs no write
+** statement: creates the table if needed and opens a savepoint.  Returns 1
+** when a group was opened; bfc_group_end then commits it (1) or, when the
+** commit fails (e.g. SQLITE_BUSY), rolls the group back (0). */
+int bfc_group_begin(sqlite3 *db);
+int bfc_group_end(sqlite3 *db);
 /* Evict the oldest rows beyond limit.  SQLITE_OK or an error code. */
 int bfc_table_trim(sqlite3 *db, int64_t limit);
 /* Delete every row (all models).  SQLITE_OK with *deleted, or an error with

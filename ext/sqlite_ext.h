@@ -118,9 +118,12 @@ int bfx_fill(const char *fname, bfx_conn *c, bf_model *m, const bf_tokens *t,
 int bfx_encode(bf_model *m, int nseq, const bf_tokens *seqs, int k,
                bf_cand *out, bfx_result *r, bfx_err *e);
 /* Store candidates of t (k per mask) in the LRU and, in mode 'on', the
-** table.  Write time is added to r (may be NULL). */
-void bfx_store(bfx_conn *c, bf_model *m, const bf_tokens *t, int k,
-               const bf_cand *cands, bfx_result *r);
+** table.  Write time is added to r (may be NULL).  Returns 1 when a table
+** row was written, 0 when the write was skipped, -1 when no table write was
+** due (mode 'memory' / 'off').  count = 0: leave the cache_writes /
+** cache_skipped counters to the caller. */
+int bfx_store(bfx_conn *c, bf_model *m, const bf_tokens *t, int k,
+              const bf_cand *cands, bfx_result *r, int count);
 /* The model's limit on tokens per sequence. */
 int bfx_max_tokens(bf_model *m);
 /* Report e on ctx (and count it). */

@@ -183,23 +183,23 @@ int bfx_encode(bf_model *m, int nseq, const bf_tokens *seqs, int k,
   return SQLITE_OK;
 }
 
-void bfx_store(bfx_conn *c, bf_model *m, const bf_tokens *t, int k,
-               const bf_cand *cands, bfx_result *r) {
-  if (c->cache_mode == BFX_CACHE_OFF || t->n_masks == 0) return;
+int bfx_store(bfx_conn *c, bf_model *m, const bf_tokens *t, int k,
+              const bf_cand *cands, bfx_result *r, int count) {
+  if (c->cache_mode == BFX_CACHE_OFF || t->n_masks == 0) return -1;
   const char *fp = bf_model_fingerprint(m);
-  if (!fp || !fp[0]) return;
+  if (!fp || !fp[0]) return -1;
   uint64_t t0 = bf_now_ns();
+  int written = -1;
   bfc_lru_put(fp, t->ids, t->n, t->n_masks, k, cands);
   if (c->cache_mode == BFX_CACHE_ON) {
-    if (bfc_table_put(c->db, fp, t->ids, t->n, t->n_masks, k, cands, c->cache_limit,
-                      &c->writes_since_trim))
-      bf_stats_add(BF_CT_CACHE_WRITES, 1);
-    else
-      bf_stats_add(BF_CT_CACHE_SKIPPED, 1);
+    written = bfc_table_put(c->db, fp, t->ids, t->n, t->n_masks, k, cands, c->cache_limit,
+                            &c->writes_since_trim);
+    if (count) bf_stats_add(written ? BF_CT_CACHE_WRITES : BF_CT_CACHE_SKIPPED, 1);
   }
   uint64_t dt = bf_now_ns() - t0;
   bf_stats_time(BF_ST_CACHE_WRITE, dt);
   if (r) r->cache_write_ns += dt;
+  return written;
 }
 
 /* ---- lookup or encode ---- */
@@ -278,7 +278,7 @@ int bfx_fill(const char *fname, bfx_conn *c, bf_model *m, const bf_tokens *t,
   res->source = "encoder";
   res->c = cands;
   res->k = keff;
-  bfx_store(c, m, t, keff, cands, res);
+  bfx_store(c, m, t, keff, cands, res, 1);
   return SQLITE_OK;
 }
 

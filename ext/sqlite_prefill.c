@@ -76,10 +76,20 @@ static int run_batch(sqlite3_context *ctx, prefill *p) {
   bfx_err e = { 0, -1, "" };
   if (!out) bfx_errf(&e, SQLITE_NOMEM, BF_CT_ERR_NOMEM, "out of memory");
   else if (bfx_encode(p->m, p->nb, p->batch, p->k, out, NULL, &e) == SQLITE_OK) {
+    /* All rows of a batch in one transaction when we are in autocommit
+    ** mode: one commit (and fsync) per batch instead of one per text. */
+    int grouped = p->c->cache_mode == BFX_CACHE_ON && bfc_group_begin(p->c->db);
+    uint64_t written = 0, skipped = 0;
     size_t at = 0;
     for (int i = 0; i < p->nb; i++) {
-      bfx_store(p->c, p->m, &p->batch[i], p->k, out + at * (size_t)p->k, NULL);
+      int w = bfx_store(p->c, p->m, &p->batch[i], p->k, out + at * (size_t)p->k, NULL, !grouped);
+      if (w == 1) written++; else if (w == 0) skipped++;
       at += (size_t)p->batch[i].n_masks;
+    }
+    if (grouped) {
+      if (!bfc_group_end(p->c->db)) { skipped += written; written = 0; }
+      bf_stats_add(BF_CT_CACHE_WRITES, written);
+      bf_stats_add(BF_CT_CACHE_SKIPPED, skipped);
     }
     p->computed += p->nb;
   }
@@ -114,7 +124,7 @@ static int already_cached(prefill *p, const bf_tokens *t) {
     if (hit != 0) return hit;
   }
   int hit = bfc_lru_get(fp, t->ids, t->n, t->n_masks, p->k, &have, &c);
-  if (hit == 1 && p->c->cache_mode == BFX_CACHE_ON) bfx_store(p->c, p->m, t, have, c, NULL);
+  if (hit == 1 && p->c->cache_mode == BFX_CACHE_ON) bfx_store(p->c, p->m, t, have, c, NULL, 1);
   sqlite3_free(c);
   return hit;
 }

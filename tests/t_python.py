@@ -376,6 +376,34 @@ def test_cache():
             reader.execute("rollback")
             reader.close()
             writer.close()
+        # bert_prefill groups its writes per batch in one transaction; when
+        # another connection holds the write lock the group is skipped and
+        # the statement still succeeds.
+        writer = sqlite3.connect(db, isolation_level=None)
+        texts = [fresh() for _ in range(40)]
+        conn = connect(db, timeout=5.0)
+        conn.execute("create table pf(t text)")
+        conn.executemany("insert into pf values (?)", [(t,) for t in texts])
+        conn.commit()
+        writer.execute("begin immediate")
+        writer.execute("insert into w values (2)")
+        cs = counters(conn)
+        n = one(conn, "select bert_prefill(t) from pf")
+        ce = counters(conn)
+        check("prefill_locked_answers", n == 40, repr(n))
+        check("prefill_locked_skipped", ce["cache_skipped"] - cs["cache_skipped"] == 40 and ce["cache_writes"] == cs["cache_writes"],
+              "%r" % ((ce["cache_skipped"] - cs["cache_skipped"], ce["cache_writes"] - cs["cache_writes"]),))
+        check("prefill_locked_no_transaction_left", conn.in_transaction is False and one(conn, "select 1") == 1)
+        writer.execute("commit")
+        conn.execute("select bert_cache_lru(1)")      # forget the LRU copies but one,
+        conn.execute("select bert_cache_lru(10000)")  # which prefill copies to the table
+        cs = counters(conn)
+        n = one(conn, "select bert_prefill(t) from pf")
+        ce = counters(conn)
+        check("prefill_unlocked_writes", n == 39 and ce["cache_writes"] - cs["cache_writes"] == 40 and ce["encoder_runs"] - cs["encoder_runs"] == 2,
+              "%r" % ((n, ce["cache_writes"] - cs["cache_writes"], ce["encoder_runs"] - cs["encoder_runs"]),))
+        conn.close()
+        writer.close()
         conn = sqlite3.connect(db)
         check("integrity", conn.execute("pragma integrity_check").fetchone()[0] == "ok")
         conn.close()

@@ -134,3 +134,13 @@ select 'after_prefill_no_encoder', (select count(bert_fill(text)) from p where t
 select 'prefill_empty', (select bert_prefill(text) from p where 0) = 0;
 select 'prefill_null', (select bert_prefill(NULL)) = 0;
 select 'prefill_group_by', (select count(*) from (select bert_prefill(text) from p group by length(text))) >= 1;
+select 'prefill_clear_2', bert_cache('clear') = 3;
+create table dest(n integer);
+insert into dest select bert_prefill(text) from p;
+select 'prefill_inside_insert', (select n from dest) = 3 and (select count(*) from bertfill_cache) = 3;
+select 'prefill_clear_3', bert_cache('clear') = 3;
+begin;
+select 'prefill_in_transaction', (select bert_prefill(text) from p) = 3;
+rollback;
+select 'prefill_rolled_back_with_transaction', (select count(*) from bertfill_cache) = 0;
+select 'integrity', (select * from pragma_integrity_check) = 'ok';
