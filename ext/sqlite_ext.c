@@ -81,6 +81,16 @@
 **   bert_busy_timeout    DIRECTONLY     changes a process-wide setting
 **   bert_debug()         DIRECTONLY     reveals file paths and the
 **                                       environment; hashes the weight file
+**
+** Caveat: SQLite 3.40 (Debian 12) still runs a DIRECTONLY function named in
+** a CHECK constraint of a schema read from the file (views, triggers,
+** DEFAULT clauses are refused; generated columns and expression indexes
+** refuse bertfill anyway, as it is not deterministic).  Newer SQLite
+** refuses CHECK constraints too.
+**
+** The extension pins itself in memory (RTLD_NODELETE) on first load: loaded
+** models, the LRU and the engine's threads are process-wide and must
+** outlive the connection that loaded the library.
 */
 #include <stdio.h>
 #include <stdlib.h>
@@ -465,7 +475,10 @@ static const fn_def functions[] = {
 __declspec(dllexport)
 #endif
 int sqlite3_bertfill_init(sqlite3 *db, char **pzErrMsg, const sqlite3_api_routines *pApi) {
-  SQLITE_EXTENSION_INIT2(pApi);
+  /* SQLITE_EXTENSION_INIT2(pApi), but written only when it changes: every
+  ** connection passes the same routines, and other threads may be calling
+  ** bertfill functions (reading sqlite3_api) while this one loads it. */
+  if (sqlite3_api != pApi) sqlite3_api = pApi;
   if (sqlite3_libversion_number() < 3031000) {
     *pzErrMsg = sqlite3_mprintf("bertfill needs SQLite 3.31 or later (this is %s)", sqlite3_libversion());
     return SQLITE_ERROR;
