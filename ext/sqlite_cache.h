@@ -29,7 +29,11 @@
 ** write error just skips the write (counted as cache_skipped).  The write is
 ** a statement on the user's own connection: inside an open transaction it
 ** joins that transaction (and is rolled back with it); in autocommit mode it
-** commits at once, even from inside a read-only SELECT.
+** commits at once, even from inside a read-only SELECT.  So in autocommit
+** mode every miss is one commit (an fsync in rollback-journal mode):
+** bert_prefill groups the writes of each batch into one transaction; a long
+** SELECT with many misses is faster inside BEGIN ... COMMIT, or on a WAL
+** database with PRAGMA synchronous=NORMAL.
 */
 #ifndef BERTFILL_SQLITE_CACHE_H
 #define BERTFILL_SQLITE_CACHE_H
