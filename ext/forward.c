@@ -28,6 +28,7 @@
 #include <string.h>
 #include <time.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 
 #include "bertfill.h"
@@ -234,6 +235,8 @@ void dot_tile(float *y, int ldy, const float *x, const float *w, int K, const in
     __mmask16 m = tail16(K - k);
 #pragma GCC unroll 4
     for (int j = 0; j < J; j++) xv[j] = _mm512_maskz_loadu_ps(m, x + (size_t)j * K + k);
+#pragma GCC unroll 4  /* the next tile's rows of W, which follow these in memory */
+    for (int i = 0; i < R; i++) _mm_prefetch((const char *)(w + (size_t)(R + i) * K + k), _MM_HINT_T0);
 #pragma GCC unroll 4
     for (int i = 0; i < R; i++) {
       __m512 wv = _mm512_maskz_loadu_ps(m, w + (size_t)i * K + k);
@@ -288,6 +291,7 @@ static void *pool_helper(void *arg) {
     uint64_t t0 = now_ns();
     for (int spins = 1; atomic_load(&p->gen) == seen && !atomic_load(&p->quit); spins++) {
       _mm_pause();
+      if (spins % 64 == 0) sched_yield();  /* let the caller have this core if it needs it */
       if (spins % 64 == 0 && now_ns() - t0 > SPIN_NS) {
         pthread_mutex_lock(&p->mu);
         while (atomic_load(&p->gen) == seen && !atomic_load(&p->quit)) pthread_cond_wait(&p->cv, &p->mu);
@@ -350,7 +354,10 @@ static void small_gemm(bf_run *r, float *y, const float *x, const float *W, int 
   pthread_cond_broadcast(&p->cv);
   pthread_mutex_unlock(&p->mu);
   pool_share(p, 0);
-  while (atomic_load(&p->pending) > 0) _mm_pause();
+  for (int spins = 1; atomic_load(&p->pending) > 0; spins++) {
+    _mm_pause();
+    if (spins % 64 == 0) sched_yield();  /* a helper may be waiting for this core */
+  }
 }
 #else
 static int have_avx512(void) { return 0; }
