@@ -4,12 +4,14 @@
 #                                          -> $(BUILD)/fuzz/clang/fuzz_NAME
 #   make -f tests/fuzz/fuzz.mk replay      gcc -fsanitize=address,undefined + replay.c
 #                                          -> $(BUILD)/fuzz/gcc/fuzz_NAME
-# The engine and the SQLite layer (built with -DSQLITE_CORE, linked with the
-# system libsqlite3) are compiled again with the sanitizers, once per compiler.
+# The engine and the SQLite layer (built as for the loadable extension, then
+# linked into the program with the system libsqlite3 and registered with
+# sqlite3_auto_extension) are compiled again with the sanitizers, once per
+# compiler.
 BUILD   ?= build
 FB      := $(BUILD)/fuzz
 TARGETS := tokenizer json model sql
-SAN_CFLAGS := -O1 -g -march=x86-64-v2 -std=c11 -D_GNU_SOURCE -DSQLITE_CORE -Iext -Itests/fuzz \
+SAN_CFLAGS := -O1 -g -march=x86-64-v2 -std=c11 -D_GNU_SOURCE -Iext -Itests/fuzz \
               -fno-omit-frame-pointer -Wall -Wno-unused-parameter -Wno-unused-function
 LIBS    := -lsqlite3 -lutf8proc -ldl -lm -lpthread
 CLANG   ?= clang

@@ -4,7 +4,8 @@
 ** with arguments of every type the fuzzer can think of (NULL, integers,
 ** floats, text, blobs, invalid UTF-8, huge strings, zeroblobs, k = 0 /
 ** negative / huge / fractional / text) on an in-memory database, with the
-** extension linked in (ext/sqlite_*.c built with -DSQLITE_CORE) and the
+** extension linked in (ext/sqlite_*.c, registered with sqlite3_auto_extension
+** so that SQLite hands it its API table as to a loaded extension) and the
 ** tiny test model ($BF_FUZZ_MODELS/tiny) as BERTFILL_MODEL.
 **
 ** An input is a little program: up to 24 operations, each one opcode byte
@@ -34,6 +35,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
   setenv("BERTFILL_MODEL", tiny, 1);
   setenv("OPENBLAS_NUM_THREADS", "1", 1);
   setenv("BERTFILL_PROGRESS", "0", 1);
+  sqlite3_auto_extension((void (*)(void))sqlite3_bertfill_init);
   return 0;
 }
 
@@ -231,10 +233,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   sqlite3 *db = NULL;
   int rc = sqlite3_open(":memory:", &db);
   FUZZ_CHECK(rc == SQLITE_OK, "open");
-  char *err = NULL;
-  rc = sqlite3_bertfill_init(db, &err, NULL);
-  FUZZ_CHECK(rc == SQLITE_OK, "init: %s", err ? err : "?");
-  sqlite3_free(err);
   for (int op = 0; op < 24 && in.n > 0; op++) {
     switch (byte(&in) % 16) {
       case 0: case 1: run_sql(db, "SELECT bert_fill(?1)", 1, &in); break;
