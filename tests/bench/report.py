@@ -134,8 +134,19 @@ def main():
     v = [get(e, "first_run_ms") for _, e in peers]
     row("first inference after load, 8 tokens (ms)", [fmt(x) for x in v], ratio(v[0], v[1]), ratio(v[2], v[1]))
     hit = get(sql, "cache_hit_us")
-    row("cache hit: repeated bert_fill through SQL (µs per call)",
-        [fmt(hit)] + ["—"] * (len(peers) - 1), None, None)
+    dash = ["—"] * (len(peers) - 1)
+    row("cache hit: repeated bert_fill through SQL (µs per call)", [fmt(hit)] + dash, None, None)
+    th = get(sql, "cache_table_hit_us")
+    if th is not None:
+        row("… LRU missed, read from the bertfill_cache table (µs per call)", [fmt(th)] + dash, None, None)
+    rb = get(sql, "row_by_row_update")
+    if rb:
+        r = ratio(rb["sent_per_s"], get(ort, "batch", "256", "sent_per_s"))
+        row(f"UPDATE of {rb['sentences']} rows without bert_prefill, one encoder run per row (sentences/s)",
+            [fmt(rb["sent_per_s"])] + dash, r, None)
+    bl = get(sql, "bert_load_ms")
+    if bl is not None:
+        row("model load through SQL: SELECT bert_load(dir) (ms)", [fmt(bl)] + dash, ratio(bl, get(ort, "load_ms")), None)
     v = [get(e, "peak_rss_mb") for _, e in peers]
     row("peak RSS (MB)", [fmt(x) for x in v], ratio(v[0], v[1]), ratio(v[2], v[1]))
 
@@ -227,23 +238,49 @@ def main():
     lines.append("")
 
     # Where bertfill's time goes.
+    cfg = {}
+    try:
+        with open(os.path.join(os.path.dirname(vocab_path), "config.json")) as f:
+            cfg = json.load(f)
+    except OSError:
+        pass
+    H, I, L = cfg.get("hidden_size", 768), cfg.get("intermediate_size", 3072), cfg.get("num_hidden_layers", 12)
+    w_per_tok = 2 * (4 * H * H + 2 * H * I)          # GEMM flops per token per layer
+    w_bytes = L * (4 * H * H + 2 * H * I) * 4         # fp32 encoder weights streamed per pass
+
+    def rates(tokens, seqs, enc_ms, passes):
+        if not enc_ms:
+            return "n/a", "n/a"
+        avg = tokens / max(seqs, 1)
+        flops = L * (tokens * w_per_tok + seqs * 4 * avg * avg * H)
+        return f"{flops / enc_ms / 1e6:.0f}", f"{passes * w_bytes / enc_ms / 1e6:.1f}"
     if bf:
         lines.append("bertfill per stage (bf_run_timings, ms; medians for single sentences, totals for a batch round):")
         lines.append("")
-        lines.append("| | embed | encoder | MLM head | softmax+top-k | whole call |")
-        lines.append("|---|---|---|---|---|---|")
+        lines.append("| | embed | encoder | MLM head | softmax+top-k | whole call | encoder GFLOP/s | "
+                     "encoder weights read, GB/s |")
+        lines.append("|---|---|---|---|---|---|---|---|")
         for n in LENGTHS:
             s = get(bf, "single", n, "stages_median")
             if s:
+                gf, gb = rates(int(n), 1, s["encode_ms"], 1)
                 lines.append(f"| 1 sentence, {n} tokens | {fmt(s['embed_ms'])} | {fmt(s['encode_ms'])} | "
-                             f"{fmt(s['head_ms'])} | {fmt(s['topk_ms'])} | {fmt(get(bf, 'single', n, 'median_ms'))} |")
+                             f"{fmt(s['head_ms'])} | {fmt(s['topk_ms'])} | {fmt(get(bf, 'single', n, 'median_ms'))} | "
+                             f"{gf} | {gb} |")
         for b in BATCHES:
             s = get(bf, "batch", b, "stages_last_round")
             if s:
                 tot = get(bf, "batch", b, "seconds")
+                nb = get(bf, "batch_size") or 32
+                gf, gb = rates(s["tokens"], s["seqs"], s["encode_ms"], -(-s["seqs"] // nb))
                 lines.append(f"| batch {get(bf, 'batch', b, 'sentences')} ({s['tokens']} tokens) | {fmt(s['embed_ms'])} | "
                              f"{fmt(s['encode_ms'])} | {fmt(s['head_ms'])} | {fmt(s['topk_ms'])} | "
-                             f"{fmt(tot[-1] * 1e3) if tot else 'n/a'} |")
+                             f"{fmt(tot[-1] * 1e3) if tot else 'n/a'} | {gf} | {gb} |")
+        lines.append("")
+        lines.append(f"GFLOP/s: the encoder's arithmetic ({w_per_tok * L / 1e6:.0f} MFLOP per token for the GEMMs, "
+                     "plus attention) over the encoder time; GB/s: its fp32 weights "
+                     f"({w_bytes / 1e6:.0f} MB, read once per bf_fill call) over the same time.  One short sentence cannot go "
+                     "faster than reading those weights from memory once; a batch, than the GEMMs' arithmetic.")
         lines.append("")
     md = "\n".join(lines) + "\n"
     with open(os.path.join(d, "results.md"), "w", encoding="utf-8") as f:
