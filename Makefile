@@ -1,4 +1,5 @@
 # bertfill — build, test, benchmark.  See README.md.
+#   make deps       install the Debian packages needed (apt-get)
 #   make            build the loadable SQLite extension ./bertfill.so
 #   make demo       build and run a demo query in the sqlite3 shell
 #   make test       build everything and run the whole test suite
@@ -26,7 +27,7 @@ TEST_BIN := $(patsubst tests/c/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 
 EXTENSION ?= bertfill.so
 
-.PHONY: all demo test test-bins models asan valgrind bench fuzz soak load clean
+.PHONY: all deps demo test test-bins models asan valgrind bench fuzz soak load clean
 all: $(EXTENSION)
 
 $(BUILD)/obj/%.o: ext/%.c $(HEADERS)
@@ -49,6 +50,10 @@ test-bins: $(TEST_BIN)
 # Small random models (Hugging Face layout) used by the tests.
 models:
 	@$(PYTHON) model/make_test_models.py $(BUILD)/models
+
+# Debian packages for build, demo and tests (apt-get; sudo when not root).
+deps:
+	@bash .ci/install-deps
 
 demo: all
 	@bash sql/demo.sh
