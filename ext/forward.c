@@ -123,7 +123,7 @@ static uint64_t now_ns(void) {
 **     all of W on every call, which costs more than the arithmetic when T is
 **     one sentence or a few masks; this kernel reads each row of W straight
 **     from the mmap once and reuses it from L1 for every token: tiles of
-**     4 rows of W x 4 tokens keep 16 accumulators busy.  Sums run over K in 16
+**     3 rows of W x 8 tokens keep 24 accumulators busy.  Sums run over K in 16
 **     lanes and are reduced at the end (float accumulation, like any BLAS).
 **   - exp16: e^x by range reduction (x = n ln2 + r) and a degree-7 Taylor
 **     polynomial on |r| <= ln2/2 (error below 1 ulp of float).
@@ -134,6 +134,8 @@ static uint64_t now_ns(void) {
 #include <immintrin.h>
 #define HAVE_AVX512 1
 #define AVX512 __attribute__((target("avx512f,fma")))
+#define TILE_R 3  /* rows of W per tile of the small-M kernel */
+#define TILE_J 8  /* tokens per tile: 24 accumulators + 3 rows of W + 1 token in registers */
 
 static int have_avx512(void) {
   static atomic_int known = -1;
@@ -226,27 +228,27 @@ AVX512 static double exp_sum_avx512(float *dst, const float *x, int n, float mx)
 ** (R and J are constants after inlining, so acc[][] lives in registers). */
 static inline __attribute__((always_inline)) AVX512
 void dot_tile(float *y, int ldy, const float *x, const float *w, int K, const int R, const int J) {
-  __m512 acc[4][4], xv[4];
-#pragma GCC unroll 4
+  __m512 acc[TILE_R][TILE_J], wv[TILE_R];
+#pragma GCC unroll 8
   for (int i = 0; i < R; i++)
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int j = 0; j < J; j++) acc[i][j] = _mm512_setzero_ps();
   for (int k = 0; k < K; k += 16) {
     __mmask16 m = tail16(K - k);
-#pragma GCC unroll 4
-    for (int j = 0; j < J; j++) xv[j] = _mm512_maskz_loadu_ps(m, x + (size_t)j * K + k);
-#pragma GCC unroll 4  /* the next tile's rows of W, which follow these in memory */
+#pragma GCC unroll 8
+    for (int i = 0; i < R; i++) wv[i] = _mm512_maskz_loadu_ps(m, w + (size_t)i * K + k);
+#pragma GCC unroll 8  /* the next tile's rows of W, which follow these in memory */
     for (int i = 0; i < R; i++) _mm_prefetch((const char *)(w + (size_t)(R + i) * K + k), _MM_HINT_T0);
-#pragma GCC unroll 4
-    for (int i = 0; i < R; i++) {
-      __m512 wv = _mm512_maskz_loadu_ps(m, w + (size_t)i * K + k);
-#pragma GCC unroll 4
-      for (int j = 0; j < J; j++) acc[i][j] = _mm512_fmadd_ps(wv, xv[j], acc[i][j]);
+#pragma GCC unroll 8
+    for (int j = 0; j < J; j++) {
+      __m512 xv = _mm512_maskz_loadu_ps(m, x + (size_t)j * K + k);
+#pragma GCC unroll 8
+      for (int i = 0; i < R; i++) acc[i][j] = _mm512_fmadd_ps(wv[i], xv, acc[i][j]);
     }
   }
-#pragma GCC unroll 4
+#pragma GCC unroll 8
   for (int i = 0; i < R; i++)
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int j = 0; j < J; j++) y[(size_t)j * ldy + i] = _mm512_reduce_add_ps(acc[i][j]);
 }
 
@@ -254,15 +256,17 @@ void dot_tile(float *y, int ldy, const float *x, const float *w, int K, const in
 AVX512 static void small_gemm_cols(float *y, const float *x, const float *W,
                                    int T, int N, int K, int o0, int o1) {
   int o = o0;
-  for (; o + 4 <= o1; o += 4) {
+  for (; o + TILE_R <= o1; o += TILE_R) {
     const float *w = W + (size_t)o * K;
     int t = 0;
-    for (; t + 4 <= T; t += 4) dot_tile(y + (size_t)t * N + o, N, x + (size_t)t * K, w, K, 4, 4);
-    for (; t < T; t++)         dot_tile(y + (size_t)t * N + o, N, x + (size_t)t * K, w, K, 4, 1);
+    for (; t + TILE_J <= T; t += TILE_J) dot_tile(y + (size_t)t * N + o, N, x + (size_t)t * K, w, K, TILE_R, TILE_J);
+    for (; t + 4 <= T; t += 4) dot_tile(y + (size_t)t * N + o, N, x + (size_t)t * K, w, K, TILE_R, 4);
+    for (; t < T; t++)         dot_tile(y + (size_t)t * N + o, N, x + (size_t)t * K, w, K, TILE_R, 1);
   }
   for (; o < o1; o++) {
     const float *w = W + (size_t)o * K;
     int t = 0;
+    for (; t + TILE_J <= T; t += TILE_J) dot_tile(y + (size_t)t * N + o, N, x + (size_t)t * K, w, K, 1, TILE_J);
     for (; t + 4 <= T; t += 4) dot_tile(y + (size_t)t * N + o, N, x + (size_t)t * K, w, K, 1, 4);
     for (; t < T; t++)         dot_tile(y + (size_t)t * N + o, N, x + (size_t)t * K, w, K, 1, 1);
   }
@@ -278,7 +282,7 @@ AVX512 static void small_gemm_cols(float *y, const float *x, const float *W,
 
 /* Share i of p->nt: a range of columns, a multiple of 4 wide. */
 static void pool_share(pool *p, int i) {
-  int per = ((p->N + p->nt - 1) / p->nt + 3) & ~3;
+  int per = ((p->N + p->nt - 1) / p->nt + TILE_R - 1) / TILE_R * TILE_R;
   long o0 = (long)i * per, o1 = o0 + per < p->N ? o0 + per : p->N;
   if (o0 < o1) small_gemm_cols(p->y, p->x, p->w, p->T, p->N, p->K, (int)o0, (int)o1);
 }
