@@ -224,6 +224,46 @@ AVX512 static double exp_sum_avx512(float *dst, const float *x, int n, float mx)
   return _mm512_reduce_add_pd(_mm512_add_pd(s0, s1));
 }
 
+/* In place: x = LayerNorm(x) * g + b over n floats, mean and variance in double. */
+AVX512 static void layernorm_avx512(float *x, const float *g, const float *b, int n, float eps) {
+  __m512d s0 = _mm512_setzero_pd(), s1 = _mm512_setzero_pd();
+  for (int i = 0; i < n; i += 16) {
+    __m512 v = _mm512_maskz_loadu_ps(tail16(n - i), x + i);
+    s0 = _mm512_add_pd(s0, _mm512_cvtps_pd(_mm512_castps512_ps256(v)));
+    s1 = _mm512_add_pd(s1, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))));
+  }
+  double mean = _mm512_reduce_add_pd(_mm512_add_pd(s0, s1)) / n;
+  __m512d vm = _mm512_set1_pd(mean);
+  s0 = _mm512_setzero_pd(); s1 = _mm512_setzero_pd();
+  for (int i = 0; i < n; i += 16) {
+    __mmask16 m = tail16(n - i);
+    __m512 v = _mm512_maskz_loadu_ps(m, x + i);
+    __m512d d0 = _mm512_maskz_sub_pd((__mmask8)m, _mm512_cvtps_pd(_mm512_castps512_ps256(v)), vm);
+    __m512d d1 = _mm512_maskz_sub_pd((__mmask8)(m >> 8),
+        _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))), vm);
+    s0 = _mm512_fmadd_pd(d0, d0, s0);
+    s1 = _mm512_fmadd_pd(d1, d1, s1);
+  }
+  double var = _mm512_reduce_add_pd(_mm512_add_pd(s0, s1)) / n;
+  __m512 mf = _mm512_set1_ps((float)mean), rstd = _mm512_set1_ps((float)(1.0 / sqrt(var + eps)));
+  for (int i = 0; i < n; i += 16) {
+    __mmask16 m = tail16(n - i);
+    __m512 v = _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), mf), rstd);
+    v = _mm512_fmadd_ps(v, _mm512_maskz_loadu_ps(m, g + i), _mm512_maskz_loadu_ps(m, b + i));
+    _mm512_mask_storeu_ps(x + i, m, v);
+  }
+}
+
+/* x[i] += a[i] + b[i] (b may be NULL) for i < n. */
+AVX512 static void add_avx512(float *x, const float *a, const float *b, int n) {
+  for (int i = 0; i < n; i += 16) {
+    __mmask16 m = tail16(n - i);
+    __m512 v = _mm512_maskz_loadu_ps(m, a + i);
+    if (b) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, b + i));
+    _mm512_mask_storeu_ps(x + i, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, x + i), v));
+  }
+}
+
 /* y[j*ldy + i] = dot(w[i*K ...], x[j*K ...]) for i < R rows of W, j < J tokens
 ** (R and J are constants after inlining, so acc[][] lives in registers). */
 static inline __attribute__((always_inline)) AVX512
@@ -369,33 +409,41 @@ static int have_avx512(void) { return 0; }
 
 /* ------------------------------------------------------------ the layers */
 
-/* y[n] = LayerNorm(x[n]) * g + b, mean and variance in double. y may be x. */
-static void layernorm(float *y, const float *x, const float *g, const float *b, int n, float eps) {
+/* In place: x[n] = LayerNorm(x[n]) * g + b, mean and variance in double. */
+static void layernorm(float *x, const float *g, const float *b, int n, float eps) {
+#ifdef HAVE_AVX512
+  if (have_avx512()) { layernorm_avx512(x, g, b, n, eps); return; }
+#endif
   double mean = 0, var = 0;
   for (int i = 0; i < n; i++) mean += x[i];
   mean /= n;
   for (int i = 0; i < n; i++) { double d = x[i] - mean; var += d * d; }
   var /= n;
   float m = (float)mean, rstd = (float)(1.0 / sqrt(var + eps));
-  for (int i = 0; i < n; i++) y[i] = (x[i] - m) * rstd * g[i] + b[i];
+  for (int i = 0; i < n; i++) x[i] = (x[i] - m) * rstd * g[i] + b[i];
 }
 
-/* x[t] = LayerNorm(x[t] + y[t] + bias) for each of T rows of width n. */
+/* x[i] += a[i] + b[i] for i < n; b may be NULL. */
+static void add(float *x, const float *a, const float *b, int n) {
+#ifdef HAVE_AVX512
+  if (have_avx512()) { add_avx512(x, a, b, n); return; }
+#endif
+  if (b) for (int i = 0; i < n; i++) x[i] += a[i] + b[i];
+  else   for (int i = 0; i < n; i++) x[i] += a[i];
+}
+
+/* x[t] = LayerNorm(x[t] + (y[t] + bias)) for each of T rows of width n. */
 static void add_bias_residual_layernorm(float *x, const float *y, const float *bias,
                                         const float *g, const float *b, int T, int n, float eps) {
   for (int t = 0; t < T; t++) {
-    float *xr = x + (size_t)t * n;
-    const float *yr = y + (size_t)t * n;
-    for (int i = 0; i < n; i++) xr[i] += yr[i] + bias[i];
-    layernorm(xr, xr, g, b, n, eps);
+    add(x + (size_t)t * n, y + (size_t)t * n, bias, n);
+    layernorm(x + (size_t)t * n, g, b, n, eps);
   }
 }
 
+/* y[t] += bias for each of T rows of width n. */
 static void add_bias(float *y, const float *bias, int T, int n) {
-  for (int t = 0; t < T; t++) {
-    float *yr = y + (size_t)t * n;
-    for (int i = 0; i < n; i++) yr[i] += bias[i];
-  }
+  for (int t = 0; t < T; t++) add(y + (size_t)t * n, bias, NULL, n);
 }
 
 /* y = gelu(y + bias) = z/2 (1 + erf(z/sqrt 2)), the exact form, for T rows of width n. */
@@ -651,8 +699,10 @@ int bf_fill(const bf_model *m, bf_run *r, int nseq, const bf_tokens *seqs,
       const float *we = m->word_emb + (size_t)t->ids[p] * H;
       const float *pe = m->pos_emb + (size_t)p * H;
       const float *te = m->type_emb;  /* token type 0 */
-      for (int i = 0; i < H; i++) xr[i] = (we[i] + te[i]) + pe[i];
-      layernorm(xr, xr, m->emb_ln_g, m->emb_ln_b, H, eps);
+      memcpy(xr, we, H * sizeof(float));  /* (word + type) + position, PyTorch's order */
+      add(xr, te, NULL, H);
+      add(xr, pe, NULL, H);
+      layernorm(xr, m->emb_ln_g, m->emb_ln_b, H, eps);
       if (t->ids[p] == mask_id) mrow[mi++] = row;
     }
   }
@@ -675,7 +725,7 @@ int bf_fill(const bf_model *m, bf_run *r, int nseq, const bf_tokens *seqs,
     add_bias_gelu(hm2, m->head_b, n, H);
     for (int i = 0; i < n; i++) {
       float *hr = hm2 + (size_t)i * H;
-      layernorm(hr, hr, m->head_ln_g, m->head_ln_b, H, eps);
+      layernorm(hr, m->head_ln_g, m->head_ln_b, H, eps);
     }
     matmul(r, logits, hm2, m->dec_w, n, V, H);
     add_bias(logits, m->dec_b, n, V);
