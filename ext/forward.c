@@ -29,6 +29,7 @@
 #include <time.h>
 #include <pthread.h>
 #include <sched.h>
+#include <unistd.h>
 #include <stdatomic.h>
 
 #include "bertfill.h"
@@ -64,6 +65,7 @@ typedef struct pool {
   int nt;                         /* threads sharing the current job, caller included */
   float *y; const float *x, *w;   /* the job: y[T,N] = x[T,K] w[N,K]^T */
   int T, N, K;
+  pid_t pid;                      /* process that started the helpers */
 } pool;
 
 struct bf_run {
@@ -355,11 +357,14 @@ static void *pool_helper(void *arg) {
 static int pool_grow(bf_run *r, int want) {
   if (want > MAX_THREADS) want = MAX_THREADS;
   if (want <= 1) return 1;
+  if (r->pool && r->pool->pid != getpid())
+    r->pool = NULL;  /* a child after fork(): the helpers stayed in the parent; leave theirs alone */
   if (!r->pool) {
     pool *p = calloc(1, sizeof *p);
     if (!p) return 1;
     if (pthread_mutex_init(&p->mu, NULL) != 0) { free(p); return 1; }
     if (pthread_cond_init(&p->cv, NULL) != 0) { pthread_mutex_destroy(&p->mu); free(p); return 1; }
+    p->pid = getpid();
     r->pool = p;
   }
   pool *p = r->pool;
@@ -373,7 +378,7 @@ static int pool_grow(bf_run *r, int want) {
 }
 
 static void pool_free(pool *p) {
-  if (!p) return;
+  if (!p || p->pid != getpid()) return;  /* after fork(), the helpers are the parent's */
   pthread_mutex_lock(&p->mu);
   atomic_store(&p->quit, 1);
   pthread_cond_broadcast(&p->cv);
