@@ -16,11 +16,16 @@
 **     logits = h Wdec^T + bdec                                [M, vocab]
 **     p      = softmax(logits), keep the k largest
 **
-** Every matrix product goes through bf_sgemm (blas.h) on the weights as
-** PyTorch stores them ([out, in], so transB = 1); the rest are plain loops
-** over rows.  A bf_run holds the scratch buffers (grown on demand, kept for
-** the next call) and the stage timings of the last call.
+** The weights are used as PyTorch stores them ([out, in], so y = x W^T).
+** Matrix products over many tokens go through bf_sgemm (OpenBLAS, blas.h).
+** Up to BF_SMALL_M rows (one sentence, a few masks), where OpenBLAS would
+** spend most of its time repacking the weights, an AVX-512 kernel in this file
+** reads them in place, sharing the work with helper threads of the run.  The
+** rest is loops over rows (AVX-512 when the CPU has it, plain C otherwise).
+** A bf_run holds the scratch buffers (grown on demand, kept for the next call),
+** the helper threads and the stage timings of the last call.
 */
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -51,7 +56,7 @@
 /* A growable scratch buffer. */
 typedef struct buf { void *p; size_t cap; } buf;
 
-/* Helper threads for the small-M kernel (see "small GEMMs" below). */
+/* Helper threads for the small-M kernel (see "AVX-512 kernels" below). */
 typedef struct helper_arg { struct pool *p; int i; unsigned seen; } helper_arg;
 typedef struct pool {
   int n;                          /* helper threads started (the caller is one more) */
@@ -96,15 +101,17 @@ static int fail(char *err, size_t errlen, int code, const char *fmt, ...) {
   return code;
 }
 
-/* Make b hold at least n elements of size sz.  On failure the old contents
-** stay valid and NULL is returned. */
+/* Make b hold at least n elements of size sz (contents are not kept).  A
+** buffer far larger than needed (left by a huge batch) is given back.  On
+** failure b is unchanged and NULL is returned. */
 static void *need(buf *b, size_t n, size_t sz) {
   if (n == 0) n = 1;
   if (n > SIZE_MAX / sz) return NULL;
   size_t bytes = n * sz;
-  if (bytes <= b->cap) return b->p;
-  void *p = realloc(b->p, bytes);
+  if (bytes <= b->cap && !(b->cap > ((size_t)64 << 20) && bytes < b->cap / 4)) return b->p;
+  void *p = malloc(bytes);
   if (!p) return NULL;
+  free(b->p);
   b->p = p;
   b->cap = bytes;
   return p;
@@ -623,7 +630,8 @@ void bf_run_free(bf_run *r) {
 }
 
 const bf_timings *bf_run_timings(const bf_run *r) {
-  return &r->t;
+  static const bf_timings none;
+  return r ? &r->t : &none;
 }
 
 int bf_fill(const bf_model *m, bf_run *r, int nseq, const bf_tokens *seqs,
@@ -672,6 +680,8 @@ int bf_fill(const bf_model *m, bf_run *r, int nseq, const bf_tokens *seqs,
   }
   if (M == 0) return BF_OK;  /* nothing to fill: nothing to run */
   if (!out) return fail(err, errlen, BF_ERR_INPUT, "bf_fill: no output array");
+  if (T > INT_MAX / 4)
+    return fail(err, errlen, BF_ERR_NOMEM, "a batch of %zu tokens is too large; split it", T);
 
   /* ---- scratch memory ---- */
   int Lmax = 0;
