@@ -63,10 +63,12 @@ static char *path_join(const char *dir, const char *name) {
   return p;
 }
 
+/* 1: exists, 0: does not, -1: out of memory. */
 static int file_exists(const char *dir, const char *name) {
   char *p = path_join(dir, name);
+  if (!p) return -1;
   struct stat st;
-  int ok = p && stat(p, &st) == 0;
+  int ok = stat(p, &st) == 0;
   free(p);
   return ok;
 }
@@ -500,12 +502,14 @@ bf_model *bf_model_load(const char *dir, char *err, size_t errlen) {
   }
 
   /* model.safetensors */
-  if (!file_exists(dir, "model.safetensors")) {
-    if (file_exists(dir, "model.safetensors.index.json"))
+  int have_st = file_exists(dir, "model.safetensors");
+  if (have_st < 0) { seterr(err, errlen, "out of memory"); goto fail; }
+  if (!have_st) {
+    if (file_exists(dir, "model.safetensors.index.json") > 0)
       seterr(err, errlen, "%s: missing; the model is split into several safetensors files "
              "(model.safetensors.index.json), which bertfill does not read: merge them into one "
              "model.safetensors", spath);
-    else if (file_exists(dir, "pytorch_model.bin"))
+    else if (file_exists(dir, "pytorch_model.bin") > 0)
       seterr(err, errlen, "%s: missing; pytorch_model.bin is not supported (it is a pickle): "
              "convert it with  python3 -c \"import torch; from safetensors.torch import save_file; "
              "sd = torch.load('pytorch_model.bin', map_location='cpu'); "
