@@ -322,14 +322,15 @@ AVX512 static void small_gemm_cols(float *y, const float *x, const float *W,
 }
 
 /* ---- helper threads for small_gemm ----
-** OpenBLAS's threads are idle while this kernel runs (it is only used for
-** GEMMs OpenBLAS would have run), so the run's own helpers take the other
-** cores: bf_blas_threads() threads in all, the caller included.  A helper
+** The kernel replaces OpenBLAS calls, so OpenBLAS's own threads are idle while
+** it runs and the run's helpers take the other cores: bf_blas_threads()
+** threads in all (the caller included), so a thread setting made for OpenBLAS
+** holds here too.  A helper
 ** spins briefly for the next job (the GEMMs of a forward pass come every few
 ** tens of microseconds), then sleeps on a condition variable. */
 #define SPIN_NS 500000
 
-/* Share i of p->nt: a range of columns, a multiple of 4 wide. */
+/* Share i of p->nt: a range of columns, a multiple of TILE_R wide. */
 static void pool_share(pool *p, int i) {
   int per = ((p->N + p->nt - 1) / p->nt + TILE_R - 1) / TILE_R * TILE_R;
   long o0 = (long)i * per, o1 = o0 + per < p->N ? o0 + per : p->N;
@@ -458,20 +459,19 @@ static void add_bias(float *y, const float *bias, int T, int n) {
   for (int t = 0; t < T; t++) add(y + (size_t)t * n, bias, NULL, n);
 }
 
-/* y = gelu(y + bias) = z/2 (1 + erf(z/sqrt 2)), the exact form, for T rows of width n. */
-static void add_bias_gelu(float *y, const float *bias, int T, int n) {
-  int vec = have_avx512();
-  for (int t = 0; t < T; t++) {
-    float *yr = y + (size_t)t * n;
+/* y[i] = gelu(y[i] + bias[i]) = z/2 (1 + erf(z/sqrt 2)), the exact (erf) form, for i < n. */
+static void gelu_row(float *y, const float *bias, int n) {
 #ifdef HAVE_AVX512
-    if (vec) { gelu_row_avx512(yr, bias, n); continue; }
+  if (have_avx512()) { gelu_row_avx512(y, bias, n); return; }
 #endif
-    for (int i = 0; i < n; i++) {
-      float z = yr[i] + bias[i];
-      yr[i] = 0.5f * z * (1.0f + erff(z * (float)M_SQRT1_2));
-    }
+  for (int i = 0; i < n; i++) {
+    float z = y[i] + bias[i];
+    y[i] = 0.5f * z * (1.0f + erff(z * (float)M_SQRT1_2));
   }
-  (void)vec;
+}
+
+static void add_bias_gelu(float *y, const float *bias, int T, int n) {
+  for (int t = 0; t < T; t++) gelu_row(y + (size_t)t * n, bias, n);
 }
 
 /* The largest of x[0..n) into *max; returns 0 if some x[i] is NaN or infinite. */
