@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# oom.sh — builds the allocation-failure shim (failmalloc.c) and the driver
+# (oom.c) and runs it: every allocation of each scenario's call fails in
+# turn (OOM_STEP=k: every k-th past the 50th; default 1 = all).  Prints
+# "ok oom_SCENARIO (...)" or "FAIL oom_SCENARIO: ..." per scenario.  (Not
+# under valgrind or ASan: their allocators bypass the shim; a scenario that
+# counted no allocation fails.)
+set -u
+cd "$(dirname "$0")/../.."
+BUILD=${BUILD:-build}
+EXT=${BERTFILL_EXT:-./bertfill}
+case "$EXT" in /*) ;; *) EXT=$PWD/$EXT ;; esac
+out=$BUILD/reliability
+mkdir -p "$out"
+cc -O1 -g -shared -fPIC -o "$out/failmalloc.so" tests/reliability/failmalloc.c -ldl || { echo "FAIL oom_build: failmalloc.c"; exit 1; }
+cc -O1 -g -Wall -o "$out/oom" tests/reliability/oom.c -lsqlite3 -ldl || { echo "FAIL oom_build: oom.c"; exit 1; }
+for m in tiny tiny-legacy; do
+  [ -d "$BUILD/models/$m" ] || { echo "FAIL oom: no model $BUILD/models/$m (make models)"; exit 1; }
+done
+log=$(mktemp); trap 'rm -f "$log"' EXIT
+LD_PRELOAD=$PWD/$out/failmalloc.so OPENBLAS_NUM_THREADS=1 "$out/oom" "$EXT" \
+  "$BUILD/models/tiny" "$BUILD/models/tiny-legacy" "${OOM_STEP:-1}" >"$log" 2>&1
+rc=$?
+for s in fill candidates tokenize prefill load first_use; do
+  line=$(grep "^$s " "$log")
+  if [ -z "$line" ]; then echo "FAIL oom_$s: no result (the driver died? exit $rc)"; continue; fi
+  if echo "$line" | grep -qE "^$s +0 allocations"; then
+    echo "FAIL oom_$s: no allocation was counted (the shim is not in effect)"
+  elif echo "$line" | grep -q ', 0 other errors, 0 wrong$'; then
+    echo "ok oom_$s ($(echo "$line" | sed "s/^$s *//"))"
+  else
+    echo "FAIL oom_$s: $line"
+  fi
+done
+if [ $rc -ne 0 ]; then echo "FAIL oom_driver: exit status $rc"; grep -v '^[a-z_]* .*allocations per call' "$log" | head -30; fi
+exit 0
