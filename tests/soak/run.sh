@@ -9,9 +9,7 @@
 #   4. many processes x many cache writes, WAL and rollback journal, and
 #      SIGKILL mid-write (tests/t_multiprocess.py, larger)
 #   5. out-of-memory: every allocation of a call failed in turn
-#      (tests/reliability/oom.sh, all N)
-#   6. a model file rewritten / truncated on disk while loaded
-#      (tests/reliability/model_changed.sh)
+#      (tests/reliability/oom.sh; also in make test)
 # Prints ok / FAIL / skip lines like a test suite; exits 1 on any FAIL.
 set -u
 cd "$(dirname "$0")/../.."
@@ -50,7 +48,6 @@ threads_base() {
 step threads_bert_base threads_base
 step tsan bash tests/reliability/tsan.sh small "${SOAK_TSAN_THREADS:-8}" "${SOAK_TSAN_CALLS:-100}"
 step multiprocess env MP_PROCS=${SOAK_PROCS:-8} MP_CALLS=${SOAK_PROC_CALLS:-1000} MP_TEXTS=3000 $PY tests/t_multiprocess.py
-[ -e tests/reliability/oom.sh ] && step oom env OOM_ALL=1 bash tests/reliability/oom.sh
-[ -e tests/reliability/model_changed.sh ] && step model_changed bash tests/reliability/model_changed.sh
+step oom bash tests/reliability/oom.sh
 echo "soak: $fails step(s) failed"
 [ "$fails" -eq 0 ]
