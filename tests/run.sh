@@ -26,8 +26,8 @@ for suite in tests/t_*.sh tests/t_*.py; do
   if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
     f=1; echo "FAIL $name: exited with status $rc" >>"$log"
   fi
-  secs=$(echo "$(date +%s.%N) - $start" | bc 2>/dev/null || echo "?")
-  printf '== %-28s %4d passed %3d failed %3d skipped  (%ss)\n' "$name" "$p" "$f" "$s" "${secs%.*}"
+  secs=$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+  printf '== %-28s %4d passed %3d failed %3d skipped  (%ss)\n' "$name" "$p" "$f" "$s" "$secs"
   grep -E '^(FAIL|skip) ' "$log" | sed 's/^/   /'
   if [ "$f" -ne 0 ]; then echo "   --- last output of $name:"; tail -n 30 "$log" | sed 's/^/   | /'; fi
   pass=$((pass+p)); fail=$((fail+f)); skip=$((skip+s))
