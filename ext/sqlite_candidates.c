@@ -288,9 +288,15 @@ static int cand_column(sqlite3_vtab_cursor *cursor, sqlite3_context *ctx, int co
       const char *tok = bf_model_token(cur->m, cd->id);
       if (!tok) tok = "";
       int at = cur->off[mask];
-      char *z = sqlite3_mprintf("%.*s%s%.*s", at, cur->text, tok, cur->n - at - 6, cur->text + at + 6);
+      /* lengths, not %.*s: the text may hold NUL bytes */
+      size_t tl = strlen(tok), rest = (size_t)(cur->n - at - 6), len = (size_t)at + tl + rest;
+      char *z = sqlite3_malloc64(len + 1);
       if (!z) return SQLITE_NOMEM;
-      sqlite3_result_text(ctx, z, -1, sqlite3_free);
+      memcpy(z, cur->text, (size_t)at);
+      memcpy(z + at, tok, tl);
+      memcpy(z + at + tl, cur->text + at + 6, rest);
+      z[len] = 0;
+      sqlite3_result_text64(ctx, z, len, sqlite3_free, SQLITE_UTF8);
       break;
     }
     case COL_TEXT: sqlite3_result_text(ctx, cur->text, cur->n, SQLITE_TRANSIENT); break;

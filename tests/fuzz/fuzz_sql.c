@@ -179,7 +179,7 @@ static void candidates(sqlite3 *db, in_t *in, int with_k) {
   int rc, rows = 0, last_mask = -1, last_rank = 0, masks = 0;
   double last_score = 2;
   char *seq1 = NULL, *text1 = NULL;
-  int text1_len = 0;
+  int text1_len = 0, seq1_len = 0;
   while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
     int mask = sqlite3_column_int(st, 0), rank = sqlite3_column_int(st, 1);
     sqlite3_int64 id = sqlite3_column_int64(st, 3);
@@ -205,7 +205,9 @@ static void candidates(sqlite3 *db, in_t *in, int with_k) {
       text1_len = sqlite3_column_bytes(st, 6);
       if (tx) { text1 = malloc((size_t)text1_len + 1); memcpy(text1, tx, (size_t)text1_len + 1); }
       const char *s = (const char *)sqlite3_column_text(st, 5);
-      seq1 = s ? strdup(s) : NULL;
+      seq1_len = sqlite3_column_bytes(st, 5);
+      seq1 = NULL;
+      if (s) { seq1 = malloc((size_t)seq1_len + 1); memcpy(seq1, s, (size_t)seq1_len + 1); }
     }
     last_rank = rank; last_score = score;
     rows++;
@@ -218,8 +220,18 @@ static void candidates(sqlite3 *db, in_t *in, int with_k) {
     int frc = sqlite3_step(f);
     FUZZ_CHECK(frc == SQLITE_ROW, "bert_fill after fill_candidates: %s", sqlite3_errmsg(db));
     const char *filled = (const char *)sqlite3_column_text(f, 0);
-    FUZZ_CHECK(filled && strcmp(filled, seq1) == 0, "bert_fill '%s' but rank-1 sequence '%s'",
-               filled ? filled : "(null)", seq1);
+    int flen = sqlite3_column_bytes(f, 0);
+    if (!(filled && flen == seq1_len && memcmp(filled, seq1, (size_t)flen) == 0)) {
+      fprintf(stderr, "text (%d bytes):", text1_len);
+      for (int i = 0; i < text1_len; i++) fprintf(stderr, " %02x", (unsigned char)text1[i]);
+      fprintf(stderr, "\nbert_fill (%d bytes):", flen);
+      for (int i = 0; filled && i < flen; i++) fprintf(stderr, " %02x", (unsigned char)filled[i]);
+      fprintf(stderr, "\nsequence (%d bytes):", seq1_len);
+      for (int i = 0; i < seq1_len; i++) fprintf(stderr, " %02x", (unsigned char)seq1[i]);
+      fputc('\n', stderr);
+    }
+    FUZZ_CHECK(filled && flen == seq1_len && memcmp(filled, seq1, (size_t)flen) == 0,
+               "bert_fill '%s' but rank-1 sequence '%s'", filled ? filled : "(null)", seq1);
     sqlite3_finalize(f);
   }
   free(text1);
