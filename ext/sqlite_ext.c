@@ -44,9 +44,12 @@
 ** user's transaction when one is open.
 **
 ** Settings and diagnostics:
-**   SELECT bert_threads(2);            -- OpenBLAS threads (default: cores)
+**   SELECT bert_threads(2);            -- threads per encoder run (default: cores)
 **   SELECT bert_max_concurrent(4);     -- encoder runs at once in the process
+**                                      -- (default, and 0: cores / threads)
 **   SELECT bert_busy_timeout(500);     -- ms to wait for a free encoder slot
+**   SELECT bert_batching(0);           -- 1 (default): concurrent calls share
+**                                      -- encoder runs (sqlite_batcher.c)
 **   SELECT bert_debug();               -- JSON: BLAS core, model, cache, ...
 **   SELECT bert_stats();  SELECT * FROM bertfill_stats;   -- sqlite_stats.c
 **
@@ -79,6 +82,7 @@
 **   bert_threads(n)      DIRECTONLY     changes a process-wide setting
 **   bert_max_concurrent  DIRECTONLY     changes a process-wide setting
 **   bert_busy_timeout    DIRECTONLY     changes a process-wide setting
+**   bert_batching        DIRECTONLY     changes a process-wide setting
 **   bert_debug()         DIRECTONLY     reveals file paths and the
 **                                       environment; hashes the weight file
 **
@@ -99,6 +103,7 @@
 #include "sqlite3ext.h"
 SQLITE_EXTENSION_INIT1
 #include "sqlite_ext.h"
+#include "sqlite_batcher.h"
 #include "sqlite_cache.h"
 #include "sqlite_stats.h"
 #include "stats.h"
@@ -384,6 +389,15 @@ static void fn_busy_timeout(sqlite3_context *ctx, int argc, sqlite3_value **argv
   sqlite3_result_int(ctx, bfx_guard_timeout_ms());
 }
 
+static void fn_batching(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+  sqlite3_int64 n;
+  if (argc > 0 && sqlite3_value_type(argv[0]) != SQLITE_NULL) {
+    if (!int_arg(ctx, argv[0], "bert_batching: 1 (on) or 0 (off)", 0, 1, &n)) return;
+    bfx_batching_set((int)n);
+  }
+  sqlite3_result_int(ctx, bfx_batching());
+}
+
 /* ---- bert_debug() ---- */
 
 static void fn_debug(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
@@ -439,8 +453,13 @@ static void fn_debug(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
                       "\"lru_max_bytes\":%lld,\"min_k\":%d}",
                       cache_mode_name(c->cache_mode), BFC_TABLE, (long long)c->cache_limit, lru_n,
                       bfc_lru_max_entries(), (long long)lru_b, (long long)bfc_lru_max_bytes(), BFX_MIN_K);
-  sqlite3_str_appendf(o, ",\"guard\":{\"max_concurrent\":%d,\"in_flight\":%d,\"busy_timeout_ms\":%d}}",
-                      bfx_guard_max(), bfx_guard_in_flight(), bfx_guard_timeout_ms());
+  sqlite3_str_appendf(o, ",\"guard\":{\"max_concurrent\":%d,\"max_concurrent_auto\":%s,"
+                      "\"in_flight\":%d,\"busy_timeout_ms\":%d}",
+                      bfx_guard_max(), bfx_guard_max_auto() ? "true" : "false",
+                      bfx_guard_in_flight(), bfx_guard_timeout_ms());
+  sqlite3_str_appendf(o, ",\"batching\":{\"on\":%s,\"max_seqs\":%d,\"max_tokens\":%d,\"queued\":%d}}",
+                      bfx_batching() ? "true" : "false", BFX_BATCH_MAX_SEQS, BFX_BATCH_MAX_TOKENS,
+                      bfx_batch_queued());
   result_str(ctx, o);
 }
 
@@ -469,6 +488,8 @@ static const fn_def functions[] = {
   { "bert_max_concurrent", 1, fn_max_concurrent },
   { "bert_busy_timeout", 0, fn_busy_timeout },
   { "bert_busy_timeout", 1, fn_busy_timeout },
+  { "bert_batching", 0, fn_batching },
+  { "bert_batching", 1, fn_batching },
 };
 
 #ifdef _WIN32

@@ -9,6 +9,8 @@
 **   sqlite_guard.c       overload guard: bounded number of concurrent encoder
 **                        runs, bounded wait, and the pool of bf_run scratch
 **   sqlite_cache.c/.h    memo cache: process-wide LRU + bertfill_cache table
+**   sqlite_batcher.c/.h  dynamic batching: concurrent callers' sequences
+**                        merged into one encoder run
 **   sqlite_fill.c        one lookup-or-encode step shared by every function;
 **                        text helpers (arguments, UTF-8, "[MASK]" positions)
 **   sqlite_candidates.c  the fill_candidates table-valued function
@@ -69,9 +71,17 @@ void bfx_pin_library(void);
 ** On timeout returns NULL with *err = "bertfill: busy: ..." and *busy = 1;
 ** on allocation failure NULL with *busy = 0 and *err = NULL. */
 bf_run *bfx_guard_acquire(uint64_t *waited_ns, char **err, int *busy);
+/* The same, waiting at most until deadline_ns (CLOCK_MONOTONIC, bf_now_ns). */
+bf_run *bfx_guard_acquire_until(uint64_t deadline_ns, uint64_t *waited_ns, char **err, int *busy);
+/* A slot only if one is free now: NULL when none (*nomem = 0) or out of
+** memory (*nomem = 1). */
+bf_run *bfx_guard_try_acquire(int *nomem);
+/* from_ns + the busy timeout. */
+uint64_t bfx_guard_deadline_ns(uint64_t from_ns);
 void bfx_guard_release(bf_run *r);
-int bfx_guard_max(void);            /* max concurrent encoder runs */
-void bfx_guard_set_max(int n);      /* n <= 0: number of cores */
+int bfx_guard_max(void);            /* max concurrent encoder runs in effect */
+void bfx_guard_set_max(int n);      /* n <= 0: automatic, max(1, cores / threads) */
+int bfx_guard_max_auto(void);       /* 1 when the bound is the automatic one */
 int bfx_guard_timeout_ms(void);
 void bfx_guard_set_timeout_ms(int ms);
 int bfx_guard_in_flight(void);
@@ -117,6 +127,9 @@ int bfx_fill(const char *fname, bfx_conn *c, bf_model *m, const bf_tokens *t,
 ** are added to r (may be NULL); stats are counted. */
 int bfx_encode(bf_model *m, int nseq, const bf_tokens *seqs, int k,
                bf_cand *out, bfx_result *r, bfx_err *e);
+/* The same on a run the caller holds (no slot taken or given back). */
+int bfx_encode_on(bf_model *m, bf_run *run, int nseq, const bf_tokens *seqs, int k,
+                  bf_cand *out, bfx_result *r, bfx_err *e);
 /* Store candidates of t (k per mask) in the LRU and, in mode 'on', the
 ** table.  Write time is added to r (may be NULL).  Returns 1 when a table
 ** row was written, 0 when the write was skipped, -1 when no table write was

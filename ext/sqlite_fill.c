@@ -17,6 +17,7 @@
 #include "sqlite3ext.h"
 SQLITE_EXTENSION_INIT3
 #include "sqlite_ext.h"
+#include "sqlite_batcher.h"
 #include "sqlite_cache.h"
 #include "sqlite_stats.h"
 #include "stats.h"
@@ -156,12 +157,18 @@ int bfx_encode(bf_model *m, int nseq, const bf_tokens *seqs, int k,
     sqlite3_free(gerr);
     return e->rc;
   }
+  int rc = bfx_encode_on(m, run, nseq, seqs, k, out, r, e);
+  bfx_guard_release(run);
+  return rc;
+}
+
+int bfx_encode_on(bf_model *m, bf_run *run, int nseq, const bf_tokens *seqs, int k,
+                  bf_cand *out, bfx_result *r, bfx_err *e) {
   char msg[256] = "";
   int rc = bf_fill(m, run, nseq, seqs, k, out, msg, sizeof msg);
   const bf_timings *tm = bf_run_timings(run);
   uint64_t enc = tm->embed_ns + tm->encode_ns + tm->head_ns, topk = tm->topk_ns;
   int tokens = tm->tokens, masks = tm->masks;
-  bfx_guard_release(run);
   if (rc != BF_OK) {
     engine_err(e, "bertfill", rc, msg);
     return e->rc;
@@ -270,7 +277,7 @@ int bfx_fill(const char *fname, bfx_conn *c, bf_model *m, const bf_tokens *t,
     bfx_errf(e, SQLITE_NOMEM, BF_CT_ERR_NOMEM, "out of memory");
     return SQLITE_NOMEM;
   }
-  int rc = bfx_encode(m, 1, t, keff, cands, res, e);
+  int rc = bfx_batch_encode(m, t, keff, cands, res, e);
   if (rc != SQLITE_OK) {
     sqlite3_free(cands);
     return rc;

@@ -308,9 +308,11 @@ def test_concurrent(tmp):
     t = stats(conns[0])
     v = {n: t[n]["value"] for n in COUNTERS}
     check("concurrent_no_errors", not errors, repr(errors[:2]))
+    # Concurrent misses may share encoder runs (dynamic batching): every
+    # text is one sequence of some run, and every run is timed once.
     check("concurrent_exact_counts", v["calls"] == 100 and v["miss"] == 100 and
-          v["encoder_runs"] == 100 and v["hit_lru"] == 0 and t["call"]["count"] == 100 and
-          t["encode"]["count"] == 100, repr(v))
+          v["seqs"] == 100 and 1 <= v["encoder_runs"] <= 100 and v["hit_lru"] == 0 and
+          t["call"]["count"] == 100 and t["encode"]["count"] == v["encoder_runs"], repr(v))
     for k in conns:
         k.close()
 

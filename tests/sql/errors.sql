@@ -64,6 +64,8 @@ select bert_cache_lru('many');
 select bert_threads(-2);
 -- error max_concurrent_negative: bert_max_concurrent
 select bert_max_concurrent(-1);
+-- error batching_two: bert_batching: 1 (on) or 0 (off) must be an integer from 0 to 1
+select bert_batching(2);
 -- error busy_timeout_negative: bert_busy_timeout: milliseconds must be an integer from 0
 select bert_busy_timeout(-5);
 -- error wrong_arg_count: wrong number of arguments to function bert_fill()

@@ -1,0 +1,397 @@
+/*
+** sqlite_batcher.c — dynamic batching: calls from different connections
+** (threads) that need the encoder at the same time share one encoder run.
+**
+** Why.  One sentence is memory-bound: a run of bert-base reads all 340 MB of
+** fp32 weights for 16 tokens, and a second run started next to it reads them
+** again while both fight for the same cores.  One run over both sentences
+** reads the weights once (all tokens of a batch go through each matrix
+** product together), so under concurrency merging calls is nearly free
+** throughput, and it keeps the process at one run x all cores.
+**
+** How (leader / followers, per model):
+**
+**   1. A call that misses the cache and finds an encoder slot free (the
+**      overload guard, sqlite_guard.c) and nobody queued runs at once, alone:
+**      with no concurrency nothing changes and nothing waits (no window).
+**   2. Otherwise it joins its model's queue.  The first one queued is the
+**      leader: it waits for an encoder slot (while the current run finishes);
+**      the others wait for the leader.
+**   3. When the leader gets the slot it takes everything queued for its model
+**      (itself first, then in arrival order, at most 32 sequences and 2048
+**      tokens), runs it as ONE bf_fill batch with the largest k asked for,
+**      and hands each caller its candidates (cut to its own k).  Callers
+**      left over (beyond the limits) get the next leader among them.
+**      Identical token sequences in a batch are computed once.
+**   4. Overload: a queued call waits at most the busy timeout
+**      (bert_busy_timeout, default 2000 ms) for a batch to take it, then
+**      fails with "bertfill: busy: N encoder runs in progress, waited T ms"
+**      (counted as `busy`); once taken it waits for its batch, which is
+**      bounded work.  The wait is recorded as the `queue` stage, the batch
+**      sizes in bertfill_stats (batch_size rows; `batches` counts runs with
+**      more than one sequence).
+**
+** Requests for different models go into different queues (never one batch).
+** Each call is validated before it is queued (UTF-8, length against the
+** model's limit, k), so a bad text fails alone; should a merged run still
+** fail, each of its sequences is run again alone, so one sequence's error
+** never fails the others.  bert_prefill does its own batching and takes an
+** encoder slot directly.
+**
+** Results.  A merged batch gives the same tokens as the sentence alone;
+** probabilities agree to float rounding (about 1e-6: matrix products over
+** more rows take a different kernel, as for bert_prefill's batches), not bit
+** for bit.  With batching off, or with no concurrency, results are bit-exact
+** reproductions of a single-sentence run.
+**
+** Settings (process-wide):
+**   SELECT bert_batching();      -- 1 (on, the default) or 0
+**   SELECT bert_batching(0);     -- off: every call runs alone, waiting for
+**                                -- a slot of the guard as before
+**   BERTFILL_BATCHING=0          -- environment: off from the start
+** With the default bert_max_concurrent (cores / bert_threads, so 1 run at a
+** time using all cores) batching is what makes concurrent callers cheap; with
+** bert_max_concurrent(n) raised, calls batch only when all n slots are busy.
+**
+** Test hook: BERTFILL_BATCH_GATHER=n (environment, read once) makes a leader
+** that has its slot wait until n calls are queued for its model (at most 1 s)
+** before taking them, so tests can make merged batches happen
+** deterministically.  Not for production use.
+*/
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "sqlite3ext.h"
+SQLITE_EXTENSION_INIT3
+#include "sqlite_ext.h"
+#include "sqlite_batcher.h"
+#include "stats.h"
+
+enum { R_PENDING, R_LEADER, R_TAKEN, R_DONE };
+
+/* One waiting call.  Lives on its caller's stack until the call returns;
+** the leader writes its results (out, e, times) and then marks it R_DONE. */
+typedef struct req {
+  struct req *next;         /* in the queue while R_PENDING */
+  const bf_tokens *t;
+  int k;
+  bf_cand *out;             /* t->n_masks * k, the caller's */
+  bfx_err *e;               /* the caller's */
+  int state, rc;
+  uint64_t t_enq, queue_ns, encode_ns, topk_ns;
+  pthread_cond_t cv;        /* signalled on every change of state */
+} req;
+
+/* The queue of one model. */
+typedef struct mqueue {
+  struct mqueue *next;
+  const bf_model *m;
+  req *head, *tail;         /* R_PENDING calls, in arrival order */
+  int npending;
+  req *leader;              /* the call waiting for a slot for the next batch */
+} mqueue;
+
+static struct {
+  pthread_once_t once;
+  pthread_mutex_t mu;
+  pthread_condattr_t cattr; /* CLOCK_MONOTONIC, like bf_now_ns */
+  mqueue *queues;
+  int leaders;              /* queues with a leader */
+  int queued;               /* calls waiting (pending or leader) */
+  int gather;               /* test hook: BERTFILL_BATCH_GATHER */
+  atomic_int on;
+} b = { .once = PTHREAD_ONCE_INIT, .mu = PTHREAD_MUTEX_INITIALIZER };
+
+static int env_flag(const char *name, int dflt) {
+  const char *s = getenv(name);
+  if (!s || !*s) return dflt;
+  return strcmp(s, "0") != 0 && strcmp(s, "off") != 0 && strcmp(s, "OFF") != 0;
+}
+
+static void batcher_init(void) {
+  pthread_condattr_init(&b.cattr);
+  pthread_condattr_setclock(&b.cattr, CLOCK_MONOTONIC);
+  atomic_store(&b.on, env_flag("BERTFILL_BATCHING", 1));
+  const char *g = getenv("BERTFILL_BATCH_GATHER");
+  int n = g ? atoi(g) : 0;
+  b.gather = n < 0 ? 0 : n > BFX_BATCH_MAX_SEQS ? BFX_BATCH_MAX_SEQS : n;
+}
+
+int bfx_batching(void) {
+  pthread_once(&b.once, batcher_init);
+  return atomic_load(&b.on);
+}
+
+void bfx_batching_set(int on) {
+  pthread_once(&b.once, batcher_init);
+  atomic_store(&b.on, on ? 1 : 0);
+}
+
+int bfx_batch_queued(void) {
+  pthread_once(&b.once, batcher_init);
+  pthread_mutex_lock(&b.mu);
+  int n = b.queued;
+  pthread_mutex_unlock(&b.mu);
+  return n;
+}
+
+/* ---- queues (b.mu held) ---- */
+
+static mqueue *queue_find(const bf_model *m) {
+  for (mqueue *q = b.queues; q; q = q->next)
+    if (q->m == m) return q;
+  return NULL;
+}
+
+static void queue_free_if_idle(mqueue *q) {
+  if (q->head || q->leader) return;
+  for (mqueue **p = &b.queues; *p; p = &(*p)->next)
+    if (*p == q) { *p = q->next; break; }
+  free(q);
+}
+
+static req *queue_pop(mqueue *q) {
+  req *r = q->head;
+  if (r) {
+    q->head = r->next;
+    if (!q->head) q->tail = NULL;
+    r->next = NULL;
+    q->npending--;
+  }
+  return r;
+}
+
+static void queue_remove(mqueue *q, req *r) {
+  req *prev = NULL;
+  for (req *x = q->head; x; prev = x, x = x->next) {
+    if (x != r) continue;
+    if (prev) prev->next = x->next; else q->head = x->next;
+    if (q->tail == x) q->tail = prev;
+    x->next = NULL;
+    q->npending--;
+    return;
+  }
+}
+
+/* Make the first pending call the leader of q (when there is one). */
+static void promote(mqueue *q) {
+  req *r = queue_pop(q);
+  if (!r) return;
+  r->state = R_LEADER;
+  q->leader = r;
+  b.leaders++;
+  pthread_cond_signal(&r->cv);
+}
+
+static void busy_error(bfx_err *e, uint64_t waited_ns) {
+  bfx_errf(e, SQLITE_ERROR, BF_CT_BUSY, "bertfill: busy: %d encoder runs in progress, waited %d ms",
+           bfx_guard_in_flight(), (int)(waited_ns / 1000000));
+}
+
+static int timedwait(pthread_cond_t *cv, uint64_t deadline_ns) {
+  struct timespec ts = { (time_t)(deadline_ns / 1000000000ull), (long)(deadline_ns % 1000000000ull) };
+  return pthread_cond_timedwait(cv, &b.mu, &ts);
+}
+
+/* ---- the batch ---- */
+
+/* Run the members of a batch on run (b.mu not held) and write each one's
+** results; members[0] is the leader. */
+static void run_batch(bf_model *m, bf_run *run, req **members, int n) {
+  bf_tokens seqs[BFX_BATCH_MAX_SEQS];
+  int slot[BFX_BATCH_MAX_SEQS];       /* member -> its sequence in seqs */
+  size_t at[BFX_BATCH_MAX_SEQS + 1];  /* sequence -> its first mask in the output */
+  int rc[BFX_BATCH_MAX_SEQS];
+  bfx_err errs[BFX_BATCH_MAX_SEQS];
+  int nu = 0, kmax = 0;
+  for (int i = 0; i < n; i++) {       /* identical sequences are computed once */
+    const bf_tokens *t = members[i]->t;
+    int u = 0;
+    while (u < nu && !(seqs[u].n == t->n &&
+                       memcmp(seqs[u].ids, t->ids, (size_t)t->n * sizeof *t->ids) == 0)) u++;
+    if (u == nu) seqs[nu++] = *t;
+    slot[i] = u;
+    if (members[i]->k > kmax) kmax = members[i]->k;
+  }
+  at[0] = 0;
+  for (int u = 0; u < nu; u++) at[u + 1] = at[u] + (size_t)seqs[u].n_masks;
+
+  bfx_result times;
+  memset(&times, 0, sizeof times);
+  bf_cand *out = NULL;
+  int direct = nu == 1 && members[0]->k == kmax;   /* into the leader's buffer */
+  if (direct) out = members[0]->out;
+  else out = sqlite3_malloc64(at[nu] * (size_t)kmax * sizeof *out);
+  if (!out) {
+    for (int u = 0; u < nu; u++) {
+      rc[u] = SQLITE_NOMEM;
+      bfx_errf(&errs[u], SQLITE_NOMEM, BF_CT_ERR_NOMEM, "out of memory");
+    }
+  } else {
+    errs[0].rc = 0;
+    int all = bfx_encode_on(m, run, nu, seqs, kmax, out, &times, &errs[0]);
+    for (int u = 0; u < nu; u++) rc[u] = all;
+    if (all != SQLITE_OK && nu > 1) {
+      /* One sequence must not fail the others: each one again, alone. */
+      for (int u = 0; u < nu; u++)
+        rc[u] = bfx_encode_on(m, run, 1, &seqs[u], kmax, out + at[u] * (size_t)kmax, &times, &errs[u]);
+    } else {
+      for (int u = 1; u < nu; u++) errs[u] = errs[0];
+    }
+  }
+  bfx_guard_release(run);
+
+  for (int i = 0; i < n; i++) {
+    req *r = members[i];
+    int u = slot[i];
+    r->encode_ns = times.encode_ns;
+    r->topk_ns = times.topk_ns;
+    r->rc = rc[u];
+    if (rc[u] != SQLITE_OK) {
+      *r->e = errs[u];
+      continue;
+    }
+    if (r->out == out) continue;
+    int nm = seqs[u].n_masks;
+    for (int j = 0; j < nm; j++)
+      memcpy(r->out + (size_t)j * r->k, out + (at[u] + (size_t)j) * (size_t)kmax,
+             (size_t)r->k * sizeof *out);
+  }
+  if (!direct) sqlite3_free(out);
+}
+
+/* The leader's part (b.mu held on entry and on return): get a slot, take
+** the batch, run it, wake the others. */
+static void lead(bf_model *m, mqueue *q, req *me, uint64_t deadline) {
+  pthread_mutex_unlock(&b.mu);
+  uint64_t waited = 0;
+  char *gerr = NULL;
+  int busy = 0;
+  bf_run *run = bfx_guard_acquire_until(deadline, &waited, &gerr, &busy);
+  sqlite3_free(gerr);
+  pthread_mutex_lock(&b.mu);
+  if (run && b.gather > 1) {                 /* test hook: wait for company */
+    uint64_t until = bf_now_ns() + 1000000000ull;
+    while (q->npending + 1 < b.gather)
+      if (timedwait(&me->cv, until) == ETIMEDOUT) break;
+  }
+  q->leader = NULL;
+  b.leaders--;
+  uint64_t now = bf_now_ns();
+  me->queue_ns = now - me->t_enq;
+  if (!run) {
+    me->rc = busy ? SQLITE_ERROR : SQLITE_NOMEM;
+    if (busy) busy_error(me->e, now - me->t_enq);
+    else bfx_errf(me->e, SQLITE_NOMEM, BF_CT_ERR_NOMEM, "out of memory");
+    if (q->head) promote(q); else queue_free_if_idle(q);
+    me->state = R_DONE;
+    return;
+  }
+  req *members[BFX_BATCH_MAX_SEQS];
+  int n = 0, tokens = me->t->n;
+  members[n++] = me;
+  while (q->head && n < BFX_BATCH_MAX_SEQS && tokens + q->head->t->n <= BFX_BATCH_MAX_TOKENS) {
+    req *r = queue_pop(q);
+    r->state = R_TAKEN;
+    r->queue_ns = now - r->t_enq;
+    tokens += r->t->n;
+    members[n++] = r;
+  }
+  if (q->head) promote(q); else queue_free_if_idle(q);
+  pthread_mutex_unlock(&b.mu);
+
+  run_batch(m, run, members, n);
+
+  pthread_mutex_lock(&b.mu);
+  for (int i = 1; i < n; i++) {
+    members[i]->state = R_DONE;
+    pthread_cond_signal(&members[i]->cv);
+  }
+  me->state = R_DONE;
+}
+
+int bfx_batch_encode(bf_model *m, const bf_tokens *t, int k, bf_cand *out,
+                     bfx_result *r, bfx_err *e) {
+  pthread_once(&b.once, batcher_init);
+  if (!atomic_load(&b.on)) return bfx_encode(m, 1, t, k, out, r, e);
+  uint64_t t0 = bf_now_ns();
+  pthread_mutex_lock(&b.mu);
+  mqueue *q = queue_find(m);
+
+  /* 1. Nobody waiting and a slot free: run alone, now. */
+  if (b.leaders == 0 && (!q || !q->head)) {
+    int nomem = 0;
+    bf_run *run = bfx_guard_try_acquire(&nomem);
+    if (run || nomem) {
+      pthread_mutex_unlock(&b.mu);
+      uint64_t waited = bf_now_ns() - t0;
+      bf_stats_time(BF_ST_QUEUE, waited);
+      if (r) r->queue_ns += waited;
+      if (!run) {
+        bfx_errf(e, SQLITE_NOMEM, BF_CT_ERR_NOMEM, "out of memory");
+        return SQLITE_NOMEM;
+      }
+      int rc = bfx_encode_on(m, run, 1, t, k, out, r, e);
+      bfx_guard_release(run);
+      return rc;
+    }
+  }
+
+  /* 2. Queue up. */
+  if (!q) {
+    q = calloc(1, sizeof *q);
+    if (!q) {
+      pthread_mutex_unlock(&b.mu);
+      bfx_errf(e, SQLITE_NOMEM, BF_CT_ERR_NOMEM, "out of memory");
+      return SQLITE_NOMEM;
+    }
+    q->m = m;
+    q->next = b.queues;
+    b.queues = q;
+  }
+  req me;
+  memset(&me, 0, sizeof me);
+  me.t = t;
+  me.k = k;
+  me.out = out;
+  me.e = e;
+  me.t_enq = t0;
+  me.state = R_PENDING;
+  pthread_cond_init(&me.cv, &b.cattr);
+  if (q->tail) q->tail->next = &me; else q->head = &me;
+  q->tail = &me;
+  q->npending++;
+  b.queued++;
+  if (!q->leader) promote(q);
+  else if (b.gather > 1) pthread_cond_signal(&q->leader->cv);
+  uint64_t deadline = bfx_guard_deadline_ns(t0);
+
+  /* 3. Wait to be taken into a batch, or to lead one. */
+  while (me.state == R_PENDING) {
+    if (timedwait(&me.cv, deadline) == ETIMEDOUT && me.state == R_PENDING) {
+      queue_remove(q, &me);
+      queue_free_if_idle(q);
+      me.queue_ns = bf_now_ns() - t0;
+      me.rc = SQLITE_ERROR;
+      busy_error(e, me.queue_ns);
+      me.state = R_DONE;
+    }
+  }
+  if (me.state == R_LEADER) lead(m, q, &me, deadline);
+  while (me.state != R_DONE) pthread_cond_wait(&me.cv, &b.mu);
+  b.queued--;
+  pthread_mutex_unlock(&b.mu);
+  pthread_cond_destroy(&me.cv);
+
+  bf_stats_time(BF_ST_QUEUE, me.queue_ns);
+  if (r) {
+    r->queue_ns += me.queue_ns;
+    r->encode_ns += me.encode_ns;
+    r->topk_ns += me.topk_ns;
+  }
+  return me.rc;
+}

@@ -1,0 +1,31 @@
+/*
+** sqlite_batcher.h — dynamic batching of concurrent encoder calls (see the
+** header comment of sqlite_batcher.c for how it works and how to turn it
+** off).  Internal to the SQLite layer.
+*/
+#ifndef BERTFILL_SQLITE_BATCHER_H
+#define BERTFILL_SQLITE_BATCHER_H
+
+#include "sqlite_ext.h"
+
+/* Limits of one merged batch (the same as bert_prefill's batches). */
+#define BFX_BATCH_MAX_SEQS 32
+#define BFX_BATCH_MAX_TOKENS 2048
+
+/* k candidates for each mask of t into out (t->n_masks * k entries) from
+** the encoder.  t must be valid for the model (checked by the caller: at
+** least one mask, no longer than the model's limit, 1 <= k <= vocabulary).
+** With batching on, a call that finds the encoder busy joins the queue of
+** its model and is computed in the next batch; otherwise (batching off, or
+** an encoder slot free and nobody queued) it runs alone right away.  Times
+** are added to r (may be NULL), stats counted.  Errors as bfx_encode: a
+** "bertfill: busy: ..." error when no batch took the call within the busy
+** timeout. */
+int bfx_batch_encode(bf_model *m, const bf_tokens *t, int k, bf_cand *out,
+                     bfx_result *r, bfx_err *e);
+
+int bfx_batching(void);            /* 1 when on */
+void bfx_batching_set(int on);
+int bfx_batch_queued(void);        /* calls waiting in a queue right now */
+
+#endif
