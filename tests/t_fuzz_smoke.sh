@@ -6,7 +6,8 @@
 # seconds (FUZZ_SMOKE_SECONDS, default 3).  Without clang (CI without
 # clang/libclang-rt-14-dev) the replay uses a plain main() built with gcc
 # (tests/fuzz/replay.c) and the libFuzzer part is skipped.  The long runs are
-# `make fuzz`.  FUZZ_REPLAY_GCC=1: the gcc replay as well.
+# `make fuzz`.  FUZZ_REPLAY_GCC=1: the gcc replay as well;
+# FUZZ_NO_LIBFUZZER=1: act as if clang were missing (the CI path).
 set -u
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
@@ -22,7 +23,7 @@ if [ ! -d "$BUILD/models/tiny" ]; then echo "FAIL fuzz: no test models in $BUILD
 have_libfuzzer=0
 probe=$(mktemp -d)
 printf '#include <stddef.h>\n#include <stdint.h>\nint LLVMFuzzerTestOneInput(const uint8_t *d, size_t n) { return 0; }\n' >"$probe/p.c"
-if command -v clang >/dev/null && clang -fsanitize=fuzzer,address,undefined -o "$probe/p" "$probe/p.c" 2>/dev/null; then
+if [ -z "${FUZZ_NO_LIBFUZZER:-}" ] && command -v clang >/dev/null && clang -fsanitize=fuzzer,address,undefined -o "$probe/p" "$probe/p.c" 2>/dev/null; then
   have_libfuzzer=1
 fi
 rm -rf "$probe"
