@@ -52,10 +52,11 @@
 ** non-NULL text counts one `calls` and one `call` sample; a call that reaches
 ** the cache is exactly one of hit_lru, hit_table, miss; a call stopped before
 ** (invalid UTF-8, too long, no model) counts its err_* instead; a text without
-** [MASK] counts none of them.  Each miss is one single-text encoder run
-** (queue, encode and topk samples) unless it fails with busy; hits never run
-** the encoder.  bert_prefill adds batched runs (seqs, batch_* rows) without
-** counting calls.
+** [MASK] counts none of them.  Each miss is one sequence (seqs) of an
+** encoder run unless it fails with busy — concurrent misses may share one run
+** (dynamic batching), so encoder_runs <= seqs and the encode / topk stages
+** have one sample per run, queue one per call; hits never run the encoder.
+** bert_prefill adds batched runs without counting calls.
 **
 ** Flags (why each function has the ones it has):
 **   bert_stats(), bertfill_stats: no side effects and read no file or table, but

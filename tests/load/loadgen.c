@@ -350,11 +350,11 @@ static const char CSV_HEADER[] =
     "topk_ms,cache_read_ms,cache_write_ms,queue_p95_ms,encode_p95_ms,first_error";
 
 static void print_header(void) {
-  printf("%7s %8s %8s %8s %8s %8s %8s %6s %5s %5s | %7s %7s %7s %7s %7s %7s %7s | %5s\n",
+  printf("%7s %8s %8s %8s %8s %8s %8s %6s %5s %5s | %7s %7s %7s %7s %7s %7s %7s | %5s %5s\n",
          "clients", "req/s", "mean", "p50", "p95", "p99", "max", "err%", "cpu%", "busy%",
-         "call", "queue", "tok", "encode", "topk", "c.read", "c.write", "hit%");
-  printf("%7s %8s %8s %8s %8s %8s %8s %6s %5s %5s | %55s | %5s\n", "", "", "ms", "ms", "ms",
-         "ms", "ms", "", "", "", "server-side ms per request (bertfill_stats)", "");
+         "call", "queue", "tok", "encode", "topk", "c.read", "c.write", "hit%", "batch");
+  printf("%7s %8s %8s %8s %8s %8s %8s %6s %5s %5s | %55s |\n", "", "", "ms", "ms", "ms",
+         "ms", "ms", "", "", "", "server-side ms per request (bertfill_stats)");
 }
 
 static void usage(void) {
@@ -527,9 +527,10 @@ int main(int argc, char **argv) {
   const double lat[5] = {mean, q[0], q[1], q[2], maxms};
   for (int i = 0; i < 5; i++) fmt_ms(f[i], sizeof f[i], lat[i]);
   for (int i = 0; i < NSTAGE; i++) fmt_ms(f[5 + i], sizeof f[5 + i], per[i]);
-  printf("%7d %8.1f %8s %8s %8s %8s %8s %6.2f %5.0f %5.0f | %7s %7s %7s %7s %7s %7s %7s | %5.1f\n",
+  double avg_batch = srv.counter[4] ? (double)srv.counter[8] / (double)srv.counter[4] : 0;
+  printf("%7d %8.1f %8s %8s %8s %8s %8s %6.2f %5.0f %5.0f | %7s %7s %7s %7s %7s %7s %7s | %5.1f %5.1f\n",
          n, rps, f[0], f[1], f[2], f[3], f[4], errpct, cpupct, busypct, f[5], f[6], f[7], f[8],
-         f[9], f[10], f[11], hitpct);
+         f[9], f[10], f[11], hitpct, avg_batch);
   if (nready < n) printf("        (%d of %d clients could not start: %s)\n", n - nready, n, first_error);
   else if (all->errors) printf("        (first error: %s)\n", first_error);
   fflush(stdout);
