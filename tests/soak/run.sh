@@ -36,7 +36,7 @@ if [ ! -e "$base/model.safetensors" ]; then
 fi
 $PY model/make_test_models.py "$BUILD/models" >/dev/null || exit 1
 mkdir -p "$BUILD/reliability"
-cc -O2 -g -Wall -o "$BUILD/reliability/threads" tests/reliability/threads.c -lsqlite3 -lpthread || exit 1
+cc -O2 -g -Wall -o "$BUILD/reliability/threads" tests/reliability/threads.c -lsqlite3 -lpthread -lm || exit 1
 
 step memory $PY tests/soak/memory.py "$base"
 threads_base() {
