@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# tsan.sh — the batching test (batch.c) under ThreadSanitizer, on the TSan
+# build of the extension made by tests/reliability/tsan.sh (which it runs
+# first: every ext/*.c with -fsanitize=thread into $BUILD/tsan/).  Two runs:
+# with the gather hook (merged batches certain) and without (16 threads).
+# OpenBLAS is not instrumented, so its own threads are kept out
+# (OPENBLAS_NUM_THREADS=1): with them TSan reports the hand-off between
+# OpenBLAS's worker threads and the caller, which it cannot see.
+# Prints "ok tsan_batching_*" or "FAIL tsan_batching_*: ..." with the reports.
+#   bash tests/batching/tsan.sh [THREADS] [CALLS]    (default 16 30)
+set -u
+cd "$(dirname "$0")/../.."
+BUILD=${BUILD:-build}
+threads=${1:-16}; calls=${2:-30}
+bash tests/reliability/tsan.sh small 8 30 || exit 1
+out=$BUILD/tsan
+${TSAN_CC:-gcc} -O1 -g -fsanitize=thread -o "$out/batch" tests/batching/batch.c -lsqlite3 -lpthread -lm ||
+  { echo "FAIL tsan_batching: driver does not build"; exit 1; }
+status=0
+for run in "gather BERTFILL_BATCH_GATHER=4" "natural BERTFILL_BATCHING=1"; do
+  set -- $run
+  log=$out/batch_$1.log
+  env "$2" OPENBLAS_NUM_THREADS=1 TSAN_OPTIONS="halt_on_error=0 exitcode=66 second_deadlock_stack=1" \
+    "$out/batch" "$PWD/$out/bertfill" "$BUILD/models/tiny" "$BUILD/models/small" "$threads" "$calls" on \
+    >"$log" 2>&1
+  rc=$?
+  races=$(grep -c '^WARNING: ThreadSanitizer' "$log")
+  summary=$(tail -1 "$log")
+  if [ $rc -eq 0 ] && [ "$races" -eq 0 ]; then
+    echo "ok tsan_batching_$1 ($summary; 0 ThreadSanitizer reports)"
+  else
+    echo "FAIL tsan_batching_$1: exit $rc, $races ThreadSanitizer reports ($summary); log $log"
+    grep -A14 '^WARNING: ThreadSanitizer' "$log" | head -40
+    status=1
+  fi
+done
+exit $status
