@@ -8,12 +8,18 @@
 **                                 n <= 0 disarms
 **   long failmalloc_state(long *failed)  allocations counted since arming;
 **                                 *failed = 1 when the failure was injected
+**   long failmalloc_live(void)    blocks allocated and not yet freed (all
+**                                 of the process): a leak shows as growth,
+**                                 without the allocator's own caching noise
 ** One failure per arming ("fail once", as SQLite's own malloc tests do
 ** first): what follows must cope with the error, then work again.
+** FAILMALLOC_BT=1 prints the stack of each injected failure on stderr.
 */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
+#include <execinfo.h>
+#include <stdlib.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -27,6 +33,10 @@ static void *(*real_memalign)(size_t, size_t);
 
 static long countdown = -1;   /* allocations left before the failing one; <0: off */
 static long counted, failed;
+static long live;
+
+#define LIVE(d) __atomic_add_fetch(&live, (d), __ATOMIC_RELAXED)
+long failmalloc_live(void) { return __atomic_load_n(&live, __ATOMIC_RELAXED); }
 
 /* dlsym may call calloc before real_calloc is known: serve it from here. */
 static char boot[4096];
@@ -49,12 +59,19 @@ static int fail_now(void) {
   if (left == 0) {              /* this one */
     __atomic_store_n(&countdown, -1, __ATOMIC_RELAXED);
     __atomic_store_n(&failed, 1, __ATOMIC_RELAXED);
+    if (getenv("FAILMALLOC_BT")) {      /* where the failure was injected */
+      void *bt[24];
+      int n = backtrace(bt, 24);
+      backtrace_symbols_fd(bt, n, 2);
+    }
     return 1;
   }
   return 0;
 }
 
 void failmalloc_arm(long n) {
+  static int warm;
+  if (!warm) { void *bt[2]; warm = 1; backtrace(bt, 2); }   /* loads libgcc_s now */
   __atomic_store_n(&counted, 0, __ATOMIC_RELAXED);
   __atomic_store_n(&failed, 0, __ATOMIC_RELAXED);
   __atomic_store_n(&countdown, n > 0 ? n : -1, __ATOMIC_RELAXED);
@@ -68,7 +85,9 @@ long failmalloc_state(long *f) {
 void *malloc(size_t n) {
   init();
   if (fail_now()) { errno = ENOMEM; return NULL; }
-  return real_malloc(n);
+  void *p = real_malloc(n);
+  if (p) LIVE(1);
+  return p;
 }
 
 void *calloc(size_t a, size_t b) {
@@ -80,7 +99,9 @@ void *calloc(size_t a, size_t b) {
     return p;
   }
   if (fail_now()) { errno = ENOMEM; return NULL; }
-  return real_calloc(a, b);
+  void *p = real_calloc(a, b);
+  if (p) LIVE(1);
+  return p;
 }
 
 void *realloc(void *p, size_t n) {
@@ -91,30 +112,40 @@ void *realloc(void *p, size_t n) {
     return q;
   }
   if (fail_now()) { errno = ENOMEM; return NULL; }
-  return real_realloc(p, n);
+  void *q = real_realloc(p, n);
+  if (!p && q) LIVE(1);                 /* realloc(NULL, n) = malloc(n) */
+  else if (p && n == 0 && !q) LIVE(-1); /* realloc(p, 0) frees p */
+  return q;
 }
 
 void free(void *p) {
   static void (*real_free)(void *);
   if ((char *)p >= boot && (char *)p < boot + sizeof boot) return;
   if (!real_free) real_free = dlsym(RTLD_NEXT, "free");
+  if (p) LIVE(-1);
   real_free(p);
 }
 
 int posix_memalign(void **out, size_t align, size_t n) {
   init();
   if (fail_now()) return ENOMEM;
-  return real_posix_memalign(out, align, n);
+  int rc = real_posix_memalign(out, align, n);
+  if (rc == 0) LIVE(1);
+  return rc;
 }
 
 void *aligned_alloc(size_t align, size_t n) {
   init();
   if (fail_now()) { errno = ENOMEM; return NULL; }
-  return real_aligned_alloc(align, n);
+  void *p = real_aligned_alloc(align, n);
+  if (p) LIVE(1);
+  return p;
 }
 
 void *memalign(size_t align, size_t n) {
   init();
   if (fail_now()) { errno = ENOMEM; return NULL; }
-  return real_memalign(align, n);
+  void *p = real_memalign(align, n);
+  if (p) LIVE(1);
+  return p;
 }

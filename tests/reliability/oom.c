@@ -22,9 +22,12 @@
 ** text not seen before, so every run misses the caches.
 **
 ** Prints per scenario the allocations of one call, how the failures
-** surfaced (SQLITE_NOMEM / an SQLITE_ERROR naming memory / other), and
-** "wrong" (a wrong result or an unusable connection afterwards); exits 1 if
-** anything surfaced other than as an out-of-memory error, or was wrong.
+** surfaced (SQLITE_NOMEM / an SQLITE_ERROR naming memory / other), "wrong"
+** (a wrong result or an unusable connection afterwards) and the blocks
+** leaked: the shim counts live blocks, and after the scenario (connections
+** closed, caches bounded to one entry and warmed up before) the count must
+** be back where it was.  Exits 1 if anything surfaced other than as an
+** out-of-memory error, was wrong, or leaked.
 */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -35,6 +38,7 @@
 
 static void (*arm)(long);
 static long (*state)(long *);
+static long (*live)(void);
 static const char *ext, *model, *other;
 static int text_seq;
 
@@ -130,9 +134,29 @@ int main(int argc, char **argv) {
   int step = argc > 4 ? atoi(argv[4]) : 1;
   arm = (void (*)(long))dlsym(RTLD_DEFAULT, "failmalloc_arm");
   state = (long (*)(long *))dlsym(RTLD_DEFAULT, "failmalloc_state");
-  if (!arm || !state) { fprintf(stderr, "oom: run with LD_PRELOAD=failmalloc.so\n"); return 2; }
+  live = (long (*)(void))dlsym(RTLD_DEFAULT, "failmalloc_live");
+  if (!arm || !state || !live) { fprintf(stderr, "oom: run with LD_PRELOAD=failmalloc.so\n"); return 2; }
   setenv("BERTFILL_MODEL", model, 1);
   int bad_total = 0;
+
+  /* Warm-up of everything process-wide (OpenBLAS, the encoder slot pool,
+  ** the stats, a one-entry LRU), so that a scenario that frees what it
+  ** allocated ends with as many live blocks as it began with. */
+  {
+    sqlite3 *db = open_conn();
+    char t[3][128];
+    char *out, *msg;
+    for (int i = 0; i < 3; i++) next_text(t[i], 128);
+    const char *warm[] = { "SELECT bert_cache_lru(1)", "SELECT bert_fill(?1)",
+                           "SELECT count(*) FROM fill_candidates(?1, 3)", "SELECT bert_tokenize(?1)",
+                           "SELECT bert_prefill(x) FROM (SELECT ?1 AS x UNION ALL SELECT ?2 UNION ALL SELECT ?3)" };
+    static const int nargs[] = { 0, 1, 1, 1, 3 };
+    for (size_t i = 0; i < sizeof warm / sizeof warm[0]; i++) {
+      if (run(db, warm[i], nargs[i], t, &out, &msg) != SQLITE_DONE) { fprintf(stderr, "oom: warm-up: %s\n", msg); return 1; }
+      free(out); free(msg);
+    }
+    sqlite3_close(db);
+  }
 
   for (size_t s = 0; s < sizeof scens / sizeof scens[0]; s++) {
     const scen *sc = &scens[s];
@@ -140,9 +164,11 @@ int main(int argc, char **argv) {
     int is_prefill = strcmp(sc->name, "prefill") == 0;
     long nomem = 0, memerr = 0, other_err = 0, wrong = 0, ok_despite = 0, allocs = 0, tried = 0;
     char first_other[300] = "", first_mem[300] = "";
+    long live_before = live();
     sqlite3 *db = open_conn();
     char t[3][128];
     char *out, *msg;
+    sqlite3_exec(db, "SELECT bert_cache_limit(1)", NULL, NULL, NULL);
     /* warm up: model loaded, OpenBLAS initialised, cache table created */
     next_text(t[0], 128);
     if (run(db, "SELECT bert_fill(?1)", 1, t, &out, &msg) != SQLITE_DONE) {
@@ -200,14 +226,20 @@ int main(int argc, char **argv) {
         free(out); free(msg);
       }
       if (is_first) sqlite3_close(use);
+      if (getenv("OOM_TRACE")) fprintf(stderr, "%s N=%ld %s, blocks in use %ld\n", sc->name, n,
+                                       is_wrong ? "wrong" : "ok", live());
     }
     if (sqlite3_close(db) != SQLITE_OK) { fprintf(stderr, "oom: %s: close failed\n", sc->name); wrong++; }
+    /* every block allocated since the scenario began is freed again: the
+    ** caches are bounded to one entry (see main) and were warm before */
+    long growth = live() - live_before;
     printf("%-11s %6ld allocations per call, %5ld failure points tried: %5ld SQLITE_NOMEM, "
-           "%4ld error naming memory, %4ld absorbed (call succeeded), %ld other errors, %ld wrong\n",
-           sc->name, allocs, tried - 1, nomem, memerr, ok_despite, other_err, wrong);
+           "%4ld error naming memory, %4ld absorbed (call succeeded), %ld blocks leaked, "
+           "%ld other errors, %ld wrong\n",
+           sc->name, allocs, tried - 1, nomem, memerr, ok_despite, growth, other_err, wrong);
     if (memerr) printf("            e.g. %s\n", first_mem);
     if (other_err) printf("            first other error: %s\n", first_other);
-    bad_total += (int)(other_err + wrong);
+    bad_total += (int)(other_err + wrong + (growth != 0));
   }
   return bad_total ? 1 : 0;
 }

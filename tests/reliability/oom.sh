@@ -2,7 +2,8 @@
 # oom.sh — builds the allocation-failure shim (failmalloc.c) and the driver
 # (oom.c) and runs it: every allocation of each scenario's call fails in
 # turn (OOM_STEP=k: every k-th past the 50th; default 1 = all).  Prints
-# "ok oom_SCENARIO (...)" or "FAIL oom_SCENARIO: ..." per scenario.  (Not
+# "ok oom_SCENARIO (...)" or "FAIL oom_SCENARIO: ..." per scenario (a
+# failure that is not out-of-memory, a wrong result, a leaked block).  (Not
 # under valgrind or ASan: their allocators bypass the shim; a scenario that
 # counted no allocation fails.)
 set -u
@@ -26,7 +27,7 @@ for s in fill candidates tokenize prefill load first_use; do
   if [ -z "$line" ]; then echo "FAIL oom_$s: no result (the driver died? exit $rc)"; continue; fi
   if echo "$line" | grep -qE "^$s +0 allocations"; then
     echo "FAIL oom_$s: no allocation was counted (the shim is not in effect)"
-  elif echo "$line" | grep -q ', 0 other errors, 0 wrong$'; then
+  elif echo "$line" | grep -q ' 0 blocks leaked, 0 other errors, 0 wrong$'; then
     echo "ok oom_$s ($(echo "$line" | sed "s/^$s *//"))"
   else
     echo "FAIL oom_$s: $line"
