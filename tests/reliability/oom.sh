@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # oom.sh — builds the allocation-failure shim (failmalloc.c) and the driver
 # (oom.c) and runs it: every allocation of each scenario's call fails in
-# turn (OOM_STEP=k: every k-th past the 50th; default 1 = all).  Prints
+# turn (OOM_STEP=k: every k-th past the 50th; default 1 = all); then
+# oom_threads.c: 8 threads in batched encoder runs while allocations fail at
+# random for OOM_THREADS_SECONDS (default 3).  Prints
 # "ok oom_SCENARIO (...)" or "FAIL oom_SCENARIO: ..." per scenario (a
 # failure that is not out-of-memory, a wrong result, a leaked block).  (Not
 # under valgrind or ASan: their allocators bypass the shim; a scenario that
@@ -15,7 +17,9 @@ out=$BUILD/reliability
 mkdir -p "$out"
 cc -O1 -g -shared -fPIC -o "$out/failmalloc.so" tests/reliability/failmalloc.c -ldl || { echo "FAIL oom_build: failmalloc.c"; exit 1; }
 cc -O1 -g -Wall -o "$out/oom" tests/reliability/oom.c -lsqlite3 -ldl || { echo "FAIL oom_build: oom.c"; exit 1; }
-for m in tiny tiny-legacy; do
+cc -O1 -g -Wall -o "$out/oom_threads" tests/reliability/oom_threads.c -lsqlite3 -ldl -lpthread -lm ||
+  { echo "FAIL oom_build: oom_threads.c"; exit 1; }
+for m in tiny tiny-legacy small; do
   [ -d "$BUILD/models/$m" ] || { echo "FAIL oom: no model $BUILD/models/$m (make models)"; exit 1; }
 done
 log=$(mktemp); trap 'rm -f "$log"' EXIT
@@ -34,4 +38,11 @@ for s in fill candidates tokenize prefill load first_use; do
   fi
 done
 if [ $rc -ne 0 ]; then echo "FAIL oom_driver: exit status $rc"; grep -v '^[a-z_]* .*allocations per call' "$log" | head -30; fi
+# Threads sharing batched encoder runs while allocations fail at random.
+if LD_PRELOAD=$PWD/$out/failmalloc.so OPENBLAS_NUM_THREADS=1 timeout 120 "$out/oom_threads" "$EXT" \
+     "$BUILD/models/small" 8 "${OOM_THREADS_SECONDS:-3}" >"$log" 2>&1; then
+  echo "ok oom_threads_batched ($(tail -1 "$log"))"
+else
+  echo "FAIL oom_threads_batched: $(tail -2 "$log" | tr '\n' ' ')"
+fi
 exit 0

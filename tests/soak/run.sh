@@ -48,6 +48,6 @@ threads_base() {
 step threads_bert_base threads_base
 step tsan bash tests/reliability/tsan.sh small "${SOAK_TSAN_THREADS:-8}" "${SOAK_TSAN_CALLS:-100}"
 step multiprocess env MP_PROCS=${SOAK_PROCS:-8} MP_CALLS=${SOAK_PROC_CALLS:-1000} MP_TEXTS=3000 $PY tests/t_multiprocess.py
-step oom bash tests/reliability/oom.sh
+step oom env OOM_THREADS_SECONDS=60 bash tests/reliability/oom.sh
 echo "soak: $fails step(s) failed"
 [ "$fails" -eq 0 ]
