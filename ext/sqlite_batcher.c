@@ -54,7 +54,7 @@
 ** bert_max_concurrent(n) raised, calls batch only when all n slots are busy.
 **
 ** Test hook: BERTFILL_BATCH_GATHER=n (environment, read once) makes a leader
-** that has its slot wait until n calls are queued for its model (at most 1 s)
+** that has its slot wait until n calls are queued for its model (at most 250 ms)
 ** before taking them, so tests can make merged batches happen
 ** deterministically.  Not for production use.
 */
@@ -275,7 +275,7 @@ static void lead(bf_model *m, mqueue *q, req *me, uint64_t deadline) {
   sqlite3_free(gerr);
   pthread_mutex_lock(&b.mu);
   if (run && b.gather > 1) {                 /* test hook: wait for company */
-    uint64_t until = bf_now_ns() + 1000000000ull;
+    uint64_t until = bf_now_ns() + 250000000ull;
     while (q->npending + 1 < b.gather)
       if (timedwait(&me->cv, until) == ETIMEDOUT) break;
   }

@@ -9,6 +9,9 @@
 #                     certain; the stats must show them
 #   batching_natural  no hook: 16 threads on one encoder slot; merged runs
 #                     happen or not, results must match either way
+#   batching_fallback merged runs made to fail (LD_PRELOAD bigalloc.so refuses
+#                     their larger scratch buffers): every sequence is rerun
+#                     alone and every call succeeds
 #   batching_sql      bert_batching() is DIRECTONLY; bert_debug shows it
 set -u
 cd "$(dirname "$0")/.."
@@ -21,8 +24,11 @@ for m in tiny small; do
 done
 mkdir -p "$BUILD/batching"
 bin=$BUILD/batching/batch
-if ! ${CC:-cc} -O2 -g -Wall -o "$bin" tests/batching/batch.c -lsqlite3 -lpthread -lm; then
+if ! ${CC:-cc} -O2 -g -Wall -o "$bin" tests/batching/batch.c -lsqlite3 -lpthread -lm -ldl; then
   echo "FAIL batching_build: tests/batching/batch.c"; exit 1
+fi
+if ! ${CC:-cc} -O2 -g -Wall -shared -fPIC -o "$BUILD/batching/bigalloc.so" tests/batching/bigalloc.c -ldl; then
+  echo "FAIL batching_build: tests/batching/bigalloc.c"; exit 1
 fi
 A=$BUILD/models/tiny; B=$BUILD/models/small
 run() {  # name env... -- args...
@@ -40,8 +46,10 @@ run() {  # name env... -- args...
   fi
 }
 run batching_off BERTFILL_BATCHING=1 -- 8 42 off
-run batching_gather BERTFILL_BATCH_GATHER=4 -- 8 42 on --expect-merged
+run batching_gather BERTFILL_BATCH_GATHER=3 -- 8 42 on --expect-merged
 run batching_natural BERTFILL_BATCHING=1 -- 16 42 on
+shim=$(cd "$BUILD/batching" && pwd)/bigalloc.so
+run batching_fallback LD_PRELOAD=$shim BERTFILL_BATCH_GATHER=4 -- 8 28 fallback
 
 # The setting from SQL: DIRECTONLY, shown by bert_debug, environment default.
 if command -v sqlite3 >/dev/null; then

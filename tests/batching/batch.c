@@ -5,7 +5,7 @@
 ** with different k, and with bad texts in between; every result is compared
 ** with a single-threaded run of the same call with batching off.
 **
-**   batch EXT MODEL_A MODEL_B THREADS CALLS on|off [--expect-merged]
+**   batch EXT MODEL_A MODEL_B THREADS CALLS on|off|fallback [--expect-merged]
 **
 ** Reference: one connection per model, bert_batching(0), cache off: for each
 ** of NTEXTS texts, bert_fill and fill_candidates(text, k) for every k in KS.
@@ -21,10 +21,18 @@
 ** --expect-merged at least one encoder run must have held more than one
 ** sequence (t_batching.sh sets BERTFILL_BATCH_GATHER so that it is certain).
 **
+** Mode "fallback" (run with LD_PRELOAD=bigalloc.so and BERTFILL_BATCH_GATHER):
+** batching on, every thread on MODEL_B, texts of 17-21 tokens, and every
+** allocation larger than any single sentence's encoder scratch refused, so
+** every merged run fails with "out of memory": the batcher must then run
+** each sequence alone, and every call must succeed, bit-identical to the
+** reference, with no merged run counted and at least one refused.
+**
 ** Every bad text (too long, invalid UTF-8) must fail with its own error and
 ** nothing else may fail.  Prints one summary line and exits 1 on any
 ** mismatch, unexpected error or missing batch.
 */
+#include <dlfcn.h>
 #include <math.h>
 #include <pthread.h>
 #include <sqlite3.h>
@@ -43,7 +51,7 @@ static const char *ext, *models[2];
 static char *texts[NTEXTS];
 static char *ref_fill[2][NTEXTS];
 static cands ref_cand[2][NTEXTS][NK];
-static int nthreads, ncalls, batching;
+static int nthreads, ncalls, batching, fallback;
 static double tol;
 
 static void die(const char *what, sqlite3 *db) {
@@ -157,20 +165,22 @@ static const char bad_utf8[] = "\xff[MASK]";
 typedef struct {
   int id;
   long compared, mismatches, swaps, errors, bad_ok;
-  pthread_barrier_t *start;
+  pthread_barrier_t *opened, *start;
 } worker;
 
 static void *work(void *arg) {
   worker *w = arg;
-  int mi = w->id & 1;                       /* half the threads on each model */
+  int mi = fallback ? 1 : w->id & 1;        /* half the threads on each model */
   sqlite3 *db = open_conn(models[mi]);
   sqlite3_stmt *fill, *cand;
   prepare(db, &fill, &cand);
+  pthread_barrier_wait(w->opened);
   pthread_barrier_wait(w->start);
   for (int j = 0; j < ncalls; j++) {
     /* distinct texts at each step, except every 4th step, where pairs of
     ** threads (same model) ask for the same text at once */
-    int i = j % 4 == 3 ? (j * nthreads + (w->id & ~2)) % NTEXTS : (j * nthreads + w->id) % NTEXTS;
+    int pair = fallback ? w->id & ~1 : w->id & ~2;   /* same model */
+    int i = j % 4 == 3 ? (j * nthreads + pair) % NTEXTS : (j * nthreads + w->id) % NTEXTS;
     int kind = (j + w->id) % 3;
     char *err = NULL;
     if ((j + 1) % 7 == 0) {                 /* a bad text: fails alone */
@@ -248,9 +258,20 @@ int main(int argc, char **argv) {
   models[1] = argv[3];
   nthreads = atoi(argv[4]);
   ncalls = atoi(argv[5]);
-  batching = strcmp(argv[6], "on") == 0;
+  fallback = strcmp(argv[6], "fallback") == 0;
+  batching = fallback || strcmp(argv[6], "on") == 0;
   int expect_merged = argc > 7 && strcmp(argv[7], "--expect-merged") == 0;
-  tol = batching ? 1e-5 : 0;
+  tol = batching && !fallback ? 1e-5 : 0;
+  void (*bigalloc_arm)(size_t) = NULL;
+  long (*bigalloc_failures)(void) = NULL;
+  if (fallback) {
+    *(void **)&bigalloc_arm = dlsym(RTLD_DEFAULT, "bigalloc_arm");
+    *(void **)&bigalloc_failures = dlsym(RTLD_DEFAULT, "bigalloc_failures");
+    if (!bigalloc_arm || !bigalloc_failures) {
+      fprintf(stderr, "batch: mode fallback needs LD_PRELOAD=bigalloc.so\n");
+      return 2;
+    }
+  }
   if (nthreads < 1 || nthreads > 256 || ncalls < 1) { fprintf(stderr, "batch: bad arguments\n"); return 2; }
 
   /* Texts of common characters (in every test vocabulary), 1-3 masks. */
@@ -261,6 +282,7 @@ int main(int argc, char **argv) {
     char buf[512];
     int n = 0, len = 3 + (int)((seed = seed * 1103515245u + 12345u) >> 16) % 30;
     int masks = 1 + i % 3;
+    if (fallback) { len = 14 + (int)(seed >> 16) % 5; masks = 1; }   /* 17-21 tokens */
     for (int c = 0; c < len; c++) {
       seed = seed * 1103515245u + 12345u;
       if (masks && (int)((seed >> 16) % len) < 2) { memcpy(buf + n, "[MASK]", 6); n += 6; masks--; continue; }
@@ -296,7 +318,7 @@ int main(int argc, char **argv) {
     }
     sqlite3_finalize(fill);
     sqlite3_finalize(cand);
-    if (mi == 0) db = r; else sqlite3_close(r);
+    if (mi == (fallback ? 1 : 0)) db = r; else sqlite3_close(r);   /* stays open: settings, stats */
   }
   char sql[200];
   snprintf(sql, sizeof sql, "SELECT bert_batching(%d), bert_max_concurrent(1), bert_busy_timeout(600000), "
@@ -305,13 +327,41 @@ int main(int argc, char **argv) {
 
   pthread_t *th = calloc((size_t)nthreads, sizeof *th);
   worker *w = calloc((size_t)nthreads, sizeof *w);
-  pthread_barrier_t start;
-  pthread_barrier_init(&start, NULL, (unsigned)nthreads);
+  pthread_barrier_t opened, start;
+  pthread_barrier_init(&opened, NULL, (unsigned)nthreads + 1);
+  pthread_barrier_init(&start, NULL, (unsigned)nthreads + 1);
   for (int t = 0; t < nthreads; t++) {
     w[t].id = t;
+    w[t].opened = &opened;
     w[t].start = &start;
     if (pthread_create(&th[t], NULL, work, &w[t]) != 0) { perror("pthread_create"); return 1; }
   }
+  pthread_barrier_wait(&opened);            /* every connection open */
+  size_t limit = 0;
+  if (fallback) {
+    /* Above the largest scratch buffer of one sentence (the feed-forward
+    ** activations, tokens x intermediate_size floats), below that of any
+    ** two: every merged run fails, no single one does. */
+    sqlite3_stmt *q;
+    if (sqlite3_prepare_v2(db, "SELECT json_extract(bert_debug(), '$.model.config.intermediate_size')",
+                           -1, &q, NULL) != SQLITE_OK || sqlite3_step(q) != SQLITE_ROW) die("config", db);
+    int inter = sqlite3_column_int(q, 0);
+    sqlite3_finalize(q);
+    int maxt = 0, mint = 1 << 30;
+    for (int i = 0; i < NTEXTS; i++) {
+      char *sql = sqlite3_mprintf("SELECT json_array_length(bert_tokenize(%Q))", texts[i]);
+      if (sqlite3_prepare_v2(db, sql, -1, &q, NULL) != SQLITE_OK || sqlite3_step(q) != SQLITE_ROW) die("tokens", db);
+      int nt = sqlite3_column_int(q, 0);
+      sqlite3_finalize(q);
+      sqlite3_free(sql);
+      if (nt > maxt) maxt = nt;
+      if (nt < mint) mint = nt;
+    }
+    if (2 * mint <= maxt) { fprintf(stderr, "batch: texts of %d..%d tokens: no limit between one and two\n", mint, maxt); return 1; }
+    limit = (size_t)maxt * (size_t)inter * sizeof(float) + 1;
+    bigalloc_arm(limit);
+  }
+  pthread_barrier_wait(&start);
   long compared = 0, mismatches = 0, swaps = 0, errors = 0, bad_ok = 0, bad_want = 0;
   for (int t = 0; t < nthreads; t++) {
     pthread_join(th[t], NULL);
@@ -320,6 +370,9 @@ int main(int argc, char **argv) {
   }
   for (int j = 0; j < ncalls; j++) bad_want += (j + 1) % 7 == 0;
   bad_want *= nthreads;
+  long refused = fallback ? bigalloc_failures() : 0;
+  if (fallback) bigalloc_arm(0);
+  pthread_barrier_destroy(&opened);
   pthread_barrier_destroy(&start);
 
   /* What the batcher did: encoder runs, sequences, and the largest batch. */
@@ -339,11 +392,14 @@ int main(int argc, char **argv) {
   exec(db, "SELECT bert_batching(1), bert_max_concurrent(0), bert_busy_timeout(2000)");
   sqlite3_close(db);
 
-  printf("batching %s, threads %d x calls %d on 2 models: %ld results compared, %ld mismatches, "
+  printf("batching %s, threads %d x calls %d on %s: %ld results compared, %ld mismatches, "
          "%ld near-tie swaps, %ld errors, %ld/%ld bad texts rejected alone; %lld misses in %lld encoder "
-         "runs (%lld merged, %lld sequences, largest batch %d)\n",
-         batching ? "on" : "off", nthreads, ncalls, compared, mismatches, swaps, errors, bad_ok, bad_want,
+         "runs (%lld merged, %lld sequences, largest batch %d)",
+         fallback ? "on (merged runs made to fail)" : batching ? "on" : "off", nthreads, ncalls,
+         fallback ? "1 model" : "2 models", compared, mismatches, swaps, errors, bad_ok, bad_want,
          (long long)miss, (long long)runs, (long long)merged, (long long)seqs, maxbatch);
+  if (fallback) printf("; %ld allocations of >= %zu bytes refused", refused, limit);
+  printf("\n");
   int bad = mismatches || errors || bad_ok != bad_want ||
             compared != (long)nthreads * ncalls - bad_want;
   if (!batching && (merged != 0 || runs != miss)) {
@@ -351,6 +407,11 @@ int main(int argc, char **argv) {
     bad = 1;
   }
   if (expect_merged && merged < 1) { printf("no encoder run held more than one sequence\n"); bad = 1; }
+  if (fallback && (refused < 1 || merged != 0)) {
+    printf("fallback: %ld merged runs refused, %lld merged runs succeeded (want > 0 and 0)\n",
+           refused, (long long)merged);
+    bad = 1;
+  }
   for (int i = 0; i < NTEXTS; i++) { free(texts[i]); free(ref_fill[0][i]); free(ref_fill[1][i]); }
   free(th);
   free(w);
