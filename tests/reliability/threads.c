@@ -25,7 +25,8 @@
 ** E errors" and, per round, the process RSS: scratch memory must stay bounded
 ** (the RSS after the last round may exceed the RSS after round 2 by at most
 ** 8 MB, or $BF_THREADS_RSS_SLACK_MB).  Exits 1 on any mismatch, error or growth.  Built by
-** tests/t_threads.sh (plain) and tests/reliability/tsan.sh (ThreadSanitizer).
+** tests/t_c_threads.sh (plain; valgrind in make valgrind) and
+** tests/reliability/tsan.sh (ThreadSanitizer).
 */
 #include <math.h>
 #include <pthread.h>
