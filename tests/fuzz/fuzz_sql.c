@@ -53,6 +53,13 @@ static uint64_t u64(in_t *in) {
   return v;
 }
 /* Up to max bytes: a length byte, then that many bytes. */
+/* Two bytes, little-endian (in sequence: the order of two byte() calls in
+** one expression is unspecified, and gcc and clang differ). */
+static unsigned u16(in_t *in) {
+  unsigned lo = byte(in);
+  unsigned hi = byte(in);
+  return lo | (hi << 8);
+}
 static const uint8_t *bytes(in_t *in, size_t *len) {
   size_t l = byte(in);
   if (l > in->n) l = in->n;
@@ -79,7 +86,7 @@ static void arg(sqlite3_stmt *st, int i, in_t *in) {
   switch (t) {
     case 0: sqlite3_bind_null(st, i); break;
     case 1: sqlite3_bind_int64(st, i, (sqlite3_int64)u64(in)); break;
-    case 2: sqlite3_bind_int64(st, i, (int)(byte(in) | (byte(in) << 8)) - 8); break;   /* -8 .. 65527 */
+    case 2: sqlite3_bind_int64(st, i, (int)u16(in) - 8); break;   /* -8 .. 65527 */
     case 3: { uint64_t b = u64(in); double d; memcpy(&d, &b, sizeof d); sqlite3_bind_double(st, i, d); break; }
     case 4: p = bytes(in, &len); sqlite3_bind_text(st, i, (const char *)p, (int)len, SQLITE_TRANSIENT); break;
     case 5: p = bytes(in, &len); sqlite3_bind_blob(st, i, p, (int)len, SQLITE_TRANSIENT); break;
@@ -95,7 +102,7 @@ static void arg(sqlite3_stmt *st, int i, in_t *in) {
       break;
     }
     case 7: {                        /* a huge string: a piece repeated */
-      unsigned r = (byte(in) | (byte(in) << 8)) * 4u;  /* up to 262140 times, 256 kB at most */
+      unsigned r = u16(in) * 4u;  /* up to 262140 times, 256 kB at most */
       const char *piece = words[byte(in) % NWORDS];
       size_t pl = strlen(piece);
       if (pl == 0) pl = 1, piece = "a";
