@@ -24,7 +24,10 @@ a known text, k = 5 and a result blob byte-identical to a fresh computation
 (no torn or misattributed row); no committed write is missing (lost); every
 user_rows row holds the right filling.  Then workers are killed with
 SIGKILL at random moments while writing, a few rounds, and the same checks
-run on what they leave (plus: the database is still writable).
+run on what they leave (plus: the database is still writable); and one
+worker is killed for certain inside an open transaction holding 40 cache
+writes (in rollback mode the hot journal is there at the kill): after
+recovery none of them is in the table.
 
 Prints "ok NAME (...)" lines with processes x writes and the counts.
 """
@@ -271,6 +274,46 @@ def run_kills(tmp, journal, texts, fp, ref, rounds=4):
           % (journal, killed, rows, torn))
 
 
+def txn_worker(path, texts, ev):
+    """Cache writes and user rows inside a transaction, then wait to be killed."""
+    c = connect(path)
+    c.execute("BEGIN IMMEDIATE")
+    for i, t in enumerate(texts):
+        c.execute("INSERT INTO user_rows(wid, j, text, filled) VALUES (99, ?, ?, bert_fill(?))", (i, t, t))
+    ev.set()
+    time.sleep(60)
+
+
+def run_kill_in_txn(tmp, journal, texts, fp, ref):
+    """SIGKILL while a transaction holding cache writes is open: a hot journal
+    (or uncommitted WAL frames) is left; the next opener rolls it back."""
+    path = os.path.join(tmp, "txn-%s.db" % journal)
+    new_db(path, journal)
+    ctx = mp.get_context("spawn")
+    ev = ctx.Event()
+    mine = texts[:40]
+    p = ctx.Process(target=txn_worker, args=(path, mine, ev))
+    p.start()
+    ok = ev.wait(60)
+    left = [os.path.basename(f) for f in (path + "-journal", path + "-wal") if os.path.exists(f)
+            and os.path.getsize(f) > 0]
+    os.kill(p.pid, signal.SIGKILL)
+    p.join()
+    check("kill_in_txn_%s_reached" % journal, ok and p.exitcode == -signal.SIGKILL, repr(p.exitcode))
+    if journal == "delete":
+        # (in WAL mode a small transaction stays in the page cache until it
+        # commits: nothing reaches the WAL file)
+        check("kill_in_txn_%s_hot_journal" % journal, bool(left), "no journal at the kill")
+    rows, torn, lost = verify("kill_in_txn_" + journal, path, fp, ref)
+    c = sqlite3.connect(path)
+    n_user = c.execute("SELECT count(*) FROM user_rows").fetchone()[0]
+    c.close()
+    check("kill_in_txn_%s_rolled_back" % journal, n_user == 0 and rows == 0,
+          "%d user rows, %d cache rows survived the killed transaction" % (n_user, rows))
+    print("ok kill_in_txn_%s_summary (killed inside a transaction with %d cache writes; %s left; "
+          "%d rows after recovery, %d torn)" % (journal, len(mine), "+".join(left) or "no journal data", rows, torn))
+
+
 def main():
     if not os.path.isdir(MODEL):
         print("FAIL multiprocess: no model %s (make models)" % MODEL)
@@ -282,6 +325,7 @@ def main():
             run_writers(tmp, journal, texts, fp, ref)
         for journal in ("wal", "delete"):
             run_kills(tmp, journal, texts, fp, ref)
+            run_kill_in_txn(tmp, journal, texts, fp, ref)
     return 1 if failures else 0
 
 
