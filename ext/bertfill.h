@@ -108,6 +108,19 @@ const char *bf_model_token(const bf_model *m, int32_t id);
 ** computed on first call (reads the whole file), then cached. Thread-safe. */
 const char *bf_model_fingerprint(bf_model *m);
 
+/* BF_OK while model.safetensors is the file that was loaded, unchanged;
+** BF_ERR_MODEL with a message when it was truncated, grown or rewritten in
+** place since (reading the mapping then gives other weights, or SIGBUS past
+** a truncated end).  Replacing the file with rename() leaves the loaded
+** model intact and is not reported.  One fstat(); bf_fill calls it. */
+int bf_model_check(const bf_model *m, char *err, size_t errlen);
+
+/* 1 if dir/model.safetensors is still the very file that was loaded (same
+** inode, size and modification time); 0 if it was replaced (e.g. renamed
+** over), changed or removed.  A registry of loaded models uses it to load
+** the new version for new users while old users keep the old one. */
+int bf_model_is_current(const bf_model *m);
+
 /* ---- forward pass ---- */
 typedef struct bf_cand {
   int32_t id;     /* token id */

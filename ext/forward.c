@@ -679,6 +679,9 @@ int bf_fill(const bf_model *m, bf_run *r, int nseq, const bf_tokens *seqs,
     if (nm > 0) { T += t->n; M += nm; nrun++; }
   }
   if (M == 0) return BF_OK;  /* nothing to fill: nothing to run */
+  /* weights changed on disk since loading: other weights or SIGBUS ahead */
+  int rc_model = bf_model_check(m, err, errlen);
+  if (rc_model != BF_OK) return rc_model;
   if (!out) return fail(err, errlen, BF_ERR_INPUT, "bf_fill: no output array");
   if (T > INT_MAX / 4)
     return fail(err, errlen, BF_ERR_NOMEM, "a batch of %zu tokens is too large; split it", T);

@@ -424,7 +424,7 @@ static void model_free(bf_model *m) {
   for (int i = 0; i < m->n_owned; i++) free(m->owned[i]);
   free(m->owned);
   free(m->layers);
-  if (m->map) munmap(m->map, m->map_len);
+  if (m->map) { munmap(m->map, m->map_len); if (m->map_fd >= 0) close(m->map_fd); }
   pthread_mutex_destroy(&m->fp_mu);
   free(m->dir);
   free(m);
@@ -521,6 +521,7 @@ bf_model *bf_model_load(const char *dir, char *err, size_t errlen) {
   }
   if (st_open(&L.st, spath, err, errlen) != 0) goto fail;
   m->map = L.st.map; m->map_len = L.st.map_len;     /* the model owns the mapping now */
+  m->map_fd = L.st.fd; m->map_mtime_ns = L.st.mtime_ns;  /* and the descriptor */
   if (load_tensors(&L) != 0) goto fail;
   snprintf(m->dtype, sizeof m->dtype, "%s", L.mixed ? "mixed" : L.dtype0);
 
@@ -534,14 +535,14 @@ bf_model *bf_model_load(const char *dir, char *err, size_t errlen) {
     m->display[i] = (char *)s;
   }
   /* the header table is no longer needed; keep only the mapping */
-  L.st.map = NULL;
+  L.st.map = NULL; L.st.fd = -1;
   st_close(&L.st);
   free(cpath); free(spath);
   return m;
 
 fail:
   free(buf);
-  if (L.st.map == m->map) m->map = NULL;            /* st_close unmaps it */
+  if (L.st.map == m->map) { m->map = NULL; m->map_fd = -1; }  /* st_close unmaps and closes */
   st_close(&L.st);
   free(cpath); free(spath);
   model_free(m);
@@ -565,6 +566,32 @@ const char *bf_model_dtype(const bf_model *m) { return m->dtype; }
 const char *bf_model_token(const bf_model *m, int32_t id) {
   if (!m || id < 0 || id >= m->cfg.vocab_size) return NULL;
   return m->display[id];
+}
+
+int bf_model_check(const bf_model *m, char *err, size_t errlen) {
+  struct stat st;
+  if (!m || !m->map || m->map_fd < 0) return BF_OK;
+  if (fstat(m->map_fd, &st) != 0) return BF_OK;   /* cannot tell: keep going */
+  int64_t mtime = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+  if ((size_t)st.st_size == m->map_len && mtime == m->map_mtime_ns) return BF_OK;
+  if ((size_t)st.st_size != m->map_len)
+    seterr(err, errlen, "%s/model.safetensors changed on disk after it was loaded (%zu bytes then, "
+           "%lld now): the model must be loaded again (replace model files with a new file and "
+           "rename, never in place)", m->dir, m->map_len, (long long)st.st_size);
+  else
+    seterr(err, errlen, "%s/model.safetensors was rewritten in place after it was loaded: the model "
+           "must be loaded again (replace model files with a new file and rename, never in place)",
+           m->dir);
+  return BF_ERR_MODEL;
+}
+
+int bf_model_is_current(const bf_model *m) {
+  struct stat now, then;
+  if (!m || !m->map || m->map_fd < 0 || fstat(m->map_fd, &then) != 0) return 1;
+  char *p = path_join(m->dir, "model.safetensors");
+  int same = p && stat(p, &now) == 0 && now.st_dev == then.st_dev && now.st_ino == then.st_ino;
+  free(p);
+  return same && bf_model_check(m, NULL, 0) == BF_OK;
 }
 
 const char *bf_model_fingerprint(bf_model *m) {

@@ -51,6 +51,8 @@ struct bf_model {
 
   /* storage */
   void *map; size_t map_len;        /* mmap of model.safetensors */
+  int map_fd;                       /* its descriptor, kept to notice changes (bf_model_check) */
+  int64_t map_mtime_ns;             /* its modification time when mapped */
   void **owned; int n_owned, cap_owned; /* converted tensors, freed at release */
 
   atomic_int refcount;

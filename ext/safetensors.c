@@ -61,8 +61,10 @@ void st_close(st_file *f) {
   for (int i = 0; i < f->n; i++) free(f->tensors[i].name);
   free(f->tensors);
   if (f->map) munmap(f->map, f->map_len);
+  if (f->map && f->fd >= 0) close(f->fd);  /* fd is valid only along with the mapping */
   free(f->path);
   memset(f, 0, sizeof *f);
+  f->fd = -1;
 }
 
 /* Parse one header entry into t.  0 or -1 with err. */
@@ -160,6 +162,7 @@ static int parse_entry(const char *path, const char *name, const json_value *v,
 
 int st_open(st_file *f, const char *path, char *err, size_t errlen) {
   memset(f, 0, sizeof *f);
+  f->fd = -1;
   if (err && errlen) err[0] = 0;
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
@@ -186,12 +189,14 @@ int st_open(st_file *f, const char *path, char *err, size_t errlen) {
   }
   void *map = mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);
   int merr = errno;
-  close(fd);
   if (map == MAP_FAILED) {
+    close(fd);
     seterr(err, errlen, path, "cannot mmap %zu bytes: %s", size, strerror(merr));
     return -1;
   }
   f->map = map; f->map_len = size;
+  f->fd = fd;
+  f->mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
   f->path = strdup(path);
   if (!f->path) { seterr(err, errlen, path, "out of memory"); goto fail; }
 

@@ -60,6 +60,8 @@ typedef struct st_tensor {
 typedef struct st_file {
   char *path;               /* as given to st_open (used in messages) */
   void *map; size_t map_len;/* the whole file, PROT_READ, MAP_SHARED */
+  int fd;                   /* kept open (O_CLOEXEC) to notice changes on disk; -1 if none */
+  int64_t mtime_ns;         /* modification time when mapped */
   size_t header_len;        /* N */
   const unsigned char *data;/* start of the data area */
   size_t data_len;

@@ -44,6 +44,7 @@ typedef struct reg_ent {
   char *path;          /* canonical directory */
   bf_model *m;
   int users;           /* connections using it */
+  int stale;           /* its file was replaced or changed: no new users */
   struct reg_ent *next;
 } reg_ent;
 
@@ -60,8 +61,13 @@ static bf_model *registry_get(const char *dir, char **err) {
   }
   bf_model *m = NULL;
   pthread_mutex_lock(&reg_mu);
-  for (reg_ent *e = reg_head; e; e = e->next)
-    if (strcmp(e->path, canon) == 0) { e->users++; m = e->m; break; }
+  for (reg_ent *e = reg_head; e; e = e->next) {
+    if (e->stale || strcmp(e->path, canon) != 0) continue;
+    /* model.safetensors replaced (rename) or changed since it was loaded:
+    ** connections using it keep it; new ones get the new version */
+    if (!bf_model_is_current(e->m)) { e->stale = 1; continue; }
+    e->users++; m = e->m; break;
+  }
   if (!m) {
     /* Loading under the lock: a second connection asking for the same
     ** directory waits for this load instead of loading a second copy. */
@@ -74,10 +80,13 @@ static bf_model *registry_get(const char *dir, char **err) {
       *err = NULL;                              /* out of memory */
     } else if (!(m = bf_model_load(canon, msg, sizeof msg))) {
       free(e); free(path);
-      *err = sqlite3_mprintf("bertfill: cannot load the model in '%s': %s", dir,
-                             msg[0] ? msg : "unknown error");
+      if (strstr(msg, "out of memory"))
+        *err = NULL;                            /* reported as SQLITE_NOMEM */
+      else
+        *err = sqlite3_mprintf("bertfill: cannot load the model in '%s': %s", dir,
+                               msg[0] ? msg : "unknown error");
     } else {
-      e->path = path; e->m = m; e->users = 1;
+      e->path = path; e->m = m; e->users = 1; e->stale = 0;
       e->next = reg_head;
       reg_head = e;
     }
