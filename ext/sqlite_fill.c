@@ -297,9 +297,9 @@ void bfx_trace(sqlite3 *db, const char *func, const char *text, int text_len,
   if (!bf_trace_enabled(db)) return;
   bf_trace_rec rec;
   memset(&rec, 0, sizeof rec);
-  char *copy = text ? sqlite3_mprintf("%.*s", text_len, text) : NULL;  /* blobs: no NUL */
   rec.func = func;
-  rec.text = copy;
+  rec.text = text;          /* bytes as given, NUL bytes included */
+  rec.text_len = text ? text_len : -1;
   rec.source = is_error ? "error" : (r && r->source ? r->source : "none");
   rec.total_ns = bf_now_ns() - t0;
   rec.tokenize_ns = tok_ns;
@@ -313,5 +313,4 @@ void bfx_trace(sqlite3 *db, const char *func, const char *text, int text_len,
   }
   rec.tokens = tokens;
   bf_trace_record(db, &rec);
-  sqlite3_free(copy);
 }

@@ -480,7 +480,7 @@ void bf_trace_record(sqlite3 *db, const bf_trace_rec *rec) {
     sqlite3_bind_text(st, 1, ts, -1, SQLITE_TRANSIENT);
     sqlite3_bind_text(st, 2, rec->func ? rec->func : "", -1, SQLITE_STATIC);
     if (rec->text) {   /* text that is not UTF-8 (the error case) is kept as a blob */
-      size_t n = strlen(rec->text);
+      size_t n = rec->text_len >= 0 ? (size_t)rec->text_len : strlen(rec->text);
       if (utf8_valid((const unsigned char *)rec->text, n))
         sqlite3_bind_text(st, 3, rec->text, (int)n, SQLITE_STATIC);
       else

@@ -18,6 +18,7 @@ int bf_register_stats(sqlite3 *db, char **pzErrMsg);
 typedef struct bf_trace_rec {
   const char *func;        /* "bert_fill", "fill_candidates", ... */
   const char *text;        /* the input text (may be NULL) */
+  int text_len;            /* its length in bytes (it may hold NUL); < 0: NUL-terminated */
   const char *source;      /* "lru", "table", "encoder", "error" */
   uint64_t total_ns, queue_ns, tokenize_ns, encode_ns, topk_ns, cache_read_ns, cache_write_ns;
   int tokens, masks;
