@@ -40,23 +40,13 @@ import sys
 import tempfile
 import time
 
-EXT = os.path.abspath(os.environ.get("BERTFILL_EXT", "./bertfill"))
-BUILD = os.environ.get("BUILD", "build")
-MODEL = os.path.abspath(os.path.join(BUILD, "models", "tiny"))
+from bftest import EXT, TINY, check, exit_code
+MODEL = TINY
 NPROC = int(os.environ.get("MP_PROCS", "6"))
 NCALLS = int(os.environ.get("MP_CALLS", "150"))
 
-failures = 0
 
 
-def check(name, cond, why=""):
-    global failures
-    if cond:
-        print("ok", name)
-    else:
-        failures += 1
-        print("FAIL %s: %s" % (name, why or "condition false"))
-    sys.stdout.flush()
 
 
 def connect(path, timeout=10.0):
@@ -326,7 +316,7 @@ def main():
         for journal in ("wal", "delete"):
             run_kills(tmp, journal, texts, fp, ref)
             run_kill_in_txn(tmp, journal, texts, fp, ref)
-    return 1 if failures else 0
+    return exit_code()
 
 
 if __name__ == "__main__":

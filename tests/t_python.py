@@ -22,32 +22,15 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 os.chdir(ROOT)
-BUILD = os.environ.get("BUILD", "build")
-MODELS = os.path.abspath(os.path.join(BUILD, "models"))
-EXT = os.path.abspath(os.environ.get("BERTFILL_EXT", "./bertfill"))
-TINY = os.path.join(MODELS, "tiny")
-failures = 0
+from bftest import EXT, MODELS, TINY, check, exit_code, fail, skip
 
 
-def ok(name):
-    print("ok " + name, flush=True)
 
 
-def fail(name, why):
-    global failures
-    failures += 1
-    print("FAIL %s: %s" % (name, why), flush=True)
 
 
-def skip(name, why):
-    print("skip %s: %s" % (name, why), flush=True)
 
 
-def check(name, cond, why=""):
-    if cond:
-        ok(name)
-    else:
-        fail(name, why or "condition is false")
 
 
 def connect(path=":memory:", model=TINY, uri=False, **kw):
@@ -579,7 +562,7 @@ def main():
             t()
         except Exception as e:  # noqa: BLE001 - a crash of one group is a failure, not the end
             fail(t.__name__, "%s: %s" % (type(e).__name__, e))
-    return 1 if failures else 0
+    return exit_code()
 
 
 if __name__ == "__main__":

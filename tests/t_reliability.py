@@ -22,7 +22,6 @@
 """
 import os
 import shutil
-import signal
 import sqlite3
 import subprocess
 import sys
@@ -30,21 +29,9 @@ import tempfile
 import threading
 import time
 
-EXT = os.path.abspath(os.environ.get("BERTFILL_EXT", "./bertfill"))
-BUILD = os.environ.get("BUILD", "build")
-MODELS = os.path.abspath(os.path.join(BUILD, "models"))
-TINY = os.path.join(MODELS, "tiny")
-failures = 0
+from bftest import EXT, MODELS, TINY, check, exit_code
 
 
-def check(name, cond, why=""):
-    global failures
-    if cond:
-        print("ok", name)
-    else:
-        failures += 1
-        print("FAIL %s: %s" % (name, why or "condition false"))
-    sys.stdout.flush()
 
 
 def connect(path=":memory:", model=TINY, **kw):
@@ -281,7 +268,7 @@ def main():
         test_untrusted_schema(tmp)
         test_trace_keeps_nul_bytes(tmp)
     test_busy_then_usable()
-    return 1 if failures else 0
+    return exit_code()
 
 
 if __name__ == "__main__":

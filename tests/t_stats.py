@@ -26,21 +26,11 @@ import sys
 import tempfile
 import threading
 
-EXT = os.environ.get("BERTFILL_EXT", "./bertfill")
-BUILD = os.environ.get("BUILD", "build")
-MODEL = os.path.join(BUILD, "models", "tiny")
-
-failures = 0
+from bftest import EXT, TINY, check, exit_code
+MODEL = TINY
 
 
-def check(name, cond, why=""):
-    global failures
-    if cond:
-        print("ok", name)
-    else:
-        failures += 1
-        print("FAIL %s: %s" % (name, why or "condition false"))
-    sys.stdout.flush()
+
 
 
 def connect(path=":memory:", uri=False, timeout=5.0):
@@ -442,7 +432,7 @@ def main():
         test_hit_no_encoder(tmp)
         test_concurrent(tmp)
         test_trace(tmp)
-    return 1 if failures else 0
+    return exit_code()
 
 
 if __name__ == "__main__":

@@ -1,0 +1,38 @@
+"""bftest.py — what the Python test suites share: where the build, the test
+models and the extension are, and the check lines tests/run.sh counts
+("ok NAME", "FAIL NAME: why", "skip NAME: why")."""
+import os
+import sys
+
+BUILD = os.environ.get("BUILD", "build")
+MODELS = os.path.abspath(os.path.join(BUILD, "models"))
+EXT = os.path.abspath(os.environ.get("BERTFILL_EXT", "./bertfill"))
+TINY = os.path.join(MODELS, "tiny")
+
+_failures = 0
+
+
+def ok(name):
+    print("ok " + name, flush=True)
+
+
+def fail(name, why):
+    global _failures
+    _failures += 1
+    print("FAIL %s: %s" % (name, why), flush=True)
+
+
+def skip(name, why):
+    print("skip %s: %s" % (name, why), flush=True)
+
+
+def check(name, cond, why=""):
+    if cond:
+        ok(name)
+    else:
+        fail(name, why or "condition is false")
+
+
+def exit_code():
+    """1 if any check failed so far, else 0."""
+    return 1 if _failures else 0
