@@ -38,8 +38,12 @@ Resuming: from --ckpt (model + optimizer + step + RNG state, default
 build/train-zh-tiny/checkpoint.pt, kept out of git) when it exists, else from
 the committed model/bertfill-zh-tiny/model.safetensors (optimizer state and
 learning-rate schedule restart, with a fresh warmup), else from scratch.
-Every --export-minutes the checkpoint is written and the shipped
-model.safetensors (F16) + config.json are exported.
+A checkpoint whose schedule has finished continues at the final learning
+rate unless --new-schedule (fresh warmup + decay, optimizer state kept).
+Every --export-minutes and at the end the checkpoint is written and the
+shipped model.safetensors (F16, the step in its metadata) + config.json are
+exported.  The learning-rate decay ends at --total-steps or --max-minutes,
+whichever comes first.
 """
 import os
 os.environ.setdefault("OPENBLAS_CORETYPE", "SkylakeX")   # before torch loads OpenBLAS
