@@ -13,12 +13,15 @@ SELECT bert_load(NULL) AS model;
 .print '-- bert_fill: every [MASK] replaced by its best candidate'
 SELECT bert_fill('今天天气真[MASK]啊，适合出去玩。') AS filled;
 SELECT bert_fill('学习要持之以恒，不能三天打鱼，两天[MASK]。') AS filled;
-SELECT bert_fill('北京是中国的[MASK][MASK]。') AS two_masks;
+SELECT bert_fill('这家酒[MASK]的价格是多少？') AS filled;
+SELECT bert_fill('我喜欢听音[MASK]。') AS filled;
+SELECT bert_fill('谈何[MASK]易') AS idiom;
+SELECT bert_fill('根据本法的规[MASK]，自公布之日起施[MASK]。') AS two_masks;
 
 .print
 .print '-- fill_candidates: the top k candidates of each mask, with probabilities'
 SELECT mask, rank, token, round(score, 4) AS score, sequence
-  FROM fill_candidates('今天天气真[MASK]啊', 5);
+  FROM fill_candidates('无可奈[MASK]', 5);
 
 .print
 .print '-- bert_tokenize: the tokens the model sees'
