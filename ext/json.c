@@ -428,31 +428,33 @@ json_value *json_parse(const char *text, size_t len, char *err, size_t errlen) {
   return v;
 }
 
-json_value *json_parse_file(const char *path, char *err, size_t errlen) {
+int json_read_file(const char *path, unsigned char **out, size_t *len, char *err, size_t errlen) {
+  *out = NULL; *len = 0;
   if (err && errlen) err[0] = 0;
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
-    if (err && errlen) snprintf(err, errlen, "%s: %s", path, strerror(errno));
-    return NULL;
+    int e = errno;
+    if (err && errlen) snprintf(err, errlen, "%s: %s", path, strerror(e));
+    return e == ENOENT ? 0 : -1;
   }
   struct stat st;
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     if (err && errlen) snprintf(err, errlen, "%s: not a regular file", path);
     close(fd);
-    return NULL;
+    return -1;
   }
   if ((uint64_t)st.st_size > JSON_MAX_FILE) {
     if (err && errlen) snprintf(err, errlen, "%s: file too large (%lld bytes; limit %u)",
                                 path, (long long)st.st_size, JSON_MAX_FILE);
     close(fd);
-    return NULL;
+    return -1;
   }
   size_t n = (size_t)st.st_size, got = 0;
-  char *buf = malloc(n ? n : 1);
+  unsigned char *buf = malloc(n + 1);
   if (!buf) {
     if (err && errlen) snprintf(err, errlen, "%s: out of memory", path);
     close(fd);
-    return NULL;
+    return -1;
   }
   while (got < n) {
     ssize_t r = read(fd, buf + got, n - got);
@@ -464,10 +466,19 @@ json_value *json_parse_file(const char *path, char *err, size_t errlen) {
   if (got != n) {
     if (err && errlen) snprintf(err, errlen, "%s: read error", path);
     free(buf);
-    return NULL;
+    return -1;
   }
+  buf[n] = 0;
+  *out = buf; *len = n;
+  return 1;
+}
+
+json_value *json_parse_file(const char *path, char *err, size_t errlen) {
+  unsigned char *buf;
+  size_t n;
+  if (json_read_file(path, &buf, &n, err, errlen) != 1) return NULL;
   char msg[256];
-  json_value *v = json_parse(buf, n, msg, sizeof msg);
+  json_value *v = json_parse((const char *)buf, n, msg, sizeof msg);
   free(buf);
   if (!v && err && errlen) {
     if (n == 0) snprintf(err, errlen, "%s: empty file (not JSON)", path);

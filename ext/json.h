@@ -64,6 +64,10 @@ json_value *json_parse(const char *text, size_t len, char *err, size_t errlen);
 /* Read and parse a file; errors start with the path as given
 ** ("dir/config.json: line 1, column 2 (byte 1): ...", "...: No such file"). */
 json_value *json_parse_file(const char *path, char *err, size_t errlen);
+/* Read a whole regular file of at most JSON_MAX_FILE bytes into a malloc'ed,
+** NUL-terminated buffer.  1: read; 0: it does not exist; -1: error.  err is
+** set (naming the file) for 0 and -1. */
+int json_read_file(const char *path, unsigned char **out, size_t *len, char *err, size_t errlen);
 void json_free(json_value *v);
 
 /* Return codes of the typed getters. */

@@ -76,36 +76,9 @@ static int file_exists(const char *dir, const char *name) {
 /* Read a whole small file.  1: read, 0: does not exist, -1: error (err set). */
 static int read_small_file(const char *path, unsigned char **out, size_t *len,
                            char *err, size_t errlen) {
-  *out = NULL; *len = 0;
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    if (errno == ENOENT) return 0;
-    seterr(err, errlen, "%s: %s", path, strerror(errno));
-    return -1;
-  }
-  struct stat st;
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    seterr(err, errlen, "%s: not a regular file", path);
-    close(fd); return -1;
-  }
-  if ((uint64_t)st.st_size > JSON_MAX_FILE) {
-    seterr(err, errlen, "%s: file too large (%lld bytes)", path, (long long)st.st_size);
-    close(fd); return -1;
-  }
-  size_t n = (size_t)st.st_size, got = 0;
-  unsigned char *buf = malloc(n + 1);
-  if (!buf) { seterr(err, errlen, "%s: out of memory", path); close(fd); return -1; }
-  while (got < n) {
-    ssize_t r = read(fd, buf + got, n - got);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) break;
-    got += (size_t)r;
-  }
-  close(fd);
-  if (got != n) { seterr(err, errlen, "%s: read error", path); free(buf); return -1; }
-  buf[n] = 0;
-  *out = buf; *len = n;
-  return 1;
+  int rc = json_read_file(path, out, len, err, errlen);
+  if (rc == 0 && err && errlen) err[0] = 0;  /* absent: the caller decides */
+  return rc;
 }
 
 /* ---- fingerprint hash ---- */
