@@ -2,13 +2,20 @@
 """The PyTorch peer of `make bench` (see tests/bench/run.sh).
 
     /usr/bin/python3 tests/bench/bench_torch.py MODEL_DIR SENTENCES.tsv OUT.json
-        [--reps N] [--warmup N] [--rounds N] [--batch N] [--limit N] [--threads N]
+        [--reps N] [--warmup N] [--rounds N] [--big-rounds N] [--batch N] [--limit N] [--threads N]
         [--sets single,batch-256,batch-2000]
 
 Debian's python3-torch, the way a Python service runs a masked LM: torch.no_grad(),
 torch.set_num_threads(N), padded batches with an attention mask, the MLM head only
 at the [MASK] positions.  The BLAS core is whatever OPENBLAS_CORETYPE in the
 environment makes it (run.sh runs this with SkylakeX and as installed).
+
+Debian's torch runs its own ops on OpenMP threads and its matrix products on
+OpenBLAS's pthreads; with the default OpenMP wait policy the idle OpenMP
+threads spin while OpenBLAS works, and on 2 cores a single sentence gets 3-4x
+slower.  run.sh therefore sets OMP_WAIT_POLICY=PASSIVE for the main PyTorch
+column (the fast configuration, as a careful service would run it) and also
+measures the default (spinning) one.
 Writes its numbers and top-1 ids as JSON.
 """
 import argparse
@@ -68,6 +75,7 @@ def main():
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--big-rounds", type=int, default=2)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--limit", type=int, default=0)
     ap.add_argument("--threads", type=int, default=2)
@@ -81,6 +89,7 @@ def main():
     res = {"engine": f"PyTorch {torch.__version__}", "torch_version": torch.__version__,
            "threads": torch.get_num_threads(), "batch_size": a.batch,
            "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE", ""),
+           "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", ""),
            "blas": blas[0] if blas else "", "single": {}, "batch": {}, "top1": {}}
     tag = f"torch({res['openblas_coretype'] or 'as installed'})"
 
@@ -109,7 +118,7 @@ def main():
 
         for key in [k for k in sets if k.startswith("batch-")]:
             s = sets[key][:a.limit] if a.limit > 0 else sets[key]
-            rounds = a.rounds if key == "batch-256" else max(1, min(a.rounds, 2))
+            rounds = a.rounds if key == "batch-256" else a.big_rounds
             secs = []
             for _ in range(rounds):
                 top = []
@@ -123,6 +132,8 @@ def main():
             print(f"{tag}: {key} ({len(s)}): {len(s) / med:.1f} sentences/s", file=sys.stderr)
 
     res["peak_rss_mb"] = peak_rss_mb()
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    res["cpu_s"] = ru.ru_utime + ru.ru_stime
     with open(a.out, "w") as f:
         json.dump(res, f, indent=1)
 

@@ -90,15 +90,13 @@ def agreement(a, b):
 
 def main():
     d, sent_path, vocab_path = sys.argv[1:4]
-    bf, sql, ort, pt, pta, meta = (load(d, n) for n in
-                                   ("bertfill", "bertfill_sql", "ort", "torch", "torch_asis", "meta"))
+    bf, sql, ort, pt, pta, pts, meta = (load(d, n) for n in ("bertfill", "bertfill_sql", "ort", "torch",
+                                                             "torch_asis", "torch_spin", "meta"))
     meta = meta or {}
     sets = read_sentences(sent_path)
     vocab = read_vocab(vocab_path)
 
-    peers = [("bertfill", bf), ("ONNX Runtime", ort), ("PyTorch (SkylakeX)", pt)]
-    if pta:
-        peers.append(("PyTorch (as installed)", pta))
+    peers = [("bertfill", bf), ("ONNX Runtime", ort), ("PyTorch", pt)]
     cols = [name for name, _ in peers]
     head = "| | " + " | ".join(cols) + " | bertfill / ORT | PyTorch / ORT |"
     sep = "|---" * (len(cols) + 3) + "|"
@@ -199,13 +197,11 @@ def main():
     if ort:
         eng.append(f"ONNX Runtime: {ort.get('engine')}, {ort.get('threads')} intra-op threads, "
                    "logits at all positions (the exported graph), session load includes graph optimization")
-    for name, e in (("PyTorch (SkylakeX)", pt), ("PyTorch (as installed)", pta)):
-        if e:
-            s = (f"{name}: torch {e.get('torch_version')}, {e.get('threads')} threads, "
-                 f"OPENBLAS_CORETYPE={e.get('openblas_coretype') or 'unset'}, no_grad, MLM head at masks only")
-            if e.get("note"):
-                s += "; " + e["note"]
-            eng.append(s)
+    if pt:
+        eng.append(f"PyTorch: torch {pt.get('torch_version')} (Debian), torch.set_num_threads({pt.get('threads')}), "
+                   f"OPENBLAS_CORETYPE={pt.get('openblas_coretype') or 'unset'}, "
+                   f"OMP_WAIT_POLICY={pt.get('omp_wait_policy') or 'unset'}, no_grad, MLM head at masks only "
+                   "(its fast configuration; others below)")
     for x in meta.get("missing", []):
         eng.append(f"MISSING: {x}")
     lines.extend(f"- {x}" for x in eng)
@@ -214,6 +210,63 @@ def main():
         lines.append("Top-1 agreement on the benchmark sentences: " + "; ".join(
             f"{k} {100.0 * s / t:.1f}% ({s}/{t})" for k, (s, t) in agree.items()) + ".")
         lines.append("")
+
+    # PyTorch configurations.
+    variants = [(f"OPENBLAS_CORETYPE={e.get('openblas_coretype') or 'unset (as installed)'}, "
+                 f"OMP_WAIT_POLICY={e.get('omp_wait_policy') or 'unset (spinning)'}", e)
+                for e in (pt, pta, pts) if e]
+    if len(variants) > 1:
+        lines.append("PyTorch configurations (same script, same threads; the two others on fewer runs):")
+        lines.append("")
+        lines.append("| PyTorch | " + " | ".join(n for n, _ in variants) + " |")
+        lines.append("|---" * (len(variants) + 1) + "|")
+        for n in LENGTHS:
+            lines.append(f"| 1 sentence, {n} tokens (ms) | " +
+                         " | ".join(fmt(get(e, "single", n, "median_ms")) for _, e in variants) + " |")
+        lines.append("| batch of 256 sentences (sentences/s) | " +
+                     " | ".join(fmt(get(e, "batch", "256", "sent_per_s")) for _, e in variants) + " |")
+        lines.append("")
+        lines.append("OpenBLAS as installed: Debian 12's OpenBLAS 0.3.21 does not know this CPU and uses its "
+                     "Prescott kernels.  Spinning: Debian's torch runs its own ops on OpenMP threads and its "
+                     "matrix products on OpenBLAS's threads; by default the idle OpenMP threads spin and take "
+                     "the cores from OpenBLAS.")
+        lines.append("")
+
+    # What else the machine did meanwhile (run.sh's /proc/stat snapshots).
+    noise = {}
+    cores = os.cpu_count() or 1
+    tick = os.sysconf("SC_CLK_TCK")
+    for name, e in (("bertfill", bf), ("bertfill_sql", sql), ("ort", ort), ("torch", pt),
+                    ("torch_asis", pta), ("torch_spin", pts)):
+        p = os.path.join(d, name + ".stat")
+        if not e or not os.path.exists(p) or e.get("cpu_s") is None:
+            continue
+        with open(p) as f:
+            w = f.readline().split()
+            a = [int(x) for x in f.readline().split()[1:]]
+            b = [int(x) for x in f.readline().split()[1:]]
+        wall = float(w[1]) - float(w[0])
+        diff = [y - x for x, y in zip(a, b)] + [0] * 8
+        busy = (diff[0] + diff[1] + diff[2] + diff[5] + diff[6]) / tick
+        steal = diff[7] / tick
+        cap = wall * cores
+        noise[name] = {"wall_s": wall, "own_cpu_s": e["cpu_s"], "machine_busy_s": busy,
+                       "others_pct": max(0.0, 100 * (busy - e["cpu_s"]) / cap), "steal_pct": 100 * steal / cap}
+    if noise:
+        lines.append("The machine during each run (from /proc/stat: CPU time of everything else, and time the "
+                     "hypervisor gave to other machines; a few % is normal):")
+        lines.append("")
+        lines.append("| run | wall s | own CPU, cores busy | other processes, % of the CPUs | steal, % |")
+        lines.append("|---|---|---|---|---|")
+        for name, n in noise.items():
+            lines.append(f"| {name} | {n['wall_s']:.0f} | {n['own_cpu_s'] / n['wall_s']:.2f} | "
+                         f"{n['others_pct']:.1f} | {n['steal_pct']:.1f} |")
+        lines.append("")
+        noisy = [k for k, n in noise.items() if n["others_pct"] > 5 or n["steal_pct"] > 5]
+        if noisy:
+            lines.append(f"**Noisy run:** other work took more than 5% of the CPUs during {', '.join(noisy)}; "
+                         "ratios involving those runs are not clean — run `make bench` again on a quiet machine.")
+            lines.append("")
 
     # Targets of issue 4.
     tg = []
@@ -286,7 +339,7 @@ def main():
     with open(os.path.join(d, "results.md"), "w", encoding="utf-8") as f:
         f.write(md)
     raw = {"meta": meta, "bertfill": bf, "bertfill_sql": sql, "onnxruntime": ort, "pytorch": pt,
-           "pytorch_as_installed": pta, "ratios_to_ort": ratios,
+           "pytorch_openblas_as_installed": pta, "pytorch_omp_spinning": pts, "ratios_to_ort": ratios, "machine_during_runs": noise,
            "agreement": {k: {"same": s, "total": t, "percent": 100.0 * s / t} for k, (s, t) in agree.items()}}
     for e in raw.values():   # the top-1 lists are long and checked above
         if isinstance(e, dict):

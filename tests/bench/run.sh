@@ -19,8 +19,10 @@
 #   3. bertfill engine (tests/bench/bench_bertfill.c linked with
 #      build/libbfengine.a), bertfill through SQL (./bertfill.so in the same
 #      driver, separate process), ONNX Runtime (tests/bench/bench_ort.js,
-#      npm onnxruntime-node), PyTorch with OPENBLAS_CORETYPE=SkylakeX and as
-#      installed (tests/bench/bench_torch.py);
+#      npm onnxruntime-node), PyTorch (tests/bench/bench_torch.py) with
+#      OPENBLAS_CORETYPE=SkylakeX and OMP_WAIT_POLICY=PASSIVE (its fast path),
+#      and, on fewer sentences, with OpenBLAS as installed and with OpenMP's
+#      default (spinning) wait policy;
 #   4. tests/bench/report.py: the markdown table (printed, and written to
 #      build/bench/results.md), raw numbers in build/bench/results.json, and
 #      the top-1 agreement of the engines on every benchmark sentence.
@@ -30,8 +32,8 @@
 # inside the npm package; the optional CUDA download is skipped).  A peer that
 # cannot run is reported as MISSING in the table; the run goes on.
 #
-# Environment: BENCH_QUICK=1, BUILD (default build), BENCH_SKIP="ort torch
-# torch_asis sql" to leave engines out, BENCH_THREADS (default 2: the peers'
+# Environment: BENCH_QUICK=1, BUILD (default build), BENCH_SKIP="sql ort torch
+# torch_asis torch_spin" to leave engines out, BENCH_THREADS (default 2: the peers'
 # thread count; bertfill uses its own default, the number of cores, and
 # reports it).
 set -euo pipefail
@@ -49,11 +51,11 @@ say() { echo "bench: $*" >&2; }
 skipped() { [[ $SKIP == *" $1 "* ]]; }
 
 if [ -n "${BENCH_QUICK:-}" ]; then
-  REPS=5; WARM=1; ROUNDS=1; LIMIT=64; HITS=2000
+  REPS=5; WARM=1; ROUNDS=1; BIG_ROUNDS=1; LIMIT=64; HITS=2000
 else
-  REPS=20; WARM=3; ROUNDS=3; LIMIT=0; HITS=20000
+  REPS=20; WARM=3; ROUNDS=5; BIG_ROUNDS=3; LIMIT=0; HITS=20000
 fi
-COMMON=(--reps "$REPS" --warmup "$WARM" --rounds "$ROUNDS" --limit "$LIMIT")
+COMMON=(--reps "$REPS" --warmup "$WARM" --rounds "$ROUNDS" --big-rounds "$BIG_ROUNDS" --limit "$LIMIT")
 
 apt_install() {   # apt_install PACKAGE... (only as root; quiet)
   [ "$(id -u)" -eq 0 ] || return 1
@@ -111,14 +113,17 @@ ${CC:-cc} -O2 -march=x86-64-v2 -std=c11 -D_GNU_SOURCE -Wall -Iext -o "$OUT/bench
   tests/bench/bench_bertfill.c "$BUILD/libbfengine.a" -lsqlite3 -lutf8proc -ldl -lm -lpthread
 
 # ---- runs (sequential) --------------------------------------------------------
-rm -f "$OUT"/{bertfill,bertfill_sql,ort,torch,torch_asis,meta,results}.json
+rm -f "$OUT"/{bertfill,bertfill_sql,ort,torch,torch_asis,torch_spin,meta,results}.json "$OUT"/*.stat
 loadavg_before=$(cut -d' ' -f1-3 /proc/loadavg)
 start=$(date +%s)
 run() {   # run NAME COMMAND...: one engine, its own process; failure is reported, not fatal
   local name=$1; shift
   say "--- $name"
-  local t0=$(date +%s)
+  local t0=$(date +%s) w0=$(date +%s.%N) s0=$(head -1 /proc/stat)
   if ! "$@"; then missing+=("$name: run failed (see the messages above)"); rm -f "$OUT/$name.json"; fi
+  # Whole-machine CPU counters around the run: report.py subtracts the
+  # engine's own CPU time to show how much else ran meanwhile (and steal).
+  printf '%s %s\n%s\n%s\n' "$w0" "$(date +%s.%N)" "$s0" "$(head -1 /proc/stat)" >"$OUT/$name.stat"
   say "--- $name done in $(( $(date +%s) - t0 )) s"
 }
 run bertfill "$OUT/bench_bertfill" engine "$MODEL" "$OUT/sentences.tsv" "$OUT/bertfill.json" "${COMMON[@]}"
@@ -128,16 +133,23 @@ if [ "$have_ort" = 1 ] && ! skipped ort; then
   run ort node tests/bench/bench_ort.js "$OUT/model.onnx" "$OUT/sentences.tsv" "$OUT/ort.json" \
     "${COMMON[@]}" --threads "$THREADS" --batch 32
 fi
+# PyTorch: OMP_WAIT_POLICY=PASSIVE keeps torch's idle OpenMP threads from
+# spinning against OpenBLAS's threads (see bench_torch.py); its fast path.
 if [ "$have_torch" = 1 ] && ! skipped torch; then
-  run torch env OPENBLAS_CORETYPE=SkylakeX $PY tests/bench/bench_torch.py "$MODEL" "$OUT/sentences.tsv" \
-    "$OUT/torch.json" "${COMMON[@]}" --threads "$THREADS" --batch 32
+  run torch env OPENBLAS_CORETYPE=SkylakeX OMP_WAIT_POLICY=PASSIVE $PY tests/bench/bench_torch.py "$MODEL" \
+    "$OUT/sentences.tsv" "$OUT/torch.json" "${COMMON[@]}" --threads "$THREADS" --batch 32
 fi
+# Two more PyTorch configurations, single sentences and the 256 set only:
+# OpenBLAS as installed (Prescott kernels here), and OpenMP's default wait policy.
+if [ -n "${BENCH_QUICK:-}" ]; then few=(--reps 1 --warmup 0 --rounds 1 --big-rounds 1 --limit 32 --sets single,batch-256)
+else few=(--reps 3 --warmup 1 --rounds 1 --big-rounds 1 --limit 0 --sets single,batch-256); fi
 if [ "$have_torch" = 1 ] && ! skipped torch_asis; then
-  # OpenBLAS as installed: 5-15x slower here, so fewer runs and only the 256 set.
-  if [ -n "${BENCH_QUICK:-}" ]; then asis=(--reps 1 --warmup 0 --rounds 1 --limit 32 --sets single,batch-256)
-  else asis=(--reps 3 --warmup 1 --rounds 1 --limit 0 --sets single,batch-256); fi
-  run torch_asis env -u OPENBLAS_CORETYPE $PY tests/bench/bench_torch.py "$MODEL" "$OUT/sentences.tsv" \
-    "$OUT/torch_asis.json" "${asis[@]}" --threads "$THREADS" --batch 32
+  run torch_asis env -u OPENBLAS_CORETYPE OMP_WAIT_POLICY=PASSIVE $PY tests/bench/bench_torch.py "$MODEL" \
+    "$OUT/sentences.tsv" "$OUT/torch_asis.json" "${few[@]}" --threads "$THREADS" --batch 32
+fi
+if [ "$have_torch" = 1 ] && ! skipped torch_spin; then
+  run torch_spin env -u OMP_WAIT_POLICY OPENBLAS_CORETYPE=SkylakeX $PY tests/bench/bench_torch.py "$MODEL" \
+    "$OUT/sentences.tsv" "$OUT/torch_spin.json" "${few[@]}" --threads "$THREADS" --batch 32
 fi
 loadavg_after=$(cut -d' ' -f1-3 /proc/loadavg)
 
