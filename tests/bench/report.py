@@ -2,6 +2,8 @@
 """Side-by-side table of a `make bench` run (see tests/bench/run.sh).
 
     /usr/bin/python3 tests/bench/report.py BENCH_DIR SENTENCES.tsv VOCAB.txt
+    /usr/bin/python3 tests/bench/report.py --noise BENCH_DIR NAME   (run.sh: % of the CPUs
+        taken by other processes or the hypervisor during run NAME)
 
 Reads the per-engine JSON files that run.sh left in BENCH_DIR
 (bertfill.json, bertfill_sql.json, ort.json, torch.json, torch_asis.json,
@@ -88,7 +90,30 @@ def agreement(a, b):
     return (same, total) if total else None
 
 
+def noise_of(d, name, e):
+    """Other processes' CPU and steal during run NAME, from run.sh's /proc/stat snapshots."""
+    p = os.path.join(d, name + ".stat")
+    if not e or not os.path.exists(p) or e.get("cpu_s") is None:
+        return None
+    with open(p) as f:
+        w = f.readline().split()
+        a = [int(x) for x in f.readline().split()[1:]]
+        b = [int(x) for x in f.readline().split()[1:]]
+    tick, cores = os.sysconf("SC_CLK_TCK"), os.cpu_count() or 1
+    wall = float(w[1]) - float(w[0])
+    diff = [y - x for x, y in zip(a, b)] + [0] * 8
+    busy = (diff[0] + diff[1] + diff[2] + diff[5] + diff[6]) / tick
+    cap = wall * cores
+    return {"wall_s": wall, "own_cpu_s": e["cpu_s"], "machine_busy_s": busy,
+            "others_pct": max(0.0, 100 * (busy - e["cpu_s"]) / cap), "steal_pct": 100 * diff[7] / tick / cap}
+
+
 def main():
+    if sys.argv[1] == "--noise":   # run.sh: print max(others, steal) % of run NAME
+        d, name = sys.argv[2:4]
+        n = noise_of(d, name, load(d, name))
+        print(f"{max(n['others_pct'], n['steal_pct']):.1f}" if n else "0")
+        return
     d, sent_path, vocab_path = sys.argv[1:4]
     bf, sql, ort, pt, pta, pts, meta = (load(d, n) for n in ("bertfill", "bertfill_sql", "ort", "torch",
                                                              "torch_asis", "torch_spin", "meta"))
@@ -234,24 +259,11 @@ def main():
 
     # What else the machine did meanwhile (run.sh's /proc/stat snapshots).
     noise = {}
-    cores = os.cpu_count() or 1
-    tick = os.sysconf("SC_CLK_TCK")
     for name, e in (("bertfill", bf), ("bertfill_sql", sql), ("ort", ort), ("torch", pt),
                     ("torch_asis", pta), ("torch_spin", pts)):
-        p = os.path.join(d, name + ".stat")
-        if not e or not os.path.exists(p) or e.get("cpu_s") is None:
-            continue
-        with open(p) as f:
-            w = f.readline().split()
-            a = [int(x) for x in f.readline().split()[1:]]
-            b = [int(x) for x in f.readline().split()[1:]]
-        wall = float(w[1]) - float(w[0])
-        diff = [y - x for x, y in zip(a, b)] + [0] * 8
-        busy = (diff[0] + diff[1] + diff[2] + diff[5] + diff[6]) / tick
-        steal = diff[7] / tick
-        cap = wall * cores
-        noise[name] = {"wall_s": wall, "own_cpu_s": e["cpu_s"], "machine_busy_s": busy,
-                       "others_pct": max(0.0, 100 * (busy - e["cpu_s"]) / cap), "steal_pct": 100 * steal / cap}
+        n = noise_of(d, name, e)
+        if n:
+            noise[name] = n
     if noise:
         lines.append("The machine during each run (from /proc/stat: CPU time of everything else, and time the "
                      "hypervisor gave to other machines; a few % is normal):")

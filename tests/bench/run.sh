@@ -32,8 +32,13 @@
 # inside the npm package; the optional CUDA download is skipped).  A peer that
 # cannot run is reported as MISSING in the table; the run goes on.
 #
+# Other work on the machine spoils a run: run.sh reads /proc/stat around each
+# engine's run, and when other processes (or the hypervisor: steal) took more
+# than BENCH_NOISE_LIMIT % (default 5) of the CPUs it runs that engine once
+# more and keeps the quieter try; the table shows what each run shared.
+#
 # Environment: BENCH_QUICK=1, BUILD (default build), BENCH_SKIP="sql ort torch
-# torch_asis torch_spin" to leave engines out, BENCH_THREADS (default 2: the peers'
+# torch_asis torch_spin" to leave engines out, BENCH_NOISE_LIMIT, BENCH_THREADS (default 2: the peers'
 # thread count; bertfill uses its own default, the number of cores, and
 # reports it).
 set -euo pipefail
@@ -113,18 +118,38 @@ ${CC:-cc} -O2 -march=x86-64-v2 -std=c11 -D_GNU_SOURCE -Wall -Iext -o "$OUT/bench
   tests/bench/bench_bertfill.c "$BUILD/libbfengine.a" -lsqlite3 -lutf8proc -ldl -lm -lpthread
 
 # ---- runs (sequential) --------------------------------------------------------
-rm -f "$OUT"/{bertfill,bertfill_sql,ort,torch,torch_asis,torch_spin,meta,results}.json "$OUT"/*.stat
+rm -f "$OUT"/{bertfill,bertfill_sql,ort,torch,torch_asis,torch_spin,meta,results}.json "$OUT"/*.stat "$OUT"/*.try1.*
 loadavg_before=$(cut -d' ' -f1-3 /proc/loadavg)
 start=$(date +%s)
 run() {   # run NAME COMMAND...: one engine, its own process; failure is reported, not fatal
   local name=$1; shift
-  say "--- $name"
-  local t0=$(date +%s) w0=$(date +%s.%N) s0=$(head -1 /proc/stat)
-  if ! "$@"; then missing+=("$name: run failed (see the messages above)"); rm -f "$OUT/$name.json"; fi
-  # Whole-machine CPU counters around the run: report.py subtracts the
-  # engine's own CPU time to show how much else ran meanwhile (and steal).
-  printf '%s %s\n%s\n%s\n' "$w0" "$(date +%s.%N)" "$s0" "$(head -1 /proc/stat)" >"$OUT/$name.stat"
-  say "--- $name done in $(( $(date +%s) - t0 )) s"
+  local try noise
+  for try in 1 2; do
+    if [ "$try" = 1 ]; then say "--- $name"
+    else say "--- $name again: other work took ${noise}% of the CPUs during the first try"; fi
+    local t0=$(date +%s) w0=$(date +%s.%N) s0=$(head -1 /proc/stat)
+    if ! "$@"; then missing+=("$name: run failed (see the messages above)"); rm -f "$OUT/$name.json"; return; fi
+    # Whole-machine CPU counters around the run: report.py subtracts the
+    # engine's own CPU time to show how much else ran meanwhile (and steal).
+    printf '%s %s\n%s\n%s\n' "$w0" "$(date +%s.%N)" "$s0" "$(head -1 /proc/stat)" >"$OUT/$name.stat"
+    noise=$($PY tests/bench/report.py --noise "$OUT" "$name")
+    say "--- $name done in $(( $(date +%s) - t0 )) s (other work: ${noise}% of the CPUs)"
+    # A burst of other work (another developer's build) spoils a run: one more try.
+    if [ "$try" = 1 ] && awk "BEGIN{exit !($noise > ${BENCH_NOISE_LIMIT:-5})}"; then
+      cp "$OUT/$name.json" "$OUT/$name.try1.json"; cp "$OUT/$name.stat" "$OUT/$name.try1.stat"; continue
+    fi
+    break
+  done
+  # Keep the quieter of two tries.
+  if [ -f "$OUT/$name.try1.json" ]; then
+    local n2=$noise n1
+    mv "$OUT/$name.try1.json" "$OUT/$name.first.json"; mv "$OUT/$name.try1.stat" "$OUT/$name.first.stat"
+    n1=$($PY tests/bench/report.py --noise "$OUT" "$name.first")
+    if awk "BEGIN{exit !($n1 < $n2)}"; then
+      mv "$OUT/$name.first.json" "$OUT/$name.json"; mv "$OUT/$name.first.stat" "$OUT/$name.stat"
+    fi
+    rm -f "$OUT/$name.first.json" "$OUT/$name.first.stat"
+  fi
 }
 run bertfill "$OUT/bench_bertfill" engine "$MODEL" "$OUT/sentences.tsv" "$OUT/bertfill.json" "${COMMON[@]}"
 skipped sql || run bertfill_sql "$OUT/bench_bertfill" sql "$MODEL" "$OUT/sentences.tsv" "$OUT/bertfill_sql.json" \
