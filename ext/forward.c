@@ -1,5 +1,5 @@
 /*
-** forward.c — the BERT encoder and the masked-LM head, on OpenBLAS.
+** forward.c — the BERT encoder and the masked-LM head.
 **
 ** bf_fill() runs a batch of token sequences through the model and returns the
 ** top-k candidates for every [MASK].  The math, for T tokens of hidden size H
@@ -17,11 +17,10 @@
 **     p      = softmax(logits), keep the k largest
 **
 ** The weights are used as PyTorch stores them ([out, in], so y = x W^T).
-** Matrix products over many tokens go through bf_sgemm (OpenBLAS, blas.h).
-** Up to BF_SMALL_M rows (one sentence, a few masks), where OpenBLAS would
-** spend most of its time repacking the weights, an AVX-512 kernel in this file
-** reads them in place, sharing the work with helper threads of the run.  The
-** rest is loops over rows (AVX-512 when the CPU has it, plain C otherwise).
+** The matrix products with the weights run on the AVX-512 kernels of gemm.c
+** (q, k and v as one job), shared with the run's helper threads; on CPUs
+** without AVX-512 they go to OpenBLAS (bf_sgemm, blas.h).  The rest is loops
+** over rows (AVX-512 when the CPU has it, plain C otherwise).
 ** A bf_run holds the scratch buffers (grown on demand, kept for the next call),
 ** the helper threads and the stage timings of the last call.
 */
@@ -40,38 +39,17 @@
 #include "bertfill.h"
 #include "model.h"
 #include "blas.h"
-
-/* GEMMs with at most this many rows of activations (tokens, or masks in the
-** head) use the small-M kernel below instead of OpenBLAS, when the CPU has
-** AVX-512.  0 turns the kernel off. */
-#ifndef BF_SMALL_M
-#define BF_SMALL_M 32
-#endif
-#define MAX_THREADS 16
+#include "gemm.h"
 
 /* The MLM head runs over at most this many masks at a time, which bounds the
 ** [masks, vocab] logits buffer (128 x 21128 floats = 10.8 MB). */
 #define HEAD_CHUNK 128
 
+/* Threads of the attention and row loops: at most this many (scratch per thread). */
+#define ATT_THREADS 16
+
 /* A growable scratch buffer. */
 typedef struct buf { void *p; size_t cap; } buf;
-
-/* Helper threads for the small-M kernel (see "AVX-512 kernels" below). */
-typedef struct helper_arg { struct pool *p; int i; unsigned seen; } helper_arg;
-typedef struct pool {
-  int n;                          /* helper threads started (the caller is one more) */
-  pthread_t th[MAX_THREADS];
-  helper_arg args[MAX_THREADS];
-  pthread_mutex_t mu;
-  pthread_cond_t cv;
-  atomic_uint gen;                /* bumped once per job */
-  atomic_int pending;             /* helpers still working on the current job */
-  atomic_int quit;
-  int nt;                         /* threads sharing the current job, caller included */
-  float *y; const float *x, *w;   /* the job: y[T,N] = x[T,K] w[N,K]^T */
-  int T, N, K;
-  pid_t pid;                      /* process that started the helpers */
-} pool;
 
 struct bf_run {
   buf x;       /* [T,H]  hidden state */
@@ -79,13 +57,14 @@ struct bf_run {
   buf ctx;     /* [T,H]  attention context (heads side by side) */
   buf tmp;     /* [T,H]  output of a dense layer, before the residual */
   buf ffn;     /* [T,I]  intermediate activations */
-  buf att;     /* [L,L]  attention probabilities of one head */
+  buf att;     /* attention scores and K^T of one head, per thread */
   buf seq;     /* [nseq] index of each sequence that has masks */
+  buf span;    /* [2,nseq] first row and length of each of those sequences */
   buf mrow;    /* [M]    row of x for each mask, in order */
   buf hm, hm2; /* [HEAD_CHUNK,H]  MLM head activations */
   buf logits;  /* [HEAD_CHUNK,V] */
   buf heap;    /* [k]    top-k selection */
-  pool *pool;  /* NULL until a small GEMM runs with more than one thread */
+  bf_pool *pool;  /* helper threads for the matrix products; NULL until needed */
   bf_timings t;
 };
 
@@ -128,12 +107,6 @@ static uint64_t now_ns(void) {
 /* The CPU-specific part: when the CPU has AVX-512 (checked at run time; the
 ** rest of the file is plain C), the loops that dominate once the GEMMs are
 ** fast run 16 floats at a time:
-**   - small_gemm_cols: y[T,N] = x[T,K] W[N,K]^T for small T.  OpenBLAS repacks
-**     all of W on every call, which costs more than the arithmetic when T is
-**     one sentence or a few masks; this kernel reads each row of W straight
-**     from the mmap once and reuses it from L1 for every token: tiles of
-**     3 rows of W x 8 tokens keep 24 accumulators busy.  Sums run over K in 16
-**     lanes and are reduced at the end (float accumulation, like any BLAS).
 **   - exp16: e^x by range reduction (x = n ln2 + r) and a degree-7 Taylor
 **     polynomial on |r| <= ln2/2 (error below 1 ulp of float).
 **   - gelu: erf by Abramowitz & Stegun 7.1.26 (absolute error < 1.5e-7), the
@@ -142,9 +115,8 @@ static uint64_t now_ns(void) {
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(BF_NO_AVX512)
 #include <immintrin.h>
 #define HAVE_AVX512 1
+static void softmax(float *p, int n);
 #define AVX512 __attribute__((target("avx512f,fma")))
-#define TILE_R 3  /* rows of W per tile of the small-M kernel */
-#define TILE_J 8  /* tokens per tile: 24 accumulators + 3 rows of W + 1 token in registers */
 
 static int have_avx512(void) {
   static atomic_int known = -1;
@@ -157,9 +129,9 @@ static int have_avx512(void) {
   return v;
 }
 
-/* Lanes i < n of a 16-wide chunk. */
+/* Lanes i < n of a 16-wide chunk (none if n <= 0). */
 static inline __mmask16 tail16(int n) {
-  return n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1);
+  return n >= 16 ? (__mmask16)0xFFFF : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1);
 }
 
 static inline AVX512 __m512 exp16(__m512 x) {
@@ -273,149 +245,64 @@ AVX512 static void add_avx512(float *x, const float *a, const float *b, int n) {
   }
 }
 
-/* y[j*ldy + i] = dot(w[i*K ...], x[j*K ...]) for i < R rows of W, j < J tokens
-** (R and J are constants after inlining, so acc[][] lives in registers). */
-static inline __attribute__((always_inline)) AVX512
-void dot_tile(float *y, int ldy, const float *x, const float *w, int K, const int R, const int J) {
-  __m512 acc[TILE_R][TILE_J], wv[TILE_R];
-#pragma GCC unroll 8
-  for (int i = 0; i < R; i++)
-#pragma GCC unroll 8
-    for (int j = 0; j < J; j++) acc[i][j] = _mm512_setzero_ps();
-  for (int k = 0; k < K; k += 16) {
-    __mmask16 m = tail16(K - k);
-#pragma GCC unroll 8
-    for (int i = 0; i < R; i++) wv[i] = _mm512_maskz_loadu_ps(m, w + (size_t)i * K + k);
-#pragma GCC unroll 8  /* the next tile's rows of W, which follow these in memory */
-    for (int i = 0; i < R; i++) _mm_prefetch((const char *)(w + (size_t)(R + i) * K + k), _MM_HINT_T0);
-#pragma GCC unroll 8
-    for (int j = 0; j < J; j++) {
-      __m512 xv = _mm512_maskz_loadu_ps(m, x + (size_t)j * K + k);
-#pragma GCC unroll 8
-      for (int i = 0; i < R; i++) acc[i][j] = _mm512_fmadd_ps(wv[i], xv, acc[i][j]);
-    }
+/* One attention head of one sequence: ctx[i] = softmax(scale q_i K^T) V over
+** the L tokens, for rows q/k/v/ctx of stride H and d columns.  S: L x Lp
+** scores (Lp = L rounded up to 16), KT: d x Lp (K transposed, zero padded). */
+AVX512 static void head_avx512(const float *q, const float *k, const float *v, float *ctx,
+                               int L, int d, int H, float scale, float *S, float *KT) {
+  int Lp = (L + 15) & ~15;
+  for (int c = 0; c < d; c++) {
+    float *kt = KT + (size_t)c * Lp;
+    for (int j = 0; j < L; j++) kt[j] = k[(size_t)j * H + c];
+    for (int j = L; j < Lp; j++) kt[j] = 0.0f;
   }
+  __m512 vscale = _mm512_set1_ps(scale);
+  for (int i = 0; i < L; i++) {
+    const float *qi = q + (size_t)i * H;
+    float *s = S + (size_t)i * Lp;
+    for (int j0 = 0; j0 < Lp; j0 += 128) {  /* 8 blocks of 16 scores at a time */
+      int nb = (Lp - j0) / 16 < 8 ? (Lp - j0) / 16 : 8;
+      __m512 acc[8];
+      for (int b = 0; b < 8; b++) acc[b] = _mm512_setzero_ps();
+      for (int c = 0; c < d; c++) {
+        __m512 a = _mm512_set1_ps(qi[c]);
+        const float *kt = KT + (size_t)c * Lp + j0;
 #pragma GCC unroll 8
-  for (int i = 0; i < R; i++)
-#pragma GCC unroll 8
-    for (int j = 0; j < J; j++) y[(size_t)j * ldy + i] = _mm512_reduce_add_ps(acc[i][j]);
-}
-
-/* Columns [o0, o1) of y[T,N] = x[T,K] W[N,K]^T. */
-AVX512 static void small_gemm_cols(float *y, const float *x, const float *W,
-                                   int T, int N, int K, int o0, int o1) {
-  int o = o0;
-  for (; o + TILE_R <= o1; o += TILE_R) {
-    const float *w = W + (size_t)o * K;
-    int t = 0;
-    for (; t + TILE_J <= T; t += TILE_J) dot_tile(y + (size_t)t * N + o, N, x + (size_t)t * K, w, K, TILE_R, TILE_J);
-    for (; t + 4 <= T; t += 4) dot_tile(y + (size_t)t * N + o, N, x + (size_t)t * K, w, K, TILE_R, 4);
-    for (; t < T; t++)         dot_tile(y + (size_t)t * N + o, N, x + (size_t)t * K, w, K, TILE_R, 1);
-  }
-  for (; o < o1; o++) {
-    const float *w = W + (size_t)o * K;
-    int t = 0;
-    for (; t + TILE_J <= T; t += TILE_J) dot_tile(y + (size_t)t * N + o, N, x + (size_t)t * K, w, K, 1, TILE_J);
-    for (; t + 4 <= T; t += 4) dot_tile(y + (size_t)t * N + o, N, x + (size_t)t * K, w, K, 1, 4);
-    for (; t < T; t++)         dot_tile(y + (size_t)t * N + o, N, x + (size_t)t * K, w, K, 1, 1);
-  }
-}
-
-/* ---- helper threads for small_gemm ----
-** The kernel replaces OpenBLAS calls, so OpenBLAS's own threads are idle while
-** it runs and the run's helpers take the other cores: bf_blas_threads()
-** threads in all (the caller included), so a thread setting made for OpenBLAS
-** holds here too.  A helper
-** spins briefly for the next job (the GEMMs of a forward pass come every few
-** tens of microseconds), then sleeps on a condition variable. */
-#define SPIN_NS 500000
-
-/* Share i of p->nt: a range of columns, a multiple of TILE_R wide. */
-static void pool_share(pool *p, int i) {
-  int per = ((p->N + p->nt - 1) / p->nt + TILE_R - 1) / TILE_R * TILE_R;
-  long o0 = (long)i * per, o1 = o0 + per < p->N ? o0 + per : p->N;
-  if (o0 < o1) small_gemm_cols(p->y, p->x, p->w, p->T, p->N, p->K, (int)o0, (int)o1);
-}
-
-static void *pool_helper(void *arg) {
-  helper_arg *a = arg;
-  pool *p = a->p;
-  unsigned seen = a->seen;
-  for (;;) {
-    uint64_t t0 = now_ns();
-    for (int spins = 1; atomic_load(&p->gen) == seen && !atomic_load(&p->quit); spins++) {
-      _mm_pause();
-      if (spins % 64 == 0) sched_yield();  /* let the caller have this core if it needs it */
-      if (spins % 64 == 0 && now_ns() - t0 > SPIN_NS) {
-        pthread_mutex_lock(&p->mu);
-        while (atomic_load(&p->gen) == seen && !atomic_load(&p->quit)) pthread_cond_wait(&p->cv, &p->mu);
-        pthread_mutex_unlock(&p->mu);
+        for (int b = 0; b < 8; b++)
+          if (b < nb) acc[b] = _mm512_fmadd_ps(a, _mm512_loadu_ps(kt + 16 * b), acc[b]);
       }
+      for (int b = 0; b < nb; b++) _mm512_storeu_ps(s + j0 + 16 * b, _mm512_mul_ps(acc[b], vscale));
     }
-    if (atomic_load(&p->quit)) return NULL;
-    seen = atomic_load(&p->gen);
-    if (a->i < p->nt) pool_share(p, a->i);
-    atomic_fetch_sub(&p->pending, 1);
+    softmax(s, L);
+    float *ci = ctx + (size_t)i * H;
+    for (int c0 = 0; c0 < d; c0 += 64) {  /* 4 blocks of 16 columns, two sums each */
+      __m512 acc[2][4];
+      __mmask16 m[4];
+      for (int b = 0; b < 4; b++) {
+        m[b] = tail16(d - c0 - 16 * b);
+        acc[0][b] = acc[1][b] = _mm512_setzero_ps();
+      }
+      int j = 0;
+      for (; j + 2 <= L; j += 2) {
+        __m512 p0 = _mm512_set1_ps(s[j]), p1 = _mm512_set1_ps(s[j + 1]);
+        const float *v0 = v + (size_t)j * H + c0, *v1 = v0 + H;
+#pragma GCC unroll 4
+        for (int b = 0; b < 4; b++) {
+          acc[0][b] = _mm512_fmadd_ps(p0, _mm512_maskz_loadu_ps(m[b], v0 + 16 * b), acc[0][b]);
+          acc[1][b] = _mm512_fmadd_ps(p1, _mm512_maskz_loadu_ps(m[b], v1 + 16 * b), acc[1][b]);
+        }
+      }
+      if (j < L) {
+        __m512 p0 = _mm512_set1_ps(s[j]);
+        for (int b = 0; b < 4; b++)
+          acc[0][b] = _mm512_fmadd_ps(p0, _mm512_maskz_loadu_ps(m[b], v + (size_t)j * H + c0 + 16 * b), acc[0][b]);
+      }
+      for (int b = 0; b < 4; b++)
+        _mm512_mask_storeu_ps(ci + c0 + 16 * b, m[b], _mm512_add_ps(acc[0][b], acc[1][b]));
+    }
   }
 }
 
-/* Give the run at least want-1 helpers; returns how many threads (caller
-** included) can share a job.  A thread that cannot be started is not an
-** error: the work is shared among fewer. */
-static int pool_grow(bf_run *r, int want) {
-  if (want > MAX_THREADS) want = MAX_THREADS;
-  if (want <= 1) return 1;
-  if (r->pool && r->pool->pid != getpid())
-    r->pool = NULL;  /* a child after fork(): the helpers stayed in the parent; leave theirs alone */
-  if (!r->pool) {
-    pool *p = calloc(1, sizeof *p);
-    if (!p) return 1;
-    if (pthread_mutex_init(&p->mu, NULL) != 0) { free(p); return 1; }
-    if (pthread_cond_init(&p->cv, NULL) != 0) { pthread_mutex_destroy(&p->mu); free(p); return 1; }
-    p->pid = getpid();
-    r->pool = p;
-  }
-  pool *p = r->pool;
-  while (p->n < want - 1) {
-    helper_arg *a = &p->args[p->n];
-    a->p = p; a->i = p->n + 1; a->seen = atomic_load(&p->gen);
-    if (pthread_create(&p->th[p->n], NULL, pool_helper, a) != 0) break;
-    p->n++;
-  }
-  return p->n + 1 < want ? p->n + 1 : want;
-}
-
-static void pool_free(pool *p) {
-  if (!p || p->pid != getpid()) return;  /* after fork(), the helpers are the parent's */
-  pthread_mutex_lock(&p->mu);
-  atomic_store(&p->quit, 1);
-  pthread_cond_broadcast(&p->cv);
-  pthread_mutex_unlock(&p->mu);
-  for (int i = 0; i < p->n; i++) pthread_join(p->th[i], NULL);
-  pthread_cond_destroy(&p->cv);
-  pthread_mutex_destroy(&p->mu);
-  free(p);
-}
-
-/* y[T,N] = x[T,K] W[N,K]^T on the small-M kernel, split over the threads. */
-static void small_gemm(bf_run *r, float *y, const float *x, const float *W, int T, int N, int K) {
-  int nt = bf_blas_threads();
-  if ((size_t)N * K < 65536) nt = 1;  /* too little to be worth waking anyone */
-  nt = pool_grow(r, nt);
-  if (nt <= 1) { small_gemm_cols(y, x, W, T, N, K, 0, N); return; }
-  pool *p = r->pool;
-  p->nt = nt; p->y = y; p->x = x; p->w = W; p->T = T; p->N = N; p->K = K;
-  atomic_store(&p->pending, p->n);
-  pthread_mutex_lock(&p->mu);
-  atomic_fetch_add(&p->gen, 1);
-  pthread_cond_broadcast(&p->cv);
-  pthread_mutex_unlock(&p->mu);
-  pool_share(p, 0);
-  for (int spins = 1; atomic_load(&p->pending) > 0; spins++) {
-    _mm_pause();
-    if (spins % 64 == 0) sched_yield();  /* a helper may be waiting for this core */
-  }
-}
 #else
 static int have_avx512(void) { return 0; }
 #endif /* HAVE_AVX512 */
@@ -443,15 +330,6 @@ static void add(float *x, const float *a, const float *b, int n) {
 #endif
   if (b) for (int i = 0; i < n; i++) x[i] += a[i] + b[i];
   else   for (int i = 0; i < n; i++) x[i] += a[i];
-}
-
-/* x[t] = LayerNorm(x[t] + (y[t] + bias)) for each of T rows of width n. */
-static void add_bias_residual_layernorm(float *x, const float *y, const float *bias,
-                                        const float *g, const float *b, int T, int n, float eps) {
-  for (int t = 0; t < T; t++) {
-    add(x + (size_t)t * n, y + (size_t)t * n, bias, n);
-    layernorm(x + (size_t)t * n, g, b, n, eps);
-  }
 }
 
 /* y[t] += bias for each of T rows of width n. */
@@ -510,52 +388,146 @@ static void softmax(float *p, int n) {
   for (int i = 0; i < n; i++) p[i] *= inv;
 }
 
-/* y[T,out] = x[T,in] W^T   (W as PyTorch stores it: [out,in]) */
-static void matmul(bf_run *r, float *y, const float *x, const float *W, int T, int out, int in) {
-#ifdef HAVE_AVX512
-  if (T <= BF_SMALL_M && have_avx512()) { small_gemm(r, y, x, W, T, out, in); return; }
-#endif
-  bf_sgemm(0, 1, T, out, in, 1.0f, x, in, W, in, 0.0f, y, out);
+/* The run's thread pool, started on first use (NULL if it cannot be: then the
+** caller does all the work). */
+static bf_pool *run_pool(bf_run *r) {
+  if (!r->pool) r->pool = bf_pool_new();
+  return r->pool;
 }
 
-/* Self-attention of one sequence of L tokens starting at row off of q,k,v:
-** every head h reads columns [h*d, (h+1)*d) and writes the same columns of ctx. */
-static void attention(bf_run *r, const bf_config *c, int off, int L) {
-  int H = c->hidden_size, nh = c->num_attention_heads, d = H / nh;
-  float scale = 1.0f / sqrtf((float)d);
-  float *att = r->att.p;
-  for (int h = 0; h < nh; h++) {
-    const float *q = (float *)r->q.p + (size_t)off * H + h * d;
-    const float *k = (float *)r->k.p + (size_t)off * H + h * d;
-    const float *v = (float *)r->v.p + (size_t)off * H + h * d;
-    float *ctx = (float *)r->ctx.p + (size_t)off * H + h * d;
-    bf_sgemm(0, 1, L, L, d, scale, q, H, k, H, 0.0f, att, L);   /* scores = q k^T / sqrt(d) */
-    for (int i = 0; i < L; i++) softmax(att + (size_t)i * L, L);
-    bf_sgemm(0, 0, L, d, L, 1.0f, att, L, v, H, 0.0f, ctx, H);  /* ctx = P v */
+/* y_i[T,n_i] = x[T,in] W_i^T for the nout products of one x (W as PyTorch
+** stores it: [out,in]): the AVX-512 kernels of gemm.c, or OpenBLAS on CPUs
+** without AVX-512 (or if the kernels' panel buffers cannot be allocated). */
+static void matmul_n(bf_run *r, const float *x, int T, int in, int nout, const gemm_out *o) {
+  if (gemm_xwt(run_pool(r), bf_blas_threads(), x, T, in, nout, o) == GEMM_OK) return;
+  for (int i = 0; i < nout; i++)
+    bf_sgemm(0, 1, T, o[i].n, in, 1.0f, x, in, o[i].w, in, 0.0f, o[i].y, o[i].n);
+}
+
+/* y[T,out] = x[T,in] W^T */
+static void matmul(bf_run *r, float *y, const float *x, const float *W, int T, int out, int in) {
+  gemm_out o = { y, W, out };
+  matmul_n(r, x, T, in, 1, &o);
+}
+
+/* One attention head, plain C (CPUs without AVX-512); same arguments. */
+static void head_plain(const float *q, const float *k, const float *v, float *ctx,
+                       int L, int d, int H, float scale, float *S) {
+  for (int i = 0; i < L; i++) {
+    float *s = S + (size_t)i * L;
+    for (int j = 0; j < L; j++) {
+      float acc = 0.0f;
+      for (int c = 0; c < d; c++) acc += q[(size_t)i * H + c] * k[(size_t)j * H + c];
+      s[j] = acc * scale;
+    }
+    softmax(s, L);
+    for (int c = 0; c < d; c++) {
+      float acc = 0.0f;
+      for (int j = 0; j < L; j++) acc += s[j] * v[(size_t)j * H + c];
+      ctx[(size_t)i * H + c] = acc;
+    }
   }
+}
+
+/* Self-attention of every sequence of the batch, one unit of the pool per
+** (sequence, head): head h reads columns [h*d, (h+1)*d) of q, k, v and writes
+** the same columns of ctx.  Each thread has its own scores scratch. */
+typedef struct att_job {
+  bf_run *r;
+  const int *off, *len;  /* first row and length of each sequence */
+  int nh, d, H;
+  float scale;
+  size_t per;            /* floats of scratch per thread */
+} att_job;
+
+static void att_unit(void *arg, int u, int tid) {
+  att_job *j = arg;
+  int s = u / j->nh, h = u % j->nh, L = j->len[s];
+  size_t o = (size_t)j->off[s] * j->H + (size_t)h * j->d;
+  const float *q = (float *)j->r->q.p + o, *k = (float *)j->r->k.p + o, *v = (float *)j->r->v.p + o;
+  float *ctx = (float *)j->r->ctx.p + o, *S = (float *)j->r->att.p + (size_t)tid * j->per;
+#ifdef HAVE_AVX512
+  if (have_avx512()) {
+    size_t Lp = ((size_t)L + 15) & ~(size_t)15;
+    head_avx512(q, k, v, ctx, L, j->d, j->H, j->scale, S, S + Lp * L);
+    return;
+  }
+#endif
+  head_plain(q, k, v, ctx, L, j->d, j->H, j->scale, S);
+}
+
+/* Threads for the run's parallel loops: bf_blas_threads(), at most ATT_THREADS. */
+static int run_threads(void) {
+  int n = bf_blas_threads();
+  return n < 1 ? 1 : n > ATT_THREADS ? ATT_THREADS : n;
+}
+
+static void attention(bf_run *r, const bf_config *c, int nseq, const int *off, const int *len, size_t per) {
+  att_job j = { r, off, len, c->num_attention_heads, c->hidden_size / c->num_attention_heads,
+                c->hidden_size, 1.0f / sqrtf((float)(c->hidden_size / c->num_attention_heads)), per };
+  bf_pool_run(run_pool(r), run_threads(), nseq * j.nh, att_unit, &j);
+}
+
+/* Loops over rows, shared by the pool in chunks of rows:
+**   ROWS_BIAS   y[t] += bias
+**   ROWS_GELU   y[t] = gelu(y[t] + bias)
+**   ROWS_RESLN  x[t] = LayerNorm(x[t] + y[t] + bias) */
+enum { ROWS_BIAS, ROWS_GELU, ROWS_RESLN };
+typedef struct rows_job {
+  int kind, T, n, chunk;
+  float *x, *y;
+  const float *bias, *g, *b;
+  float eps;
+} rows_job;
+
+static void rows_unit(void *arg, int u, int tid) {
+  rows_job *j = arg;
+  (void)tid;
+  int t1 = (u + 1) * j->chunk < j->T ? (u + 1) * j->chunk : j->T;
+  for (int t = u * j->chunk; t < t1; t++) {
+    float *y = j->y + (size_t)t * j->n;
+    switch (j->kind) {
+      case ROWS_BIAS: add(y, j->bias, NULL, j->n); break;
+      case ROWS_GELU: gelu_row(y, j->bias, j->n); break;
+      default: {
+        float *x = j->x + (size_t)t * j->n;
+        add(x, y, j->bias, j->n);
+        layernorm(x, j->g, j->b, j->n, j->eps);
+      }
+    }
+  }
+}
+
+static void rows_run(bf_run *r, int kind, int T, int n, float *x, float *y, const float *bias,
+                     const float *g, const float *b, float eps) {
+  rows_job j = { kind, T, n, 0, x, y, bias, g, b, eps };
+  j.chunk = n >= 16384 ? 1 : 16384 / n;  /* ~16k floats per unit */
+  int units = (T + j.chunk - 1) / j.chunk;
+  bf_pool_run(units > 1 ? run_pool(r) : NULL, run_threads(), units, rows_unit, &j);
 }
 
 /* One encoder layer over all T tokens of the batch. */
 static void encoder_layer(bf_run *r, const bf_config *c, const bf_layer *w,
-                          int nseq, const int *seq, const bf_tokens *seqs, int T) {
+                          int nseq, const int *off, const int *len, size_t per, int T) {
   int H = c->hidden_size, I = c->intermediate_size;
   float eps = c->layer_norm_eps;
   float *x = r->x.p, *q = r->q.p, *k = r->k.p, *v = r->v.p;
   float *ctx = r->ctx.p, *tmp = r->tmp.p, *ffn = r->ffn.p;
 
-  matmul(r, q, x, w->q_w, T, H, H); add_bias(q, w->q_b, T, H);
-  matmul(r, k, x, w->k_w, T, H, H); add_bias(k, w->k_b, T, H);
-  matmul(r, v, x, w->v_w, T, H, H); add_bias(v, w->v_b, T, H);
-  for (int s = 0, off = 0; s < nseq; off += seqs[seq[s]].n, s++)
-    attention(r, c, off, seqs[seq[s]].n);
+  gemm_out qkv[3] = { { q, w->q_w, H }, { k, w->k_w, H }, { v, w->v_w, H } };
+  matmul_n(r, x, T, H, 3, qkv);  /* one job: q, k and v share x */
+  rows_run(r, ROWS_BIAS, T, H, NULL, q, w->q_b, NULL, NULL, 0);
+  rows_run(r, ROWS_BIAS, T, H, NULL, k, w->k_b, NULL, NULL, 0);
+  rows_run(r, ROWS_BIAS, T, H, NULL, v, w->v_b, NULL, NULL, 0);
+  attention(r, c, nseq, off, len, per);
 
   matmul(r, tmp, ctx, w->ao_w, T, H, H);
-  add_bias_residual_layernorm(x, tmp, w->ao_b, w->aln_g, w->aln_b, T, H, eps);
+  rows_run(r, ROWS_RESLN, T, H, x, tmp, w->ao_b, w->aln_g, w->aln_b, eps);
 
   matmul(r, ffn, x, w->i_w, T, I, H);
-  add_bias_gelu(ffn, w->i_b, T, I);
+  rows_run(r, ROWS_GELU, T, I, NULL, ffn, w->i_b, NULL, NULL, 0);
   matmul(r, tmp, ffn, w->o_w, T, H, I);
-  add_bias_residual_layernorm(x, tmp, w->o_b, w->oln_g, w->oln_b, T, H, eps);
+  rows_run(r, ROWS_RESLN, T, H, x, tmp, w->o_b, w->oln_g, w->oln_b, eps);
 }
 
 /* ----------------------------------------------------------------- top-k */
@@ -621,11 +593,9 @@ bf_run *bf_run_new(void) {
 void bf_run_free(bf_run *r) {
   if (!r) return;
   buf *all[] = { &r->x, &r->q, &r->k, &r->v, &r->ctx, &r->tmp, &r->ffn, &r->att,
-                 &r->seq, &r->mrow, &r->hm, &r->hm2, &r->logits, &r->heap };
+                 &r->seq, &r->span, &r->mrow, &r->hm, &r->hm2, &r->logits, &r->heap };
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]->p);
-#ifdef HAVE_AVX512
-  pool_free(r->pool);
-#endif
+  bf_pool_free(r->pool);
   free(r);
 }
 
@@ -690,12 +660,14 @@ int bf_fill(const bf_model *m, bf_run *r, int nseq, const bf_tokens *seqs,
   int Lmax = 0;
   for (int s = 0; s < nseq; s++) if (seqs[s].n_masks > 0 && seqs[s].n > Lmax) Lmax = seqs[s].n;
   size_t Mc = M < HEAD_CHUNK ? M : HEAD_CHUNK;
+  size_t Lp = ((size_t)Lmax + 15) & ~(size_t)15;
+  size_t att_per = Lp * (Lmax + (size_t)(H / c->num_attention_heads));  /* scores + K^T */
   if (!need(&r->x, T * H, sizeof(float)) || !need(&r->q, T * H, sizeof(float)) ||
       !need(&r->k, T * H, sizeof(float)) || !need(&r->v, T * H, sizeof(float)) ||
       !need(&r->ctx, T * H, sizeof(float)) || !need(&r->tmp, T * H, sizeof(float)) ||
       !need(&r->ffn, T * I, sizeof(float)) ||
-      !need(&r->att, (size_t)Lmax * Lmax, sizeof(float)) ||
-      !need(&r->seq, nrun, sizeof(int)) || !need(&r->mrow, M, sizeof(size_t)) ||
+      !need(&r->att, (size_t)run_threads() * att_per, sizeof(float)) ||
+      !need(&r->seq, nrun, sizeof(int)) || !need(&r->span, 2 * (size_t)nrun, sizeof(int)) || !need(&r->mrow, M, sizeof(size_t)) ||
       !need(&r->hm, Mc * H, sizeof(float)) || !need(&r->hm2, Mc * H, sizeof(float)) ||
       !need(&r->logits, Mc * V, sizeof(float)) || !need(&r->heap, k, sizeof(hent)))
     return fail(err, errlen, BF_ERR_NOMEM,
@@ -704,13 +676,15 @@ int bf_fill(const bf_model *m, bf_run *r, int nseq, const bf_tokens *seqs,
 
   /* ---- embeddings ---- */
   uint64_t t0 = now_ns();
-  int *seq = r->seq.p;
+  int *seq = r->seq.p, *span = r->span.p;
   size_t *mrow = r->mrow.p;
   float *x = r->x.p;
   size_t row = 0, mi = 0;
   for (int s = 0, j = 0; s < nseq; s++) {
     const bf_tokens *t = &seqs[s];
     if (t->n_masks == 0) continue;
+    span[j] = (int)row;          /* first row */
+    span[nrun + j] = t->n;       /* length */
     seq[j++] = s;
     for (int p = 0; p < t->n; p++, row++) {
       float *xr = x + row * H;
@@ -729,7 +703,7 @@ int bf_fill(const bf_model *m, bf_run *r, int nseq, const bf_tokens *seqs,
 
   /* ---- encoder ---- */
   for (int l = 0; l < c->num_hidden_layers; l++)
-    encoder_layer(r, c, &m->layers[l], nrun, seq, seqs, (int)T);
+    encoder_layer(r, c, &m->layers[l], nrun, span, span + nrun, att_per, (int)T);
   uint64_t t2 = now_ns();
   r->t.encode_ns = t2 - t1;
 
