@@ -1,0 +1,121 @@
+/*
+** test_gemm.c — the matrix kernels of ext/gemm.c against a plain double
+** loop: y[T,N] = x[T,K] W[N,K]^T for shapes that hit every path (dot kernel
+** up to GEMM_DOT_MAX_T rows, panel kernel beyond; K and N not multiples of 16
+** or 32; one to three outputs per job; 1, 2 and 3 threads), results
+** independent of the thread count, and bf_pool_run running every unit once.
+** On a CPU without AVX-512 gemm_xwt must say GEMM_NO_KERNEL (checked) and
+** the kernel checks are skipped.
+*/
+#include <math.h>
+#include <stdatomic.h>
+#include "gemm.h"
+#include "testlib.h"
+
+static unsigned rng = 12345;
+static float frand(void) {
+  rng = rng * 1103515245u + 12345u;
+  return (float)((rng >> 8) & 0xFFFF) / 32768.0f - 1.0f;
+}
+
+/* max |y - x W^T| / (|x| |w| K)-scaled, against double sums */
+static double max_err(const float *y, const float *x, const float *W, int T, int N, int K) {
+  double worst = 0;
+  for (int t = 0; t < T; t++)
+    for (int n = 0; n < N; n++) {
+      double s = 0, a = 0;
+      for (int k = 0; k < K; k++) {
+        s += (double)x[(size_t)t * K + k] * W[(size_t)n * K + k];
+        a += fabs((double)x[(size_t)t * K + k] * W[(size_t)n * K + k]);
+      }
+      double e = fabs(y[(size_t)t * N + n] - s) / (a + 1e-30);
+      if (!(e <= worst)) worst = e;  /* NaN counts as worst */
+    }
+  return worst;
+}
+
+static atomic_int hits[1000];
+static void count_unit(void *arg, int u, int tid) {
+  (void)arg;
+  if (tid >= 0) atomic_fetch_add(&hits[u], 1);
+}
+
+int main(void) {
+  bf_pool *p = bf_pool_new();
+  CHECK("pool: created", p != NULL);
+
+  /* bf_pool_run: each unit exactly once, for several thread counts */
+  for (int nt = 1; nt <= 4; nt++) {
+    for (int u = 0; u < 1000; u++) atomic_store(&hits[u], 0);
+    bf_pool_run(p, nt, 1000, count_unit, NULL);
+    int bad = 0;
+    for (int u = 0; u < 1000; u++) bad += atomic_load(&hits[u]) != 1;
+    char name[64];
+    snprintf(name, sizeof name, "pool: 1000 units, %d threads, each once", nt);
+    CHECKF(name, bad == 0, "%d units not run exactly once", bad);
+  }
+  bf_pool_run(NULL, 4, 3, count_unit, NULL);  /* no pool: the caller does it */
+  CHECK("pool: NULL pool runs the units", atomic_load(&hits[0]) == 2 && atomic_load(&hits[2]) == 2);
+
+  if (!gemm_have_avx512()) {
+    float x = 1, w = 1, y = 0;
+    gemm_out o = { &y, &w, 1 };
+    CHECK("gemm: no AVX-512: GEMM_NO_KERNEL", gemm_xwt(p, 1, &x, 1, 1, 1, &o) == GEMM_NO_KERNEL);
+    SKIP("gemm kernels", "this CPU has no AVX-512");
+    bf_pool_free(p);
+    TL_EXIT();
+  }
+
+  static const int Ts[] = { 1, 2, 3, 5, 8, 13, 16, 17, 23, 24, 25, 36, 37, 64, 130 };
+  static const int NKs[][2] = { { 1, 1 }, { 7, 5 }, { 31, 17 }, { 32, 16 }, { 33, 48 },
+                                { 64, 100 }, { 100, 33 }, { 96, 768 }, { 200, 129 } };
+  int nshape = 0, nbad = 0;
+  double worst = 0;
+  char why[256] = "";
+  for (size_t a = 0; a < sizeof Ts / sizeof Ts[0]; a++)
+    for (size_t b = 0; b < sizeof NKs / sizeof NKs[0]; b++) {
+      int T = Ts[a], N = NKs[b][0], K = NKs[b][1];
+      float *x = malloc(sizeof(float) * T * K), *W = malloc(sizeof(float) * 3 * N * K);
+      float *y[3], *y1 = malloc(sizeof(float) * T * N);
+      for (int i = 0; i < T * K; i++) x[i] = frand();
+      for (int i = 0; i < 3 * N * K; i++) W[i] = frand();
+      for (int i = 0; i < 3; i++) y[i] = malloc(sizeof(float) * T * N);
+      /* three outputs of different widths share x: N, N-1 (if > 0), N */
+      int n2 = N > 1 ? N - 1 : N;
+      gemm_out o[3] = { { y[0], W, N }, { y[1], W + (size_t)N * K, n2 }, { y[2], W + (size_t)2 * N * K, N } };
+      for (int nt = 1; nt <= 3; nt++) {
+        for (int i = 0; i < 3; i++) for (int j = 0; j < T * N; j++) y[i][j] = NAN;
+        int rc = gemm_xwt(p, nt, x, T, K, 3, o);
+        nshape++;
+        if (rc != GEMM_OK) { nbad++; snprintf(why, sizeof why, "T=%d N=%d K=%d threads=%d: rc %d", T, N, K, nt, rc); continue; }
+        for (int i = 0; i < 3; i++) {
+          double e = max_err(y[i], x, o[i].w, T, o[i].n, K);
+          if (e > worst) worst = e;
+          if (!(e < 1e-5)) { nbad++; snprintf(why, sizeof why, "T=%d N=%d K=%d threads=%d output %d: relative error %g", T, o[i].n, K, nt, i, e); }
+        }
+        if (nt == 1) memcpy(y1, y[0], sizeof(float) * T * N);
+        else if (memcmp(y1, y[0], sizeof(float) * T * N) != 0) {
+          nbad++; snprintf(why, sizeof why, "T=%d N=%d K=%d: %d threads differ from 1 thread", T, N, K, nt);
+        }
+      }
+      /* one output, no pool */
+      for (int j = 0; j < T * N; j++) y[0][j] = NAN;
+      gemm_out o1 = { y[0], W, N };
+      int rc = gemm_xwt(NULL, 2, x, T, K, 1, &o1);
+      double e = rc == GEMM_OK ? max_err(y[0], x, W, T, N, K) : 1;
+      nshape++;
+      if (!(e < 1e-5)) { nbad++; snprintf(why, sizeof why, "T=%d N=%d K=%d without a pool: rc %d error %g", T, N, K, rc, e); }
+      free(x); free(W); free(y1);
+      for (int i = 0; i < 3; i++) free(y[i]);
+    }
+  CHECKF("gemm: all shapes match the double loop (relative 1e-5), same bits for 1-3 threads",
+         nbad == 0, "%d of %d runs wrong; last: %s", nbad, nshape, why);
+  printf("# gemm: %d runs, worst relative error %.3g\n", nshape, worst);
+
+  float x = 1, w = 2, y = 0;
+  gemm_out bad = { &y, &w, 1 };
+  CHECK("gemm: 0 outputs refused", gemm_xwt(p, 1, &x, 1, 1, 0, &bad) != GEMM_OK);
+  CHECK("gemm: 4 outputs refused", gemm_xwt(p, 1, &x, 1, 1, 4, &bad) != GEMM_OK);
+  bf_pool_free(p);
+  TL_EXIT();
+}
