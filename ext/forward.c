@@ -245,64 +245,6 @@ AVX512 static void add_avx512(float *x, const float *a, const float *b, int n) {
   }
 }
 
-/* One attention head of one sequence: ctx[i] = softmax(scale q_i K^T) V over
-** the L tokens, for rows q/k/v/ctx of stride H and d columns.  S: L x Lp
-** scores (Lp = L rounded up to 16), KT: d x Lp (K transposed, zero padded). */
-AVX512 static void head_avx512(const float *q, const float *k, const float *v, float *ctx,
-                               int L, int d, int H, float scale, float *S, float *KT) {
-  int Lp = (L + 15) & ~15;
-  for (int c = 0; c < d; c++) {
-    float *kt = KT + (size_t)c * Lp;
-    for (int j = 0; j < L; j++) kt[j] = k[(size_t)j * H + c];
-    for (int j = L; j < Lp; j++) kt[j] = 0.0f;
-  }
-  __m512 vscale = _mm512_set1_ps(scale);
-  for (int i = 0; i < L; i++) {
-    const float *qi = q + (size_t)i * H;
-    float *s = S + (size_t)i * Lp;
-    for (int j0 = 0; j0 < Lp; j0 += 128) {  /* 8 blocks of 16 scores at a time */
-      int nb = (Lp - j0) / 16 < 8 ? (Lp - j0) / 16 : 8;
-      __m512 acc[8];
-      for (int b = 0; b < 8; b++) acc[b] = _mm512_setzero_ps();
-      for (int c = 0; c < d; c++) {
-        __m512 a = _mm512_set1_ps(qi[c]);
-        const float *kt = KT + (size_t)c * Lp + j0;
-#pragma GCC unroll 8
-        for (int b = 0; b < 8; b++)
-          if (b < nb) acc[b] = _mm512_fmadd_ps(a, _mm512_loadu_ps(kt + 16 * b), acc[b]);
-      }
-      for (int b = 0; b < nb; b++) _mm512_storeu_ps(s + j0 + 16 * b, _mm512_mul_ps(acc[b], vscale));
-    }
-    softmax(s, L);
-    float *ci = ctx + (size_t)i * H;
-    for (int c0 = 0; c0 < d; c0 += 64) {  /* 4 blocks of 16 columns, two sums each */
-      __m512 acc[2][4];
-      __mmask16 m[4];
-      for (int b = 0; b < 4; b++) {
-        m[b] = tail16(d - c0 - 16 * b);
-        acc[0][b] = acc[1][b] = _mm512_setzero_ps();
-      }
-      int j = 0;
-      for (; j + 2 <= L; j += 2) {
-        __m512 p0 = _mm512_set1_ps(s[j]), p1 = _mm512_set1_ps(s[j + 1]);
-        const float *v0 = v + (size_t)j * H + c0, *v1 = v0 + H;
-#pragma GCC unroll 4
-        for (int b = 0; b < 4; b++) {
-          acc[0][b] = _mm512_fmadd_ps(p0, _mm512_maskz_loadu_ps(m[b], v0 + 16 * b), acc[0][b]);
-          acc[1][b] = _mm512_fmadd_ps(p1, _mm512_maskz_loadu_ps(m[b], v1 + 16 * b), acc[1][b]);
-        }
-      }
-      if (j < L) {
-        __m512 p0 = _mm512_set1_ps(s[j]);
-        for (int b = 0; b < 4; b++)
-          acc[0][b] = _mm512_fmadd_ps(p0, _mm512_maskz_loadu_ps(m[b], v + (size_t)j * H + c0 + 16 * b), acc[0][b]);
-      }
-      for (int b = 0; b < 4; b++)
-        _mm512_mask_storeu_ps(ci + c0 + 16 * b, m[b], _mm512_add_ps(acc[0][b], acc[1][b]));
-    }
-  }
-}
-
 #else
 static int have_avx512(void) { return 0; }
 #endif /* HAVE_AVX512 */
@@ -383,6 +325,9 @@ static double exp_sum(float *dst, const float *x, int n, float mx) {
 /* In place: p[i] = e^(p[i] - max) / sum, for one row of n scores. */
 static void softmax(float *p, int n) {
   float mx = p[0];
+#ifdef HAVE_AVX512
+  if (!have_avx512() || !max_finite_avx512(p, n, &mx))  /* NaN/Inf: the plain loop */
+#endif
   for (int i = 1; i < n; i++) if (p[i] > mx) mx = p[i];
   float inv = (float)(1.0 / exp_sum(p, p, n, mx));
   for (int i = 0; i < n; i++) p[i] *= inv;
@@ -408,6 +353,34 @@ static void matmul_n(bf_run *r, const float *x, int T, int in, int nout, const g
 static void matmul(bf_run *r, float *y, const float *x, const float *W, int T, int out, int in) {
   gemm_out o = { y, W, out };
   matmul_n(r, x, T, in, 1, &o);
+}
+
+/* One attention head of one sequence on the GEMM kernels (single thread:
+** heads are the units of work): ctx[i] = softmax(scale q_i K^T) V over the L
+** tokens, for rows q/k/v/ctx of stride H and d columns.  The head's columns
+** are first copied into contiguous scratch: Q, K [L,d], V^T [d,L]; then
+** S[L,L] = Q K^T and C[L,d] = P V^T^T.  scratch holds L*L + 4*L*d floats.
+** Returns 0 if the kernels are not available (no AVX-512, out of memory). */
+static int head_gemm(const float *q, const float *k, const float *v, float *ctx,
+                     int L, int d, int H, float scale, float *scratch) {
+  float *Q = scratch, *K = Q + (size_t)L * d, *VT = K + (size_t)L * d, *C = VT + (size_t)L * d;
+  float *S = C + (size_t)L * d;
+  for (int j = 0; j < L; j++) {
+    memcpy(Q + (size_t)j * d, q + (size_t)j * H, d * sizeof(float));
+    memcpy(K + (size_t)j * d, k + (size_t)j * H, d * sizeof(float));
+    for (int c = 0; c < d; c++) VT[(size_t)c * L + j] = v[(size_t)j * H + c];
+  }
+  gemm_out s = { S, K, L };
+  if (gemm_xwt(NULL, 1, Q, L, d, 1, &s) != GEMM_OK) return 0;
+  for (int i = 0; i < L; i++) {
+    float *row = S + (size_t)i * L;
+    for (int j = 0; j < L; j++) row[j] *= scale;
+    softmax(row, L);
+  }
+  gemm_out o = { C, VT, d };
+  if (gemm_xwt(NULL, 1, S, L, L, 1, &o) != GEMM_OK) return 0;
+  for (int i = 0; i < L; i++) memcpy(ctx + (size_t)i * H, C + (size_t)i * d, d * sizeof(float));
+  return 1;
 }
 
 /* One attention head, plain C (CPUs without AVX-512); same arguments. */
@@ -446,14 +419,8 @@ static void att_unit(void *arg, int u, int tid) {
   size_t o = (size_t)j->off[s] * j->H + (size_t)h * j->d;
   const float *q = (float *)j->r->q.p + o, *k = (float *)j->r->k.p + o, *v = (float *)j->r->v.p + o;
   float *ctx = (float *)j->r->ctx.p + o, *S = (float *)j->r->att.p + (size_t)tid * j->per;
-#ifdef HAVE_AVX512
-  if (have_avx512()) {
-    size_t Lp = ((size_t)L + 15) & ~(size_t)15;
-    head_avx512(q, k, v, ctx, L, j->d, j->H, j->scale, S, S + Lp * L);
-    return;
-  }
-#endif
-  head_plain(q, k, v, ctx, L, j->d, j->H, j->scale, S);
+  if (!head_gemm(q, k, v, ctx, L, j->d, j->H, j->scale, S))
+    head_plain(q, k, v, ctx, L, j->d, j->H, j->scale, S);
 }
 
 /* Threads for the run's parallel loops: bf_blas_threads(), at most ATT_THREADS. */
@@ -660,8 +627,7 @@ int bf_fill(const bf_model *m, bf_run *r, int nseq, const bf_tokens *seqs,
   int Lmax = 0;
   for (int s = 0; s < nseq; s++) if (seqs[s].n_masks > 0 && seqs[s].n > Lmax) Lmax = seqs[s].n;
   size_t Mc = M < HEAD_CHUNK ? M : HEAD_CHUNK;
-  size_t Lp = ((size_t)Lmax + 15) & ~(size_t)15;
-  size_t att_per = Lp * (Lmax + (size_t)(H / c->num_attention_heads));  /* scores + K^T */
+  size_t att_per = (size_t)Lmax * (Lmax + 4 * (size_t)(H / c->num_attention_heads));  /* see head_gemm */
   if (!need(&r->x, T * H, sizeof(float)) || !need(&r->q, T * H, sizeof(float)) ||
       !need(&r->k, T * H, sizeof(float)) || !need(&r->v, T * H, sizeof(float)) ||
       !need(&r->ctx, T * H, sizeof(float)) || !need(&r->tmp, T * H, sizeof(float)) ||

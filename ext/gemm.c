@@ -282,14 +282,34 @@ AVX512 static void pack_panel(float *Wp, const float *W, int K, int n0, int nr) 
   }
 }
 
+/* Prefetching the rows of W that this thread will most likely pack next,
+** spread over the arithmetic of the current strip so that memory and
+** arithmetic overlap: one cache line every (mask + 1) steps of k. */
+typedef struct prefetch {
+  const char *row;     /* current row */
+  long col, rowlen;    /* bytes done in it, bytes per row */
+  long left;           /* lines still to prefetch */
+  int mask;
+} prefetch;
+
+INLINE void prefetch_step(prefetch *p, int k) {
+  if (p->left > 0 && (k & p->mask) == 0) {
+    _mm_prefetch(p->row + p->col, _MM_HINT_T0);
+    p->col += 64;
+    if (p->col >= p->rowlen) { p->col = 0; p->row += p->rowlen; }
+    p->left--;
+  }
+}
+
 /* y[i*ldy + 0..32) = sum_k x[i*ldx + k] * Wp[k][0..32) for i < R (a constant
 ** after inlining); lanes outside masks m0 (columns 0-15), m1 (16-31) are not stored. */
 INLINE AVX512 void panel_tile(const int R, const float *x, int ldx, const float *Wp, int K,
-                              float *y, int ldy, __mmask16 m0, __mmask16 m1) {
+                              float *y, int ldy, __mmask16 m0, __mmask16 m1, prefetch *pf) {
   __m512 c0[MR], c1[MR];
 #pragma GCC unroll 12
   for (int i = 0; i < R; i++) { c0[i] = _mm512_setzero_ps(); c1[i] = _mm512_setzero_ps(); }
   for (int k = 0; k < K; k++) {
+    prefetch_step(pf, k);
     __m512 b0 = _mm512_load_ps(Wp + (size_t)k * PANEL), b1 = _mm512_load_ps(Wp + (size_t)k * PANEL + 16);
 #pragma GCC unroll 12
     for (int i = 0; i < R; i++) {
@@ -305,16 +325,26 @@ INLINE AVX512 void panel_tile(const int R, const float *x, int ldx, const float 
   }
 }
 
-/* Strip [n0, n0 + nr) of y[T,N] = x[T,K] W[N,K]^T, through the panel Wp. */
+/* Strip [n0, n0 + nr) of y[T,N] = x[T,K] W[N,K]^T, through the panel Wp;
+** meanwhile rows [next, next + PANEL) of W (if next < N) are prefetched. */
 AVX512 static void panel_strip(float *Wp, float *y, const float *x, const float *W,
-                               int T, int N, int K, int n0, int nr) {
+                               int T, int N, int K, int n0, int nr, int next) {
   pack_panel(Wp, W, K, n0, nr);
   __mmask16 m0 = tail16(nr), m1 = tail16(nr - 16);
+  prefetch pf = { 0 };
+  if (next < N) {
+    int rows = N - next < PANEL ? N - next : PANEL, tiles = (T + MR - 1) / MR;
+    pf.row = (const char *)(W + (size_t)next * K);
+    pf.rowlen = (long)K * sizeof(float);
+    pf.left = (long)rows * K * (long)sizeof(float) / 64;
+    long steps = (long)tiles * K;  /* steps of k in this strip: one line every 2^s of them */
+    for (int s = 0; s < 4 && (steps >> (s + 1)) >= pf.left; s++) pf.mask = (pf.mask << 1) | 1;
+  }
   for (int t = 0; t < T; t += MR) {
     const float *xt = x + (size_t)t * K;
     float *yt = y + (size_t)t * N + n0;
     switch (T - t < MR ? T - t : MR) {
-#define TILE(r) case r: panel_tile(r, xt, K, Wp, K, yt, N, m0, m1); break;
+#define TILE(r) case r: panel_tile(r, xt, K, Wp, K, yt, N, m0, m1, &pf); break;
       TILE(1) TILE(2) TILE(3) TILE(4) TILE(5) TILE(6)
       TILE(7) TILE(8) TILE(9) TILE(10) TILE(11) TILE(12)
 #undef TILE
@@ -327,6 +357,7 @@ typedef struct xwt_job {
   bf_pool *p;
   const float *x;
   int T, K, nout, unit;     /* unit: columns per unit (a multiple of TILE_R, or PANEL) */
+  int nt;                   /* threads taking units (a thread's next unit is likely u + nt) */
   int panel;                /* 1: panel kernel, 0: dot kernel */
   gemm_out out[GEMM_MAX_OUT];
   int first[GEMM_MAX_OUT + 1];  /* first unit of each output; first[nout] = all units */
@@ -342,7 +373,7 @@ AVX512 static void xwt_unit(void *arg, int u, int tid) {
   int c1 = c0 + j->unit < g->n ? c0 + j->unit : g->n;
   if (j->panel) {
     float *wp = j->p ? j->p->wp[tid] : j->wp_solo;
-    panel_strip(wp, g->y, j->x, g->w, j->T, g->n, j->K, c0, c1 - c0);
+    panel_strip(wp, g->y, j->x, g->w, j->T, g->n, j->K, c0, c1 - c0, c0 + j->nt * j->unit);
   } else {
     dot_cols(g->y, j->x, g->w, j->T, g->n, j->K, c0, c1);
   }
@@ -389,6 +420,7 @@ int gemm_xwt(bf_pool *p, int nthreads, const float *x, int T, int K, int nout, c
       }
     }
   }
+  j.nt = nthreads < 1 ? 1 : nthreads;
   bf_pool_run(p, nthreads, j.first[nout], xwt_unit, &j);
   free(j.wp_solo);
   return GEMM_OK;
