@@ -59,7 +59,8 @@ struct bf_run {
   buf ffn;     /* [T,I]  intermediate activations */
   buf att;     /* attention scores and K^T of one head, per thread */
   buf seq;     /* [nseq] index of each sequence that has masks */
-  buf span;    /* [2,nseq] first row and length of each of those sequences */
+  buf span;    /* [4,nseq] first row, length, first mask, masks of each of those sequences */
+  buf xm;      /* [M,H]  output of the last layer at the masks */
   buf mrow;    /* [M]    row of x for each mask, in order */
   buf hm, hm2; /* [HEAD_CHUNK,H]  MLM head activations */
   buf logits;  /* [HEAD_CHUNK,V] */
@@ -356,37 +357,38 @@ static void matmul(bf_run *r, float *y, const float *x, const float *W, int T, i
 }
 
 /* One attention head of one sequence on the GEMM kernels (single thread:
-** heads are the units of work): ctx[i] = softmax(scale q_i K^T) V over the L
-** tokens, for rows q/k/v/ctx of stride H and d columns.  The head's columns
-** are first copied into contiguous scratch: Q, K [L,d], V^T [d,L]; then
-** S[L,L] = Q K^T and C[L,d] = P V^T^T.  scratch holds L*L + 4*L*d floats.
-** Returns 0 if the kernels are not available (no AVX-512, out of memory). */
-static int head_gemm(const float *q, const float *k, const float *v, float *ctx,
-                     int L, int d, int H, float scale, float *scratch) {
+** heads are the units of work): ctx[i] = softmax(scale q_i K^T) V for the Lq
+** query rows q/ctx over the L tokens k/v (rows of stride H, d columns).  The
+** head's columns are first copied into contiguous scratch: Q [Lq,d], K [L,d],
+** V^T [d,L]; then S[Lq,L] = Q K^T and C[Lq,d] = P (V^T)^T.  scratch holds
+** L*L + 4*L*d floats.  Returns 0 if the kernels are not available (no
+** AVX-512, out of memory). */
+static int head_gemm(const float *q, int Lq, const float *k, const float *v, int L, float *ctx,
+                     int d, int H, float scale, float *scratch) {
   float *Q = scratch, *K = Q + (size_t)L * d, *VT = K + (size_t)L * d, *C = VT + (size_t)L * d;
   float *S = C + (size_t)L * d;
+  for (int i = 0; i < Lq; i++) memcpy(Q + (size_t)i * d, q + (size_t)i * H, d * sizeof(float));
   for (int j = 0; j < L; j++) {
-    memcpy(Q + (size_t)j * d, q + (size_t)j * H, d * sizeof(float));
     memcpy(K + (size_t)j * d, k + (size_t)j * H, d * sizeof(float));
     for (int c = 0; c < d; c++) VT[(size_t)c * L + j] = v[(size_t)j * H + c];
   }
   gemm_out s = { S, K, L };
-  if (gemm_xwt(NULL, 1, Q, L, d, 1, &s) != GEMM_OK) return 0;
-  for (int i = 0; i < L; i++) {
+  if (gemm_xwt(NULL, 1, Q, Lq, d, 1, &s) != GEMM_OK) return 0;
+  for (int i = 0; i < Lq; i++) {
     float *row = S + (size_t)i * L;
     for (int j = 0; j < L; j++) row[j] *= scale;
     softmax(row, L);
   }
   gemm_out o = { C, VT, d };
-  if (gemm_xwt(NULL, 1, S, L, L, 1, &o) != GEMM_OK) return 0;
-  for (int i = 0; i < L; i++) memcpy(ctx + (size_t)i * H, C + (size_t)i * d, d * sizeof(float));
+  if (gemm_xwt(NULL, 1, S, Lq, L, 1, &o) != GEMM_OK) return 0;
+  for (int i = 0; i < Lq; i++) memcpy(ctx + (size_t)i * H, C + (size_t)i * d, d * sizeof(float));
   return 1;
 }
 
 /* One attention head, plain C (CPUs without AVX-512); same arguments. */
-static void head_plain(const float *q, const float *k, const float *v, float *ctx,
-                       int L, int d, int H, float scale, float *S) {
-  for (int i = 0; i < L; i++) {
+static void head_plain(const float *q, int Lq, const float *k, const float *v, int L, float *ctx,
+                       int d, int H, float scale, float *S) {
+  for (int i = 0; i < Lq; i++) {
     float *s = S + (size_t)i * L;
     for (int j = 0; j < L; j++) {
       float acc = 0.0f;
@@ -404,10 +406,13 @@ static void head_plain(const float *q, const float *k, const float *v, float *ct
 
 /* Self-attention of every sequence of the batch, one unit of the pool per
 ** (sequence, head): head h reads columns [h*d, (h+1)*d) of q, k, v and writes
-** the same columns of ctx.  Each thread has its own scores scratch. */
+** the same columns of ctx.  Sequence s has len[s] tokens from row off[s] of
+** k and v, and qlen[s] query rows from row qoff[s] of q and ctx (all its
+** tokens, or in the last layer only its masks).  Each thread has its own
+** scratch. */
 typedef struct att_job {
   bf_run *r;
-  const int *off, *len;  /* first row and length of each sequence */
+  const int *off, *len, *qoff, *qlen;
   int nh, d, H;
   float scale;
   size_t per;            /* floats of scratch per thread */
@@ -415,12 +420,13 @@ typedef struct att_job {
 
 static void att_unit(void *arg, int u, int tid) {
   att_job *j = arg;
-  int s = u / j->nh, h = u % j->nh, L = j->len[s];
+  int s = u / j->nh, h = u % j->nh, L = j->len[s], Lq = j->qlen[s];
   size_t o = (size_t)j->off[s] * j->H + (size_t)h * j->d;
-  const float *q = (float *)j->r->q.p + o, *k = (float *)j->r->k.p + o, *v = (float *)j->r->v.p + o;
-  float *ctx = (float *)j->r->ctx.p + o, *S = (float *)j->r->att.p + (size_t)tid * j->per;
-  if (!head_gemm(q, k, v, ctx, L, j->d, j->H, j->scale, S))
-    head_plain(q, k, v, ctx, L, j->d, j->H, j->scale, S);
+  size_t oq = (size_t)j->qoff[s] * j->H + (size_t)h * j->d;
+  const float *q = (float *)j->r->q.p + oq, *k = (float *)j->r->k.p + o, *v = (float *)j->r->v.p + o;
+  float *ctx = (float *)j->r->ctx.p + oq, *S = (float *)j->r->att.p + (size_t)tid * j->per;
+  if (!head_gemm(q, Lq, k, v, L, ctx, j->d, j->H, j->scale, S))
+    head_plain(q, Lq, k, v, L, ctx, j->d, j->H, j->scale, S);
 }
 
 /* Threads for the run's parallel loops: bf_blas_threads(), at most ATT_THREADS. */
@@ -429,8 +435,9 @@ static int run_threads(void) {
   return n < 1 ? 1 : n > ATT_THREADS ? ATT_THREADS : n;
 }
 
-static void attention(bf_run *r, const bf_config *c, int nseq, const int *off, const int *len, size_t per) {
-  att_job j = { r, off, len, c->num_attention_heads, c->hidden_size / c->num_attention_heads,
+static void attention(bf_run *r, const bf_config *c, int nseq, const int *off, const int *len,
+                      const int *qoff, const int *qlen, size_t per) {
+  att_job j = { r, off, len, qoff, qlen, c->num_attention_heads, c->hidden_size / c->num_attention_heads,
                 c->hidden_size, 1.0f / sqrtf((float)(c->hidden_size / c->num_attention_heads)), per };
   bf_pool_run(run_pool(r), run_threads(), nseq * j.nh, att_unit, &j);
 }
@@ -473,28 +480,47 @@ static void rows_run(bf_run *r, int kind, int T, int n, float *x, float *y, cons
   bf_pool_run(units > 1 ? run_pool(r) : NULL, run_threads(), units, rows_unit, &j);
 }
 
-/* One encoder layer over all T tokens of the batch. */
-static void encoder_layer(bf_run *r, const bf_config *c, const bf_layer *w,
-                          int nseq, const int *off, const int *len, size_t per, int T) {
+/* Where the sequences of the batch are: span[0..n) first row, span[n..2n)
+** length, span[2n..3n) first mask (index in mask order), span[3n..4n) masks. */
+typedef struct spans { int n; const int *off, *len, *moff, *mlen; } spans;
+
+/* One encoder layer over the T tokens of the batch, x[T,H] in place.
+** The last layer (xm != NULL) only needs its output at the M masks, whose
+** rows of x are mrow: keys and values still come from all T tokens, but the
+** queries, attention output and feed-forward run on the M mask rows only,
+** into xm[M,H] (the same numbers as the full layer gives at those rows). */
+static void encoder_layer(bf_run *r, const bf_config *c, const bf_layer *w, const spans *sp,
+                          size_t per, int T, float *xm, const size_t *mrow, int M) {
   int H = c->hidden_size, I = c->intermediate_size;
   float eps = c->layer_norm_eps;
   float *x = r->x.p, *q = r->q.p, *k = r->k.p, *v = r->v.p;
   float *ctx = r->ctx.p, *tmp = r->tmp.p, *ffn = r->ffn.p;
+  int R = T;  /* rows that go on: all tokens, or the masks */
 
-  gemm_out qkv[3] = { { q, w->q_w, H }, { k, w->k_w, H }, { v, w->v_w, H } };
-  matmul_n(r, x, T, H, 3, qkv);  /* one job: q, k and v share x */
-  rows_run(r, ROWS_BIAS, T, H, NULL, q, w->q_b, NULL, NULL, 0);
+  if (!xm) {
+    gemm_out qkv[3] = { { q, w->q_w, H }, { k, w->k_w, H }, { v, w->v_w, H } };
+    matmul_n(r, x, T, H, 3, qkv);  /* one job: q, k and v share x */
+  } else {
+    R = M;
+    for (int i = 0; i < M; i++) memcpy(xm + (size_t)i * H, x + mrow[i] * H, H * sizeof(float));
+    gemm_out kv[2] = { { k, w->k_w, H }, { v, w->v_w, H } };
+    matmul_n(r, x, T, H, 2, kv);
+    matmul(r, q, xm, w->q_w, M, H, H);
+    x = xm;
+  }
+  rows_run(r, ROWS_BIAS, R, H, NULL, q, w->q_b, NULL, NULL, 0);
   rows_run(r, ROWS_BIAS, T, H, NULL, k, w->k_b, NULL, NULL, 0);
   rows_run(r, ROWS_BIAS, T, H, NULL, v, w->v_b, NULL, NULL, 0);
-  attention(r, c, nseq, off, len, per);
+  if (!xm) attention(r, c, sp->n, sp->off, sp->len, sp->off, sp->len, per);
+  else     attention(r, c, sp->n, sp->off, sp->len, sp->moff, sp->mlen, per);
 
-  matmul(r, tmp, ctx, w->ao_w, T, H, H);
-  rows_run(r, ROWS_RESLN, T, H, x, tmp, w->ao_b, w->aln_g, w->aln_b, eps);
+  matmul(r, tmp, ctx, w->ao_w, R, H, H);
+  rows_run(r, ROWS_RESLN, R, H, x, tmp, w->ao_b, w->aln_g, w->aln_b, eps);
 
-  matmul(r, ffn, x, w->i_w, T, I, H);
-  rows_run(r, ROWS_GELU, T, I, NULL, ffn, w->i_b, NULL, NULL, 0);
-  matmul(r, tmp, ffn, w->o_w, T, H, I);
-  rows_run(r, ROWS_RESLN, T, H, x, tmp, w->o_b, w->oln_g, w->oln_b, eps);
+  matmul(r, ffn, x, w->i_w, R, I, H);
+  rows_run(r, ROWS_GELU, R, I, NULL, ffn, w->i_b, NULL, NULL, 0);
+  matmul(r, tmp, ffn, w->o_w, R, H, I);
+  rows_run(r, ROWS_RESLN, R, H, x, tmp, w->o_b, w->oln_g, w->oln_b, eps);
 }
 
 /* ----------------------------------------------------------------- top-k */
@@ -560,7 +586,7 @@ bf_run *bf_run_new(void) {
 void bf_run_free(bf_run *r) {
   if (!r) return;
   buf *all[] = { &r->x, &r->q, &r->k, &r->v, &r->ctx, &r->tmp, &r->ffn, &r->att,
-                 &r->seq, &r->span, &r->mrow, &r->hm, &r->hm2, &r->logits, &r->heap };
+                 &r->seq, &r->span, &r->xm, &r->mrow, &r->hm, &r->hm2, &r->logits, &r->heap };
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]->p);
   bf_pool_free(r->pool);
   free(r);
@@ -633,7 +659,8 @@ int bf_fill(const bf_model *m, bf_run *r, int nseq, const bf_tokens *seqs,
       !need(&r->ctx, T * H, sizeof(float)) || !need(&r->tmp, T * H, sizeof(float)) ||
       !need(&r->ffn, T * I, sizeof(float)) ||
       !need(&r->att, (size_t)run_threads() * att_per, sizeof(float)) ||
-      !need(&r->seq, nrun, sizeof(int)) || !need(&r->span, 2 * (size_t)nrun, sizeof(int)) || !need(&r->mrow, M, sizeof(size_t)) ||
+      !need(&r->seq, nrun, sizeof(int)) || !need(&r->span, 4 * (size_t)nrun, sizeof(int)) ||
+      !need(&r->xm, M * H, sizeof(float)) || !need(&r->mrow, M, sizeof(size_t)) ||
       !need(&r->hm, Mc * H, sizeof(float)) || !need(&r->hm2, Mc * H, sizeof(float)) ||
       !need(&r->logits, Mc * V, sizeof(float)) || !need(&r->heap, k, sizeof(hent)))
     return fail(err, errlen, BF_ERR_NOMEM,
@@ -649,8 +676,10 @@ int bf_fill(const bf_model *m, bf_run *r, int nseq, const bf_tokens *seqs,
   for (int s = 0, j = 0; s < nseq; s++) {
     const bf_tokens *t = &seqs[s];
     if (t->n_masks == 0) continue;
-    span[j] = (int)row;          /* first row */
-    span[nrun + j] = t->n;       /* length */
+    span[j] = (int)row;                 /* first row */
+    span[nrun + j] = t->n;              /* length */
+    span[2 * nrun + j] = (int)mi;       /* first mask */
+    span[3 * nrun + j] = t->n_masks;    /* masks */
     seq[j++] = s;
     for (int p = 0; p < t->n; p++, row++) {
       float *xr = x + row * H;
@@ -668,8 +697,13 @@ int bf_fill(const bf_model *m, bf_run *r, int nseq, const bf_tokens *seqs,
   r->t.embed_ns = t1 - t0;
 
   /* ---- encoder ---- */
-  for (int l = 0; l < c->num_hidden_layers; l++)
-    encoder_layer(r, c, &m->layers[l], nrun, span, span + nrun, att_per, (int)T);
+  spans sp = { nrun, span, span + nrun, span + 2 * nrun, span + 3 * nrun };
+  float *xm = r->xm.p;
+  int nl = c->num_hidden_layers;
+  for (int l = 0; l < nl; l++)
+    encoder_layer(r, c, &m->layers[l], &sp, att_per, (int)T, l == nl - 1 ? xm : NULL, mrow, (int)M);
+  if (nl == 0)
+    for (size_t i = 0; i < M; i++) memcpy(xm + i * H, x + mrow[i] * H, H * sizeof(float));
   uint64_t t2 = now_ns();
   r->t.encode_ns = t2 - t1;
 
@@ -678,7 +712,7 @@ int bf_fill(const bf_model *m, bf_run *r, int nseq, const bf_tokens *seqs,
     uint64_t ta = now_ns();
     int n = (int)(M - m0 < Mc ? M - m0 : Mc);
     float *hm = r->hm.p, *hm2 = r->hm2.p, *logits = r->logits.p;
-    for (int i = 0; i < n; i++) memcpy(hm + (size_t)i * H, x + mrow[m0 + i] * H, H * sizeof(float));
+    memcpy(hm, xm + m0 * H, (size_t)n * H * sizeof(float));
     matmul(r, hm2, hm, m->head_w, n, H, H);
     add_bias_gelu(hm2, m->head_b, n, H);
     for (int i = 0; i < n; i++) {
