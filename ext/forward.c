@@ -119,16 +119,8 @@ static uint64_t now_ns(void) {
 static void softmax(float *p, int n);
 #define AVX512 __attribute__((target("avx512f,fma")))
 
-static int have_avx512(void) {
-  static atomic_int known = -1;
-  int v = atomic_load(&known);
-  if (v < 0) {
-    __builtin_cpu_init();
-    v = __builtin_cpu_supports("avx512f") ? 1 : 0;  /* also checks the OS saves zmm state */
-    atomic_store(&known, v);
-  }
-  return v;
-}
+/* The CPU has AVX-512 and BERTFILL_NO_AVX512 is not set (see gemm.c). */
+static int have_avx512(void) { return gemm_have_avx512(); }
 
 /* Lanes i < n of a 16-wide chunk (none if n <= 0). */
 static inline __mmask16 tail16(int n) {

@@ -16,8 +16,8 @@
 ** each job and then sleep.  The same pool runs other per-unit work (attention
 ** heads) through bf_pool_run.
 **
-** Without AVX-512 (checked at run time) gemm_xwt returns GEMM_NO_KERNEL and
-** the caller uses BLAS.
+** Without AVX-512 (checked at run time; BERTFILL_NO_AVX512=1 pretends so)
+** gemm_xwt returns GEMM_NO_KERNEL and the caller uses BLAS.
 */
 #ifndef BERTFILL_GEMM_H
 #define BERTFILL_GEMM_H
@@ -49,6 +49,9 @@ typedef struct gemm_out { float *y; const float *w; int n; } gemm_out;
 int gemm_xwt(bf_pool *p, int nthreads, const float *x, int T, int K,
              int nout, const gemm_out *out);
 
+/* 1 if the CPU has AVX-512 (and the OS keeps its registers), unless the
+** environment variable BERTFILL_NO_AVX512 is set to something other than
+** "0" when first asked: then the portable code (plain C and OpenBLAS) runs. */
 int gemm_have_avx512(void);
 
 #endif

@@ -2,7 +2,9 @@
 # The forward pass (bf_fill) against the goldens of model/reference.py.
 # Needs `make test-bins models`.  First checks that each test model is the one
 # its golden was computed from (sha256 of model.safetensors), then runs
-# $BUILD/tests/test_forward over every (model, golden) pair, under $BF_WRAP.
+# $BUILD/tests/test_forward over every (model, golden) pair, under $BF_WRAP:
+# once as the CPU allows (AVX-512 kernels here), once with BERTFILL_NO_AVX512=1
+# (the portable path).
 set -u
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
@@ -40,5 +42,11 @@ ${BF_WRAP:-} "$bin" "${args[@]}"
 rc=$?
 # a crash (no FAIL line of its own) must still count
 if [ "$rc" -ne 0 ] && [ "$rc" -ne 1 ]; then echo "FAIL forward: test_forward exited with status $rc"; fi
+# the portable path (plain C loops and OpenBLAS, what CPUs without AVX-512
+# run) against the same goldens: BERTFILL_NO_AVX512=1 turns the kernels off
+BERTFILL_NO_AVX512=1 ${BF_WRAP:-} "$bin" "${args[@]}" | sed -E 's/^(ok|FAIL|skip) /\1 [no AVX-512] /'
+prc=${PIPESTATUS[0]}
+if [ "$prc" -ne 0 ] && [ "$prc" -ne 1 ]; then echo "FAIL forward [no AVX-512]: test_forward exited with status $prc"; fi
 [ "$rc" -ne 0 ] && exit "$rc"
+[ "$prc" -ne 0 ] && exit "$prc"
 exit "$bad"
