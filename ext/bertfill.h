@@ -159,6 +159,10 @@ int bf_blas_init(char *err, size_t errlen);
 const char *bf_blas_core(void);       /* e.g. "SkylakeX"; "" before init */
 const char *bf_blas_config(void);     /* openblas_get_config() */
 int bf_blas_threads(void);
+/* Which code does the encoder's matrix products: "avx512" (bertfill's own
+** kernels, ext/gemm.c: any CPU with AVX-512 unless BERTFILL_NO_AVX512 is
+** set) or "openblas". */
+const char *bf_gemm_kernels(void);
 void bf_blas_set_threads(int n);      /* <= 0: number of cores */
 
 #ifdef __cplusplus

@@ -584,6 +584,10 @@ void bf_run_free(bf_run *r) {
   free(r);
 }
 
+const char *bf_gemm_kernels(void) {
+  return gemm_have_avx512() ? "avx512" : "openblas";
+}
+
 const bf_timings *bf_run_timings(const bf_run *r) {
   static const bf_timings none;
   return r ? &r->t : &none;

@@ -405,7 +405,9 @@ static void fn_debug(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
   char err[256] = "";
   int blas_ok = bf_blas_init(err, sizeof err) == BF_OK;
   sqlite3_str *o = sqlite3_str_new(NULL);
-  sqlite3_str_appendall(o, "{\"blas_core\":");
+  sqlite3_str_appendall(o, "{\"gemm\":");
+  json_string(o, bf_gemm_kernels());
+  sqlite3_str_appendall(o, ",\"blas_core\":");
   json_string(o, blas_ok ? bf_blas_core() : "");
   sqlite3_str_appendall(o, ",\"blas_config\":");
   json_string(o, blas_ok ? bf_blas_config() : "");
