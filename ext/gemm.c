@@ -186,7 +186,7 @@ INLINE __mmask16 tail16(int n) {
 #define TILE_J 8  /* tokens per tile: 24 accumulators + 3 rows of W + 1 token in registers */
 #define DOT_UNIT (8 * TILE_R)  /* least columns per unit of work */
 #ifndef DOT_SPLIT
-#define DOT_SPLIT 2           /* units per thread and job */
+#define DOT_SPLIT 4           /* units per thread and job */
 #endif
 
 /* y[j*ldy + i] = dot(w[i*K ...], x[j*K ...]) for i < R rows of W, j < J tokens
