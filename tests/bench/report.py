@@ -343,7 +343,8 @@ def main():
                              f"{fmt(tot[-1] * 1e3) if tot else 'n/a'} | {gf} | {gb} |")
         lines.append("")
         lines.append(f"GFLOP/s: the encoder's arithmetic ({w_per_tok * L / 1e6:.0f} MFLOP per token for the GEMMs, "
-                     "plus attention) over the encoder time; GB/s: its fp32 weights "
+                     "plus attention, counted for every layer at every token: effective rates, since bertfill's last "
+                     "layer does its queries and feed-forward at the mask rows only) over the encoder time; GB/s: its fp32 weights "
                      f"({w_bytes / 1e6:.0f} MB, read once per bf_fill call) over the same time.  One short sentence cannot go "
                      "faster than reading those weights from memory once; a batch, than the GEMMs' arithmetic.")
         lines.append("")
