@@ -6,11 +6,14 @@
 ** keeps 24 accumulators of 16 lanes; sums run over K and are reduced at the
 ** end.  Each row of W comes from memory once and is reused from L1.
 **
-** Panel kernel (more rows): for each strip of 32 output columns,
+** Panel kernel (more rows): for each strip of PANEL = 48 output columns,
 **   1. pack: Wp[k][j] = W[n0 + j][k] (16x16 transposes in registers; rows past
-**      the end of W and k past K are zero), 32*K floats, stays in L2;
-**   2. for every 12 rows of x: c[i][0..32) += x[i][k] * Wp[k][0..32) over k,
-**      24 accumulators, one broadcast of x and two loads of Wp per 2 FMAs.
+**      the end of W and k past K are zero), 48*K floats, stays in L2;
+**   2. for every MR = 8 rows of x: c[i][0..48) += x[i][k] * Wp[k][0..48) over
+**      k, 24 accumulators, one broadcast of x and three loads of Wp per 3 FMAs;
+**   while the strip this thread will likely take next is prefetched, spread
+**   over the arithmetic.  (Strips of 32 or 64 columns, 12 or 6 rows, measured
+**   3-7% slower on a bert-base layer.)
 ** Float accumulation in a fixed order per output element (any order is as
 ** exact as a BLAS; results do not depend on the number of threads).
 */
@@ -236,8 +239,11 @@ AVX512 static void dot_cols(float *y, const float *x, const float *W, int T, int
 }
 
 /* ---- panel kernel ---- */
-#define PANEL 32   /* output columns per strip (two zmm) */
-#define MR 12      /* rows of x per register tile */
+#ifndef PANEL_NZ
+#define PANEL_NZ 3               /* zmm of output columns per strip (48 columns, 8 rows of x per tile: measured best of 2, 3, 4) */
+#endif
+#define PANEL (16 * PANEL_NZ)    /* output columns per strip */
+#define MR (24 / PANEL_NZ)       /* rows of x per register tile: 24 accumulators */
 
 /* In place: r[i] (row i of a 16x16 block) becomes column i. */
 INLINE AVX512 void transpose16(__m512 r[16]) {
@@ -303,28 +309,31 @@ INLINE void prefetch_step(prefetch *p, int k) {
   }
 }
 
-/* y[i*ldy + 0..32) = sum_k x[i*ldx + k] * Wp[k][0..32) for i < R (a constant
-** after inlining); lanes outside masks m0 (columns 0-15), m1 (16-31) are not stored. */
+/* y[i*ldy + 0..PANEL) = sum_k x[i*ldx + k] * Wp[k][0..PANEL) for i < R (a
+** constant after inlining); lanes outside m[z] (columns 16z..16z+15) are not stored. */
 INLINE AVX512 void panel_tile(const int R, const float *x, int ldx, const float *Wp, int K,
-                              float *y, int ldy, __mmask16 m0, __mmask16 m1, prefetch *pf) {
-  __m512 c0[MR], c1[MR];
+                              float *y, int ldy, const __mmask16 *m, prefetch *pf) {
+  __m512 c[MR][PANEL_NZ];
 #pragma GCC unroll 12
-  for (int i = 0; i < R; i++) { c0[i] = _mm512_setzero_ps(); c1[i] = _mm512_setzero_ps(); }
+  for (int i = 0; i < R; i++)
+#pragma GCC unroll 4
+    for (int z = 0; z < PANEL_NZ; z++) c[i][z] = _mm512_setzero_ps();
   for (int k = 0; k < K; k++) {
     prefetch_step(pf, k);
-    __m512 b0 = _mm512_load_ps(Wp + (size_t)k * PANEL), b1 = _mm512_load_ps(Wp + (size_t)k * PANEL + 16);
+    __m512 b[PANEL_NZ];
+#pragma GCC unroll 4
+    for (int z = 0; z < PANEL_NZ; z++) b[z] = _mm512_load_ps(Wp + (size_t)k * PANEL + 16 * z);
 #pragma GCC unroll 12
     for (int i = 0; i < R; i++) {
       __m512 a = _mm512_set1_ps(x[(size_t)i * ldx + k]);
-      c0[i] = _mm512_fmadd_ps(a, b0, c0[i]);
-      c1[i] = _mm512_fmadd_ps(a, b1, c1[i]);
+#pragma GCC unroll 4
+      for (int z = 0; z < PANEL_NZ; z++) c[i][z] = _mm512_fmadd_ps(a, b[z], c[i][z]);
     }
   }
 #pragma GCC unroll 12
-  for (int i = 0; i < R; i++) {
-    _mm512_mask_storeu_ps(y + (size_t)i * ldy, m0, c0[i]);
-    _mm512_mask_storeu_ps(y + (size_t)i * ldy + 16, m1, c1[i]);
-  }
+  for (int i = 0; i < R; i++)
+#pragma GCC unroll 4
+    for (int z = 0; z < PANEL_NZ; z++) _mm512_mask_storeu_ps(y + (size_t)i * ldy + 16 * z, m[z], c[i][z]);
 }
 
 /* Strip [n0, n0 + nr) of y[T,N] = x[T,K] W[N,K]^T, through the panel Wp;
@@ -332,7 +341,8 @@ INLINE AVX512 void panel_tile(const int R, const float *x, int ldx, const float 
 AVX512 static void panel_strip(float *Wp, float *y, const float *x, const float *W,
                                int T, int N, int K, int n0, int nr, int next) {
   pack_panel(Wp, W, K, n0, nr);
-  __mmask16 m0 = tail16(nr), m1 = tail16(nr - 16);
+  __mmask16 m[PANEL_NZ];
+  for (int z = 0; z < PANEL_NZ; z++) m[z] = tail16(nr - 16 * z);
   prefetch pf = { 0 };
   if (next < N) {
     int rows = N - next < PANEL ? N - next : PANEL, tiles = (T + MR - 1) / MR;
@@ -346,7 +356,7 @@ AVX512 static void panel_strip(float *Wp, float *y, const float *x, const float 
     const float *xt = x + (size_t)t * K;
     float *yt = y + (size_t)t * N + n0;
     switch (T - t < MR ? T - t : MR) {
-#define TILE(r) case r: panel_tile(r, xt, K, Wp, K, yt, N, m0, m1, &pf); break;
+#define TILE(r) case r: if (r <= MR) panel_tile(r <= MR ? r : 1, xt, K, Wp, K, yt, N, m, &pf); break;
       TILE(1) TILE(2) TILE(3) TILE(4) TILE(5) TILE(6)
       TILE(7) TILE(8) TILE(9) TILE(10) TILE(11) TILE(12)
 #undef TILE

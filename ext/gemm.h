@@ -6,8 +6,8 @@
 **   - up to GEMM_DOT_MAX_T rows of x (one short sentence, a few masks): dot
 **     products straight from the rows of W, which are read once from memory
 **     and reused from L1 for every token;
-**   - more rows: W is copied 32 rows at a time into a small transposed panel
-**     (in L2) and an 12x32 register tile of y is accumulated from broadcasts
+**   - more rows: W is copied 48 rows at a time into a small transposed panel
+**     (in L2) and an 8x48 register tile of y is accumulated from broadcasts
 **     of x, the classic blocked-GEMM inner loop.  This replaces OpenBLAS,
 **     which repacks all of W on every call and is 20-30% slower here for the
 **     sizes of one sentence.
