@@ -394,6 +394,8 @@ AVX512 static void xwt_unit(void *arg, int u, int tid) {
 int gemm_xwt(bf_pool *p, int nthreads, const float *x, int T, int K, int nout, const gemm_out *out) {
   if (!gemm_have_avx512()) return GEMM_NO_KERNEL;
   if (nout < 1 || nout > GEMM_MAX_OUT || T < 1 || K < 1) return GEMM_NO_KERNEL;
+  if (nthreads < 1) nthreads = 1;
+  if (nthreads > MAX_THREADS) nthreads = MAX_THREADS;
   xwt_job j;
   memset(&j, 0, sizeof j);
   j.p = p; j.x = x; j.T = T; j.K = K; j.nout = nout;
@@ -416,13 +418,11 @@ int gemm_xwt(bf_pool *p, int nthreads, const float *x, int T, int K, int nout, c
   }
   size_t need = ((size_t)K + 16) * PANEL;  /* floats of one panel */
   if (j.panel) {
-    int nt = nthreads < MAX_THREADS ? nthreads : MAX_THREADS;
-    if (nt < 1) nt = 1;
     if (!p) {
       j.wp_solo = aligned_alloc(64, need * sizeof(float));
       if (!j.wp_solo) return GEMM_NOMEM;
     } else {
-      for (int t = 0; t < nt; t++) {
+      for (int t = 0; t < nthreads; t++) {  /* one panel per thread that may take part */
         if (p->wp_cap[t] >= need) continue;
         float *b = aligned_alloc(64, need * sizeof(float));
         if (!b) return GEMM_NOMEM;
@@ -432,7 +432,7 @@ int gemm_xwt(bf_pool *p, int nthreads, const float *x, int T, int K, int nout, c
       }
     }
   }
-  j.nt = nthreads < 1 ? 1 : nthreads;
+  j.nt = nthreads;
   bf_pool_run(p, nthreads, j.first[nout], xwt_unit, &j);
   free(j.wp_solo);
   return GEMM_OK;
