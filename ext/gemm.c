@@ -53,6 +53,8 @@ struct bf_pool {
   /* panel buffers of the GEMM, one per thread (tid) */
   float *wp[MAX_THREADS + 1];
   size_t wp_cap[MAX_THREADS + 1];  /* floats */
+  struct xwt_part *part;          /* the GEMM's units of work (gemm_xwt) */
+  size_t part_cap;
 };
 
 static uint64_t now_ns(void) {
@@ -121,6 +123,7 @@ void bf_pool_free(bf_pool *p) {
     pthread_mutex_destroy(&p->mu);
   }
   for (int i = 0; i <= MAX_THREADS; i++) free(p->wp[i]);
+  free(p->part);
   free(p);
 }
 
@@ -188,9 +191,6 @@ INLINE __mmask16 tail16(int n) {
 #define TILE_R 3  /* rows of W per tile */
 #define TILE_J 8  /* tokens per tile: 24 accumulators + 3 rows of W + 1 token in registers */
 #define DOT_UNIT (8 * TILE_R)  /* least columns per unit of work */
-#ifndef DOT_SPLIT
-#define DOT_SPLIT 4           /* units per thread and job */
-#endif
 
 /* y[j*ldy + i] = dot(w[i*K ...], x[j*K ...]) for i < R rows of W, j < J tokens
 ** (R and J are constants after inlining, so acc[][] lives in registers). */
@@ -364,31 +364,89 @@ AVX512 static void panel_strip(float *Wp, float *y, const float *x, const float 
   }
 }
 
-/* ---- one job: nout products of the same x, split into units of columns ---- */
+/* ---- one job: nout products of the same x, split into units of work ---- */
+
+/* A unit of work: columns [c0, c1) of output o, rows [t0, t1) of x. */
+typedef struct xwt_part { int o, c0, c1, t0, t1; } xwt_part;
+
 typedef struct xwt_job {
   bf_pool *p;
   const float *x;
-  int T, K, nout, unit;     /* unit: columns per unit (a multiple of TILE_R, or PANEL) */
-  int nt;                   /* threads taking units (a thread's next unit is likely u + nt) */
+  int T, K, nout, nt;
   int panel;                /* 1: panel kernel, 0: dot kernel */
   gemm_out out[GEMM_MAX_OUT];
-  int first[GEMM_MAX_OUT + 1];  /* first unit of each output; first[nout] = all units */
+  const xwt_part *part;     /* the units */
+  int nparts;
   float *wp_solo;           /* panel buffer when the pool is NULL */
 } xwt_job;
 
 AVX512 static void xwt_unit(void *arg, int u, int tid) {
   xwt_job *j = arg;
-  int o = 0;
-  while (u >= j->first[o + 1]) o++;
-  const gemm_out *g = &j->out[o];
-  int c0 = (u - j->first[o]) * j->unit;
-  int c1 = c0 + j->unit < g->n ? c0 + j->unit : g->n;
+  const xwt_part *w = &j->part[u];
+  const gemm_out *g = &j->out[w->o];
+  const float *x = j->x + (size_t)w->t0 * j->K;
+  float *y = g->y + (size_t)w->t0 * g->n;
+  int T = w->t1 - w->t0;
   if (j->panel) {
     float *wp = j->p ? j->p->wp[tid] : j->wp_solo;
-    panel_strip(wp, g->y, j->x, g->w, j->T, g->n, j->K, c0, c1 - c0, c0 + j->nt * j->unit);
+    /* meanwhile prefetch the strip this thread most likely takes next: the
+    ** unit after the ones the other threads are taking now */
+    int next = g->n, v = u + j->nt;
+    if (v < j->nparts && j->part[v].o == w->o && j->part[v].c0 > w->c0) next = j->part[v].c0;
+    panel_strip(wp, y, x, g->w, T, g->n, j->K, w->c0, w->c1 - w->c0, next);
   } else {
-    dot_cols(g->y, j->x, g->w, j->T, g->n, j->K, c0, c1);
+    dot_cols(y, x, g->w, T, g->n, j->K, w->c0, w->c1);
   }
+}
+
+/* The units of a job, in the order they are taken, into part (at most
+** max_parts; returns how many, or -1 if more were needed).  The threads take
+** them dynamically, so that the last unit of each thread ends at nearly the
+** same time they shrink towards the end:
+**   - dot kernel: runs of columns, each a 1/(2 nt) share of what is left (at
+**     least DOT_UNIT), long runs first for the hardware prefetchers;
+**   - panel kernel: one strip of PANEL columns each, but the last nt strips
+**     of the job are cut into two halves of the rows (each half packs the
+**     strip again, which costs far less than a thread waiting). */
+static int plan_units(xwt_part *part, int max_parts, const gemm_out *out, int nout,
+                      int T, int panel, int nt) {
+  int n = 0;
+  if (panel) {
+    int split_from = 0;  /* strips from this index on (counted over the whole job) are split */
+    int strips = 0;
+    for (int o = 0; o < nout; o++) strips += (out[o].n + PANEL - 1) / PANEL;
+    if (nt > 1 && T >= 2 * MR) split_from = strips - nt < 0 ? 0 : strips - nt;
+    else split_from = strips;
+    int s = 0;
+    for (int o = 0; o < nout; o++)
+      for (int c0 = 0; c0 < out[o].n; c0 += PANEL, s++) {
+        int c1 = c0 + PANEL < out[o].n ? c0 + PANEL : out[o].n;
+        if (s < split_from) {
+          if (n >= max_parts) return -1;
+          part[n++] = (xwt_part){ o, c0, c1, 0, T };
+        } else {
+          int mid = (T / 2 + MR - 1) / MR * MR;  /* a multiple of the register tile */
+          if (n + 2 > max_parts) return -1;
+          part[n++] = (xwt_part){ o, c0, c1, 0, mid };
+          part[n++] = (xwt_part){ o, c0, c1, mid, T };
+        }
+      }
+    return n;
+  }
+  long total = 0, done = 0;
+  for (int o = 0; o < nout; o++) total += out[o].n;
+  for (int o = 0; o < nout; o++)
+    for (int c0 = 0; c0 < out[o].n;) {
+      long left = total - done, size = (left + 2L * nt - 1) / (2L * nt);
+      size = (size + TILE_R - 1) / TILE_R * TILE_R;
+      if (size < DOT_UNIT) size = DOT_UNIT;
+      int c1 = out[o].n - c0 <= size ? out[o].n : c0 + (int)size;
+      if (n >= max_parts) return -1;
+      part[n++] = (xwt_part){ o, c0, c1, 0, T };
+      done += c1 - c0;
+      c0 = c1;
+    }
+  return n;
 }
 
 int gemm_xwt(bf_pool *p, int nthreads, const float *x, int T, int K, int nout, const gemm_out *out) {
@@ -400,27 +458,36 @@ int gemm_xwt(bf_pool *p, int nthreads, const float *x, int T, int K, int nout, c
   memset(&j, 0, sizeof j);
   j.p = p; j.x = x; j.T = T; j.K = K; j.nout = nout;
   long work = 0, cols = 0;
-  for (int o = 0; o < nout; o++) { work += (long)out[o].n * K; cols += out[o].n; }
+  for (int o = 0; o < nout; o++) { work += (long)out[o].n * K; cols += out[o].n; j.out[o] = out[o]; }
   if (work < 65536 || !p) nthreads = 1;  /* too little to be worth waking anyone */
   j.panel = T > GEMM_DOT_MAX_T;
-  if (j.panel) {
-    j.unit = PANEL;
+  j.nt = nthreads;
+
+  /* the units: one per column range when a single thread does it all */
+  xwt_part one[GEMM_MAX_OUT];
+  if (nthreads == 1 && !j.panel) {
+    for (int o = 0; o < nout; o++) one[o] = (xwt_part){ o, 0, out[o].n, 0, T };
+    j.part = one;
+    j.nparts = nout;
   } else {
-    /* the dot kernel streams W from memory: long contiguous runs per thread
-    ** (DOT_SPLIT units per thread) keep the hardware prefetchers on track */
-    long u = (cols + (long)nthreads * DOT_SPLIT - 1) / ((long)nthreads * DOT_SPLIT);
-    u = (u + TILE_R - 1) / TILE_R * TILE_R;
-    j.unit = u < DOT_UNIT ? DOT_UNIT : u > INT32_MAX / 2 ? INT32_MAX / 2 : (int)u;
+    long most = 2 * (cols / (j.panel ? PANEL : DOT_UNIT) + 2L * nout + nthreads) + 16;
+    if (most > INT32_MAX / (long)sizeof(xwt_part)) return GEMM_NOMEM;
+    xwt_part *part = (size_t)most <= (p ? p->part_cap : 0) ? p->part : NULL;
+    if (!part) {
+      part = malloc((size_t)most * sizeof *part);
+      if (!part) return GEMM_NOMEM;
+      if (p) { free(p->part); p->part = part; p->part_cap = (size_t)most; }
+    }
+    j.nparts = plan_units(part, (int)most, out, nout, T, j.panel, nthreads);
+    j.part = part;
+    if (j.nparts < 0) { if (!p) free(part); return GEMM_NOMEM; }
   }
-  for (int o = 0; o < nout; o++) {
-    j.out[o] = out[o];
-    j.first[o + 1] = j.first[o] + (int)(((long)out[o].n + j.unit - 1) / j.unit);
-  }
+
   size_t need = ((size_t)K + 16) * PANEL;  /* floats of one panel */
   if (j.panel) {
     if (!p) {
       j.wp_solo = aligned_alloc(64, need * sizeof(float));
-      if (!j.wp_solo) return GEMM_NOMEM;
+      if (!j.wp_solo) { if (j.part != one) free((void *)j.part); return GEMM_NOMEM; }
     } else {
       for (int t = 0; t < nthreads; t++) {  /* one panel per thread that may take part */
         if (p->wp_cap[t] >= need) continue;
@@ -432,9 +499,11 @@ int gemm_xwt(bf_pool *p, int nthreads, const float *x, int T, int K, int nout, c
       }
     }
   }
-  j.nt = nthreads;
-  bf_pool_run(p, nthreads, j.first[nout], xwt_unit, &j);
-  free(j.wp_solo);
+  bf_pool_run(p, nthreads, j.nparts, xwt_unit, &j);
+  if (!p) {
+    free(j.wp_solo);
+    if (j.part != one) free((void *)j.part);
+  }
   return GEMM_OK;
 }
 
