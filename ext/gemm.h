@@ -11,10 +11,11 @@
 **     of x, the classic blocked-GEMM inner loop.  This replaces OpenBLAS,
 **     which repacks all of W on every call and is 20-30% slower here for the
 **     sizes of one sentence.
-** Work is split into units (groups of output columns) taken dynamically by the
-** threads of a bf_pool: the caller plus helper threads that spin briefly after
-** each job and then sleep.  The same pool runs other per-unit work (attention
-** heads) through bf_pool_run.
+** Work is split into units (runs of output columns; the last strips of a job
+** also by rows, so that the units shrink towards its end) taken dynamically
+** by the threads of a bf_pool: the caller plus helper threads that spin
+** briefly after each job and then sleep.  The same pool runs other per-unit
+** work (attention heads, LayerNorm rows) through bf_pool_run.
 **
 ** Without AVX-512 (checked at run time; BERTFILL_NO_AVX512=1 pretends so)
 ** gemm_xwt returns GEMM_NO_KERNEL and the caller uses BLAS.
