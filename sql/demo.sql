@@ -54,7 +54,8 @@ SELECT json_extract(bert_stats(), '$.counters.calls') AS calls,
        json_extract(bert_stats(), '$.counters.encoder_runs') AS encoder_runs;
 
 .print
-.print '-- Where it runs: BLAS kernels and threads'
-SELECT json_extract(bert_debug(), '$.blas_core') AS blas_core,
+.print '-- Where it runs: matrix kernels (avx512 = bertfill kernels, or openblas), BLAS core, threads'
+SELECT json_extract(bert_debug(), '$.gemm') AS gemm,
+       json_extract(bert_debug(), '$.blas_core') AS blas_core,
        json_extract(bert_debug(), '$.threads') AS threads,
        json_extract(bert_debug(), '$.model.dtype') AS dtype;
