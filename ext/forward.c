@@ -57,12 +57,11 @@ struct bf_run {
   buf ctx;     /* [T,H]  attention context (heads side by side) */
   buf tmp;     /* [T,H]  output of a dense layer, before the residual */
   buf ffn;     /* [T,I]  intermediate activations */
-  buf att;     /* attention scores and K^T of one head, per thread */
-  buf seq;     /* [nseq] index of each sequence that has masks */
+  buf att;     /* scratch of one attention head per thread (see head_gemm) */
   buf span;    /* [4,nseq] first row, length, first mask, masks of each of those sequences */
   buf xm;      /* [M,H]  output of the last layer at the masks */
   buf mrow;    /* [M]    row of x for each mask, in order */
-  buf hm, hm2; /* [HEAD_CHUNK,H]  MLM head activations */
+  buf hm;      /* [HEAD_CHUNK,H]  MLM head activations */
   buf logits;  /* [HEAD_CHUNK,V] */
   buf heap;    /* [k]    top-k selection */
   bf_pool *pool;  /* helper threads for the matrix products; NULL until needed */
@@ -578,7 +577,7 @@ bf_run *bf_run_new(void) {
 void bf_run_free(bf_run *r) {
   if (!r) return;
   buf *all[] = { &r->x, &r->q, &r->k, &r->v, &r->ctx, &r->tmp, &r->ffn, &r->att,
-                 &r->seq, &r->span, &r->xm, &r->mrow, &r->hm, &r->hm2, &r->logits, &r->heap };
+                 &r->span, &r->xm, &r->mrow, &r->hm, &r->logits, &r->heap };
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]->p);
   bf_pool_free(r->pool);
   free(r);
@@ -655,9 +654,9 @@ int bf_fill(const bf_model *m, bf_run *r, int nseq, const bf_tokens *seqs,
       !need(&r->ctx, T * H, sizeof(float)) || !need(&r->tmp, T * H, sizeof(float)) ||
       !need(&r->ffn, T * I, sizeof(float)) ||
       !need(&r->att, (size_t)run_threads() * att_per, sizeof(float)) ||
-      !need(&r->seq, nrun, sizeof(int)) || !need(&r->span, 4 * (size_t)nrun, sizeof(int)) ||
+      !need(&r->span, 4 * (size_t)nrun, sizeof(int)) ||
       !need(&r->xm, M * H, sizeof(float)) || !need(&r->mrow, M, sizeof(size_t)) ||
-      !need(&r->hm, Mc * H, sizeof(float)) || !need(&r->hm2, Mc * H, sizeof(float)) ||
+      !need(&r->hm, Mc * H, sizeof(float)) ||
       !need(&r->logits, Mc * V, sizeof(float)) || !need(&r->heap, k, sizeof(hent)))
     return fail(err, errlen, BF_ERR_NOMEM,
                 "out of memory for the scratch buffers of %zu tokens in %d sequences", T, nrun);
@@ -665,7 +664,7 @@ int bf_fill(const bf_model *m, bf_run *r, int nseq, const bf_tokens *seqs,
 
   /* ---- embeddings ---- */
   uint64_t t0 = now_ns();
-  int *seq = r->seq.p, *span = r->span.p;
+  int *span = r->span.p;
   size_t *mrow = r->mrow.p;
   float *x = r->x.p;
   size_t row = 0, mi = 0;
@@ -676,7 +675,7 @@ int bf_fill(const bf_model *m, bf_run *r, int nseq, const bf_tokens *seqs,
     span[nrun + j] = t->n;              /* length */
     span[2 * nrun + j] = (int)mi;       /* first mask */
     span[3 * nrun + j] = t->n_masks;    /* masks */
-    seq[j++] = s;
+    j++;
     for (int p = 0; p < t->n; p++, row++) {
       float *xr = x + row * H;
       const float *we = m->word_emb + (size_t)t->ids[p] * H;
@@ -707,15 +706,14 @@ int bf_fill(const bf_model *m, bf_run *r, int nseq, const bf_tokens *seqs,
   for (size_t m0 = 0; m0 < M; m0 += Mc) {
     uint64_t ta = now_ns();
     int n = (int)(M - m0 < Mc ? M - m0 : Mc);
-    float *hm = r->hm.p, *hm2 = r->hm2.p, *logits = r->logits.p;
-    memcpy(hm, xm + m0 * H, (size_t)n * H * sizeof(float));
-    matmul(r, hm2, hm, m->head_w, n, H, H);
-    add_bias_gelu(hm2, m->head_b, n, H);
+    float *hm = r->hm.p, *logits = r->logits.p;
+    matmul(r, hm, xm + m0 * H, m->head_w, n, H, H);  /* the masks' rows of xm are contiguous */
+    add_bias_gelu(hm, m->head_b, n, H);
     for (int i = 0; i < n; i++) {
-      float *hr = hm2 + (size_t)i * H;
+      float *hr = hm + (size_t)i * H;
       layernorm(hr, m->head_ln_g, m->head_ln_b, H, eps);
     }
-    matmul(r, logits, hm2, m->dec_w, n, V, H);
+    matmul(r, logits, hm, m->dec_w, n, V, H);
     add_bias(logits, m->dec_b, n, V);
     uint64_t tb = now_ns();
     r->t.head_ns += tb - ta;
