@@ -239,11 +239,10 @@ AVX512 static void dot_cols(float *y, const float *x, const float *W, int T, int
 }
 
 /* ---- panel kernel ---- */
-#ifndef PANEL_NZ
 #define PANEL_NZ 3               /* zmm of output columns per strip (48 columns, 8 rows of x per tile: measured best of 2, 3, 4) */
-#endif
 #define PANEL (16 * PANEL_NZ)    /* output columns per strip */
 #define MR (24 / PANEL_NZ)       /* rows of x per register tile: 24 accumulators */
+_Static_assert(MR == 8, "panel_strip's switch lists tiles of 1..8 rows");
 
 /* In place: r[i] (row i of a 16x16 block) becomes column i. */
 INLINE AVX512 void transpose16(__m512 r[16]) {
@@ -290,21 +289,19 @@ AVX512 static void pack_panel(float *Wp, const float *W, int K, int n0, int nr) 
   }
 }
 
-/* Prefetching the rows of W that this thread will most likely pack next,
-** spread over the arithmetic of the current strip so that memory and
-** arithmetic overlap: one cache line every (mask + 1) steps of k. */
+/* Prefetching the rows of W that this thread will most likely pack next (they
+** are contiguous), spread over the arithmetic of the current strip so that
+** memory and arithmetic overlap: one cache line every (mask + 1) steps of k. */
 typedef struct prefetch {
-  const char *row;     /* current row */
-  long col, rowlen;    /* bytes done in it, bytes per row */
+  const char *next;    /* next line */
   long left;           /* lines still to prefetch */
   int mask;
 } prefetch;
 
 INLINE void prefetch_step(prefetch *p, int k) {
   if (p->left > 0 && (k & p->mask) == 0) {
-    _mm_prefetch(p->row + p->col, _MM_HINT_T0);
-    p->col += 64;
-    if (p->col >= p->rowlen) { p->col = 0; p->row += p->rowlen; }
+    _mm_prefetch(p->next, _MM_HINT_T0);
+    p->next += 64;
     p->left--;
   }
 }
@@ -314,7 +311,7 @@ INLINE void prefetch_step(prefetch *p, int k) {
 INLINE AVX512 void panel_tile(const int R, const float *x, int ldx, const float *Wp, int K,
                               float *y, int ldy, const __mmask16 *m, prefetch *pf) {
   __m512 c[MR][PANEL_NZ];
-#pragma GCC unroll 12
+#pragma GCC unroll 8
   for (int i = 0; i < R; i++)
 #pragma GCC unroll 4
     for (int z = 0; z < PANEL_NZ; z++) c[i][z] = _mm512_setzero_ps();
@@ -323,14 +320,14 @@ INLINE AVX512 void panel_tile(const int R, const float *x, int ldx, const float 
     __m512 b[PANEL_NZ];
 #pragma GCC unroll 4
     for (int z = 0; z < PANEL_NZ; z++) b[z] = _mm512_load_ps(Wp + (size_t)k * PANEL + 16 * z);
-#pragma GCC unroll 12
+#pragma GCC unroll 8
     for (int i = 0; i < R; i++) {
       __m512 a = _mm512_set1_ps(x[(size_t)i * ldx + k]);
 #pragma GCC unroll 4
       for (int z = 0; z < PANEL_NZ; z++) c[i][z] = _mm512_fmadd_ps(a, b[z], c[i][z]);
     }
   }
-#pragma GCC unroll 12
+#pragma GCC unroll 8
   for (int i = 0; i < R; i++)
 #pragma GCC unroll 4
     for (int z = 0; z < PANEL_NZ; z++) _mm512_mask_storeu_ps(y + (size_t)i * ldy + 16 * z, m[z], c[i][z]);
@@ -346,9 +343,8 @@ AVX512 static void panel_strip(float *Wp, float *y, const float *x, const float 
   prefetch pf = { 0 };
   if (next < N) {
     int rows = N - next < PANEL ? N - next : PANEL, tiles = (T + MR - 1) / MR;
-    pf.row = (const char *)(W + (size_t)next * K);
-    pf.rowlen = (long)K * sizeof(float);
-    pf.left = (long)rows * K * (long)sizeof(float) / 64;
+    pf.next = (const char *)(W + (size_t)next * K);
+    pf.left = ((long)rows * K * (long)sizeof(float) + 63) / 64;
     long steps = (long)tiles * K;  /* steps of k in this strip: one line every 2^s of them */
     for (int s = 0; s < 4 && (steps >> (s + 1)) >= pf.left; s++) pf.mask = (pf.mask << 1) | 1;
   }
@@ -356,9 +352,8 @@ AVX512 static void panel_strip(float *Wp, float *y, const float *x, const float 
     const float *xt = x + (size_t)t * K;
     float *yt = y + (size_t)t * N + n0;
     switch (T - t < MR ? T - t : MR) {
-#define TILE(r) case r: if (r <= MR) panel_tile(r <= MR ? r : 1, xt, K, Wp, K, yt, N, m, &pf); break;
-      TILE(1) TILE(2) TILE(3) TILE(4) TILE(5) TILE(6)
-      TILE(7) TILE(8) TILE(9) TILE(10) TILE(11) TILE(12)
+#define TILE(r) case r: panel_tile(r, xt, K, Wp, K, yt, N, m, &pf); break;
+      TILE(1) TILE(2) TILE(3) TILE(4) TILE(5) TILE(6) TILE(7) TILE(8)
 #undef TILE
     }
   }
@@ -377,7 +372,6 @@ typedef struct xwt_job {
   gemm_out out[GEMM_MAX_OUT];
   const xwt_part *part;     /* the units */
   int nparts;
-  float *wp_solo;           /* panel buffer when the pool is NULL */
 } xwt_job;
 
 AVX512 static void xwt_unit(void *arg, int u, int tid) {
@@ -388,7 +382,7 @@ AVX512 static void xwt_unit(void *arg, int u, int tid) {
   float *y = g->y + (size_t)w->t0 * g->n;
   int T = w->t1 - w->t0;
   if (j->panel) {
-    float *wp = j->p ? j->p->wp[tid] : j->wp_solo;
+    float *wp = j->p->wp[tid];
     /* meanwhile prefetch the strip this thread most likely takes next: the
     ** unit after the ones the other threads are taking now */
     int next = g->n, v = u + j->nt;
@@ -454,56 +448,60 @@ int gemm_xwt(bf_pool *p, int nthreads, const float *x, int T, int K, int nout, c
   if (nout < 1 || nout > GEMM_MAX_OUT || T < 1 || K < 1) return GEMM_NO_KERNEL;
   if (nthreads < 1) nthreads = 1;
   if (nthreads > MAX_THREADS) nthreads = MAX_THREADS;
-  xwt_job j;
-  memset(&j, 0, sizeof j);
-  j.p = p; j.x = x; j.T = T; j.K = K; j.nout = nout;
   long work = 0, cols = 0;
-  for (int o = 0; o < nout; o++) { work += (long)out[o].n * K; cols += out[o].n; j.out[o] = out[o]; }
+  for (int o = 0; o < nout; o++) { work += (long)out[o].n * K; cols += out[o].n; }
   if (work < 65536 || !p) nthreads = 1;  /* too little to be worth waking anyone */
-  j.panel = T > GEMM_DOT_MAX_T;
-  j.nt = nthreads;
+  int panel = T > GEMM_DOT_MAX_T;
 
-  /* the units: one per column range when a single thread does it all */
-  xwt_part one[GEMM_MAX_OUT];
-  if (nthreads == 1 && !j.panel) {
-    for (int o = 0; o < nout; o++) one[o] = (xwt_part){ o, 0, out[o].n, 0, T };
-    j.part = one;
-    j.nparts = nout;
-  } else {
-    long most = 2 * (cols / (j.panel ? PANEL : DOT_UNIT) + 2L * nout + nthreads) + 16;
-    if (most > INT32_MAX / (long)sizeof(xwt_part)) return GEMM_NOMEM;
-    xwt_part *part = (size_t)most <= (p ? p->part_cap : 0) ? p->part : NULL;
-    if (!part) {
-      part = malloc((size_t)most * sizeof *part);
-      if (!part) return GEMM_NOMEM;
-      if (p) { free(p->part); p->part = part; p->part_cap = (size_t)most; }
+  /* panel buffers: one per thread that may take part (the pool's), or one of
+  ** this call's own without a pool */
+  size_t need = ((size_t)K + 16) * PANEL;  /* floats of one panel */
+  float *solo = NULL;
+  if (panel && !p) {
+    solo = aligned_alloc(64, need * sizeof(float));
+    if (!solo) return GEMM_NOMEM;
+  } else if (panel) {
+    for (int t = 0; t < nthreads; t++) {
+      if (p->wp_cap[t] >= need) continue;
+      float *b = aligned_alloc(64, need * sizeof(float));
+      if (!b) return GEMM_NOMEM;
+      free(p->wp[t]);
+      p->wp[t] = b;
+      p->wp_cap[t] = need;
     }
-    j.nparts = plan_units(part, (int)most, out, nout, T, j.panel, nthreads);
-    j.part = part;
-    if (j.nparts < 0) { if (!p) free(part); return GEMM_NOMEM; }
   }
 
-  size_t need = ((size_t)K + 16) * PANEL;  /* floats of one panel */
-  if (j.panel) {
-    if (!p) {
-      j.wp_solo = aligned_alloc(64, need * sizeof(float));
-      if (!j.wp_solo) { if (j.part != one) free((void *)j.part); return GEMM_NOMEM; }
-    } else {
-      for (int t = 0; t < nthreads; t++) {  /* one panel per thread that may take part */
-        if (p->wp_cap[t] >= need) continue;
-        float *b = aligned_alloc(64, need * sizeof(float));
-        if (!b) return GEMM_NOMEM;
-        free(p->wp[t]);
-        p->wp[t] = b;
-        p->wp_cap[t] = need;
+  if (nthreads == 1) {  /* this thread does it all, strip after strip */
+    float *wp = p ? p->wp[0] : solo;
+    for (int o = 0; o < nout; o++) {
+      if (!panel) { dot_cols(out[o].y, x, out[o].w, T, out[o].n, K, 0, out[o].n); continue; }
+      for (int c0 = 0; c0 < out[o].n; c0 += PANEL) {
+        int c1 = c0 + PANEL < out[o].n ? c0 + PANEL : out[o].n;
+        panel_strip(wp, out[o].y, x, out[o].w, T, out[o].n, K, c0, c1 - c0, c1);
       }
     }
+    free(solo);
+    return GEMM_OK;
   }
+
+  /* more threads (and so a pool): the units, planned into the pool's table */
+  long most = 2 * (cols / (panel ? PANEL : DOT_UNIT) + 2L * nout + nthreads) + 16;
+  if (most > INT32_MAX / (long)sizeof(xwt_part)) return GEMM_NOMEM;
+  if ((size_t)most > p->part_cap) {
+    xwt_part *part = malloc((size_t)most * sizeof *part);
+    if (!part) return GEMM_NOMEM;
+    free(p->part);
+    p->part = part;
+    p->part_cap = (size_t)most;
+  }
+  xwt_job j;
+  memset(&j, 0, sizeof j);
+  j.p = p; j.x = x; j.T = T; j.K = K; j.nout = nout; j.nt = nthreads; j.panel = panel;
+  for (int o = 0; o < nout; o++) j.out[o] = out[o];
+  j.part = p->part;
+  j.nparts = plan_units(p->part, (int)most, out, nout, T, panel, nthreads);
+  if (j.nparts < 0) return GEMM_NOMEM;
   bf_pool_run(p, nthreads, j.nparts, xwt_unit, &j);
-  if (!p) {
-    free(j.wp_solo);
-    if (j.part != one) free((void *)j.part);
-  }
   return GEMM_OK;
 }
 
