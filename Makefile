@@ -11,15 +11,21 @@ CC      ?= cc
 PYTHON  ?= /usr/bin/python3
 BUILD   ?= build
 OPT     ?= -O2 -march=x86-64-v2 -g
-CFLAGS  += $(OPT) -std=c11 -D_GNU_SOURCE -fPIC -Wall -Wextra -Wno-unused-parameter -Iext
+CFLAGS  += $(OPT) -std=c11 -D_GNU_SOURCE -fPIC -Wall -Wextra -Wno-unused-parameter
 LDLIBS  += -lutf8proc -ldl -lm -lpthread
 
-# Engine: everything in ext/ that is not the SQLite layer (ext/sqlite_*.c).
-ENGINE_SRC := $(filter-out ext/sqlite_%.c,$(wildcard ext/*.c))
-EXT_SRC    := $(wildcard ext/sqlite_*.c)
-ENGINE_OBJ := $(patsubst ext/%.c,$(BUILD)/obj/%.o,$(ENGINE_SRC))
-EXT_OBJ    := $(patsubst ext/%.c,$(BUILD)/obj/%.o,$(EXT_SRC))
-HEADERS    := $(wildcard ext/*.h)
+# Two layers (ext/README.md).  The engine (ext/engine) never sees SQLite:
+# ext/engine/no_sqlite comes first on its include path and holds a sqlite3.h
+# and sqlite3ext.h that stop the build.  The SQLite layer (ext/sqlite) sees
+# the engine's public headers.
+ENGINE_INC := -Iext/engine/no_sqlite -Iext/engine
+SQLITE_INC := -Iext/sqlite -Iext/engine
+ENGINE_SRC := $(wildcard ext/engine/*.c)
+EXT_SRC    := $(wildcard ext/sqlite/*.c)
+ENGINE_OBJ := $(patsubst ext/engine/%.c,$(BUILD)/obj/engine/%.o,$(ENGINE_SRC))
+EXT_OBJ    := $(patsubst ext/sqlite/%.c,$(BUILD)/obj/sqlite/%.o,$(EXT_SRC))
+ENGINE_HDR := $(wildcard ext/engine/*.h)
+HEADERS    := $(ENGINE_HDR) $(wildcard ext/sqlite/*.h)
 
 # C test programs: every tests/c/*.c becomes $(BUILD)/tests/NAME.
 TEST_SRC := $(wildcard tests/c/*.c)
@@ -30,9 +36,13 @@ EXTENSION ?= bertfill.so
 .PHONY: all deps demo test test-bins models asan valgrind bench fuzz soak load clean
 all: $(EXTENSION)
 
-$(BUILD)/obj/%.o: ext/%.c $(HEADERS)
+$(BUILD)/obj/engine/%.o: ext/engine/%.c $(ENGINE_HDR)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -c $< -o $@
+	$(CC) $(CFLAGS) $(ENGINE_INC) -c $< -o $@
+
+$(BUILD)/obj/sqlite/%.o: ext/sqlite/%.c $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(SQLITE_INC) -c $< -o $@
 
 $(BUILD)/libbfengine.a: $(ENGINE_OBJ)
 	@rm -f $@
@@ -43,7 +53,7 @@ $(EXTENSION): $(EXT_OBJ) $(BUILD)/libbfengine.a
 
 $(BUILD)/tests/%: tests/c/%.c $(BUILD)/libbfengine.a $(HEADERS) tests/c/testlib.h
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -Itests/c -o $@ $< $(BUILD)/libbfengine.a $(LDFLAGS) $(LDLIBS)
+	$(CC) $(CFLAGS) $(ENGINE_INC) -Itests/c -o $@ $< $(BUILD)/libbfengine.a $(LDFLAGS) $(LDLIBS)
 
 test-bins: $(TEST_BIN)
 

@@ -114,7 +114,7 @@ $PY tests/bench/sentences.py "$MODEL" "$OUT/sentences.tsv"
 
 # ---- bertfill driver ----------------------------------------------------------
 say "building $OUT/bench_bertfill"
-${CC:-cc} -O2 -march=x86-64-v2 -std=c11 -D_GNU_SOURCE -Wall -Iext -o "$OUT/bench_bertfill" \
+${CC:-cc} -O2 -march=x86-64-v2 -std=c11 -D_GNU_SOURCE -Wall -Iext/engine -o "$OUT/bench_bertfill" \
   tests/bench/bench_bertfill.c "$BUILD/libbfengine.a" -lsqlite3 -lutf8proc -ldl -lm -lpthread
 
 # ---- runs (sequential) --------------------------------------------------------

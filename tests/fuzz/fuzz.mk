@@ -11,16 +11,17 @@
 BUILD   ?= build
 FB      := $(BUILD)/fuzz
 TARGETS := tokenizer json model sql
-SAN_CFLAGS := -O1 -g -march=x86-64-v2 -std=c11 -D_GNU_SOURCE -Iext -Itests/fuzz \
+SAN_CFLAGS := -O1 -g -march=x86-64-v2 -std=c11 -D_GNU_SOURCE -Iext/sqlite -Iext/engine -Itests/fuzz \
               -fno-omit-frame-pointer -Wall -Wno-unused-parameter -Wno-unused-function
 LIBS    := -lsqlite3 -lutf8proc -ldl -lm -lpthread
 CLANG   ?= clang
 GCC     ?= gcc
 
-SRC     := $(wildcard ext/*.c)
-HDRS    := $(wildcard ext/*.h) tests/fuzz/fuzz_common.h
-ENG     := $(filter-out ext/sqlite_%.c,$(SRC))
+ENG     := $(wildcard ext/engine/*.c)
+SRC     := $(ENG) $(wildcard ext/sqlite/*.c)
+HDRS    := $(wildcard ext/engine/*.h ext/sqlite/*.h) tests/fuzz/fuzz_common.h
 
+# ext/engine/x.c -> obj/engine/x.o, ext/sqlite/x.c -> obj/sqlite/x.o
 clang_objs = $(patsubst ext/%.c,$(FB)/clang/obj/%.o,$(1))
 gcc_objs   = $(patsubst ext/%.c,$(FB)/gcc/obj/%.o,$(1))
 # which sources each target links

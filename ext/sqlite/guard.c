@@ -24,7 +24,7 @@
 
 #include "sqlite3ext.h"
 SQLITE_EXTENSION_INIT3
-#include "sqlite_ext.h"
+#include "layer.h"
 
 #define DEFAULT_TIMEOUT_MS 2000
 

@@ -8,6 +8,7 @@
 #ifndef BERTFILL_STATS_H
 #define BERTFILL_STATS_H
 #include <stdint.h>
+#include "util.h"  /* bf_now_ns */
 
 typedef enum bf_stage {
   BF_ST_CALL = 0,      /* whole bert_fill / fill_candidates call */
@@ -44,7 +45,6 @@ typedef enum bf_counter {
 const char *bf_stage_name(bf_stage s);      /* "call", "queue", "tokenize", ... */
 const char *bf_counter_name(bf_counter c);  /* "calls", "hit_lru", ... */
 
-uint64_t bf_now_ns(void);                   /* CLOCK_MONOTONIC */
 void bf_stats_add(bf_counter c, uint64_t n);
 void bf_stats_time(bf_stage s, uint64_t ns);
 void bf_stats_batch(int nseq);              /* batch-size histogram */

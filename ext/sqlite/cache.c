@@ -11,7 +11,7 @@
 
 #include "sqlite3ext.h"
 SQLITE_EXTENSION_INIT3
-#include "sqlite_cache.h"
+#include "cache.h"
 
 /* ======================================================================
 ** LRU: hash table (chained) + doubly linked recency list, one mutex.

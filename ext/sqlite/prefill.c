@@ -28,8 +28,8 @@
 
 #include "sqlite3ext.h"
 SQLITE_EXTENSION_INIT3
-#include "sqlite_ext.h"
-#include "sqlite_cache.h"
+#include "layer.h"
+#include "cache.h"
 #include "stats.h"
 
 #define PREFILL_MAX_SEQS 32

@@ -37,7 +37,7 @@
 
 #include "sqlite3ext.h"
 SQLITE_EXTENSION_INIT3
-#include "sqlite_ext.h"
+#include "layer.h"
 #include "stats.h"
 
 enum { COL_MASK, COL_RANK, COL_TOKEN, COL_TOKEN_ID, COL_SCORE, COL_SEQUENCE, COL_TEXT, COL_K };

@@ -30,7 +30,7 @@
 
 #include "sqlite3ext.h"
 SQLITE_EXTENSION_INIT3
-#include "sqlite_ext.h"
+#include "layer.h"
 
 #define DEFAULT_MODEL_NAME "model/bertfill-zh-tiny"
 

@@ -6,7 +6,7 @@
 #ifndef BERTFILL_SQLITE_BATCHER_H
 #define BERTFILL_SQLITE_BATCHER_H
 
-#include "sqlite_ext.h"
+#include "layer.h"
 
 /* Limits of one merged batch (the same as bert_prefill's batches). */
 #define BFX_BATCH_MAX_SEQS 32

@@ -70,8 +70,8 @@
 
 #include "sqlite3ext.h"
 SQLITE_EXTENSION_INIT3
-#include "sqlite_ext.h"
-#include "sqlite_batcher.h"
+#include "layer.h"
+#include "batcher.h"
 #include "stats.h"
 
 enum { R_PENDING, R_LEADER, R_TAKEN, R_DONE };

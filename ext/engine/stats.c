@@ -26,6 +26,7 @@
 ** Both are fine for monitoring and never produce a crash or garbage.
 */
 #include "stats.h"
+#include "util.h"
 
 #include <stdatomic.h>
 #include <time.h>
@@ -67,12 +68,6 @@ const char *bf_stage_name(bf_stage s) {
 }
 const char *bf_counter_name(bf_counter c) {
   return (c >= 0 && c < BF_CT__N) ? counter_names[c] : "?";
-}
-
-uint64_t bf_now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
 /* The statistics epoch starts when the code is loaded (program start, or

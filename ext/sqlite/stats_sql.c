@@ -73,7 +73,7 @@
 #include "sqlite3ext.h"
 SQLITE_EXTENSION_INIT3
 
-#include "sqlite_stats.h"
+#include "stats_sql.h"
 #include "stats.h"
 
 #include <pthread.h>

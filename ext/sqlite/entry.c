@@ -102,10 +102,10 @@
 
 #include "sqlite3ext.h"
 SQLITE_EXTENSION_INIT1
-#include "sqlite_ext.h"
-#include "sqlite_batcher.h"
-#include "sqlite_cache.h"
-#include "sqlite_stats.h"
+#include "layer.h"
+#include "batcher.h"
+#include "cache.h"
+#include "stats_sql.h"
 #include "stats.h"
 
 /* ---- connection state ---- */

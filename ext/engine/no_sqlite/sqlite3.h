@@ -1,0 +1,3 @@
+/* Put first on the engine's include path by the Makefile: the engine (ext/engine)
+** never sees SQLite, so including <sqlite3.h> from it stops the build here. */
+#error "ext/engine must not include SQLite (sqlite3.h): SQLite belongs in ext/sqlite"

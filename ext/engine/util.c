@@ -1,0 +1,159 @@
+/*
+** util.c — shared helpers (see util.h).
+*/
+#include "util.h"
+
+#include <sched.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+#include <unistd.h>
+
+uint64_t bf_now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Why the sequence at s[0..n) (known to be invalid) is not UTF-8. */
+static void utf8_why(const unsigned char *s, size_t n, char *buf, size_t len) {
+  unsigned b = s[0];
+  if (b >= 0x80 && b < 0xC0) {
+    snprintf(buf, len, "continuation byte 0x%02X without a lead byte", b);
+    return;
+  }
+  if (b == 0xC0 || b == 0xC1) {
+    snprintf(buf, len, "overlong encoding (lead byte 0x%02X)", b);
+    return;
+  }
+  if (b >= 0xF5) {
+    snprintf(buf, len, "byte 0x%02X never appears in UTF-8", b);
+    return;
+  }
+  size_t need = b < 0xE0 ? 1 : b < 0xF0 ? 2 : 3;
+  for (size_t k = 1; k <= need; k++) {
+    if (k >= n) {
+      snprintf(buf, len,
+               "truncated sequence (lead byte 0x%02X needs %zu continuation bytes, the text ends)",
+               b, need);
+      return;
+    }
+    if ((s[k] & 0xC0) != 0x80) {
+      snprintf(buf, len, "truncated sequence (lead byte 0x%02X followed by 0x%02X)", b, s[k]);
+      return;
+    }
+  }
+  if (b == 0xE0 && s[1] < 0xA0) {
+    snprintf(buf, len, "overlong 3-byte encoding");
+    return;
+  }
+  if (b == 0xED && s[1] > 0x9F) {
+    snprintf(buf, len, "UTF-16 surrogate U+%04X",
+             ((b & 0xF) << 12) | ((s[1] & 0x3F) << 6) | (s[2] & 0x3F));
+    return;
+  }
+  if (b == 0xF0 && s[1] < 0x90) {
+    snprintf(buf, len, "overlong 4-byte encoding");
+    return;
+  }
+  if (b == 0xF4 && s[1] > 0x8F) {
+    snprintf(buf, len, "code point beyond U+10FFFF");
+    return;
+  }
+  snprintf(buf, len, "invalid sequence");
+}
+
+long bf_utf8_invalid_at(const char *text, size_t n, char *why, size_t whylen) {
+  const unsigned char *p = (const unsigned char *)text;
+  size_t i = 0;
+  while (i < n) {
+    unsigned c = p[i];
+    if (c < 0x80) {
+      i++;
+      continue;
+    }
+    size_t len;
+    unsigned cp, min;
+    if (c >= 0xC2 && c <= 0xDF) {
+      len = 2, cp = c & 0x1F, min = 0x80;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      len = 3, cp = c & 0x0F, min = 0x800;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      len = 4, cp = c & 0x07, min = 0x10000;
+    } else {
+      goto bad;
+    }
+    if (n - i < len) goto bad;
+    for (size_t j = 1; j < len; j++) {
+      if ((p[i + j] & 0xC0) != 0x80) goto bad;
+      cp = cp << 6 | (p[i + j] & 0x3F);
+    }
+    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) goto bad;
+    i += len;
+  }
+  return -1;
+bad:
+  if (why && whylen) utf8_why(p + i, n - i, why, whylen);
+  return (long)i;
+}
+
+void bf_errf(char *err, size_t errlen, const char *fmt, ...) {
+  if (!err || !errlen) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err, errlen, fmt, ap);
+  va_end(ap);
+}
+
+char *bf_path_join(const char *dir, const char *name) {
+  size_t a = strlen(dir), b = strlen(name);
+  int slash = a > 0 && dir[a - 1] != '/';
+  char *p = malloc(a + (size_t)slash + b + 1);
+  if (!p) return NULL;
+  memcpy(p, dir, a);
+  if (slash) p[a] = '/';
+  memcpy(p + a + slash, name, b + 1);
+  return p;
+}
+
+int bf_ncores(void) {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0) {
+    int n = CPU_COUNT(&set);
+    if (n > 0) return n;
+  }
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? (int)n : 1;
+}
+
+static void env_ignored(const char *name, const char *value, const char *expected) {
+  fprintf(stderr, "bertfill: ignoring %s='%s': expected %s\n", name, value, expected);
+}
+
+int bf_env_flag(const char *name, int dflt) {
+  const char *s = getenv(name);
+  if (!s || !*s) return dflt;
+  static const char *const on[] = { "1", "on", "true", "yes" };
+  static const char *const off[] = { "0", "off", "false", "no" };
+  for (size_t i = 0; i < sizeof on / sizeof on[0]; i++) {
+    if (strcasecmp(s, on[i]) == 0) return 1;
+    if (strcasecmp(s, off[i]) == 0) return 0;
+  }
+  env_ignored(name, s, "1/on/true/yes or 0/off/false/no");
+  return dflt;
+}
+
+long long bf_env_int(const char *name, long long lo, long long hi, long long dflt) {
+  const char *s = getenv(name);
+  if (!s || !*s) return dflt;
+  char *end;
+  long long v = strtoll(s, &end, 10);
+  if (*end == '\0' && end != s && v >= lo && v <= hi) return v;
+  char expected[96];
+  snprintf(expected, sizeof expected, "a whole number from %lld to %lld", lo, hi);
+  env_ignored(name, s, expected);
+  return dflt;
+}

@@ -1,0 +1,47 @@
+/*
+** util.h — the small helpers every part of bertfill shares, one copy each:
+** a monotonic clock, the UTF-8 validator, the error formatter, the path
+** join, the number of usable cores, and the one rule for reading settings
+** from the environment.  No SQLite, no model: plain C for engine and SQLite
+** layer alike.
+*/
+#ifndef BERTFILL_UTIL_H
+#define BERTFILL_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Nanoseconds on CLOCK_MONOTONIC (never goes back; not wall-clock time). */
+uint64_t bf_now_ns(void);
+
+/* Offset of the first byte of s[0..n) that does not start a well-formed
+** UTF-8 sequence (Unicode's definition: no overlong forms, no surrogates,
+** nothing past U+10FFFF), or -1 when all n bytes are valid.  When why is
+** not NULL it gets a short phrase for the error message, for example
+** "continuation byte 0x80 without a lead byte". */
+long bf_utf8_invalid_at(const char *s, size_t n, char *why, size_t whylen);
+
+/* Format a message into err[0..errlen) (always NUL-terminated when
+** errlen > 0; nothing happens when err is NULL or errlen is 0). */
+void bf_errf(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* dir + "/" + name (no doubled slash), malloc'ed; NULL when out of memory. */
+char *bf_path_join(const char *dir, const char *name);
+
+/* CPUs this process may run on (sched_getaffinity), at least 1. */
+int bf_ncores(void);
+
+/* Settings from the environment: one rule for every BERTFILL_* variable.
+**   - Unset or empty: the default.
+**   - bf_env_flag: "1", "on", "true", "yes" mean on; "0", "off", "false",
+**     "no" mean off (any letter case).
+**   - bf_env_int: a whole decimal number (optional sign, nothing after it)
+**     from lo to hi.
+**   - Anything else is ignored: the default is used and one line saying so
+**     goes to stderr ("bertfill: ignoring BERTFILL_X='12abc': ...").
+*/
+int bf_env_flag(const char *name, int dflt);
+long long bf_env_int(const char *name, long long lo, long long hi, long long dflt);
+
+#endif
