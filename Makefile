@@ -11,7 +11,7 @@ CC      ?= cc
 PYTHON  ?= /usr/bin/python3
 BUILD   ?= build
 OPT     ?= -O2 -march=x86-64-v2 -g
-CFLAGS  += $(OPT) -std=c11 -D_GNU_SOURCE -fPIC -Wall -Wextra -Wno-unused-parameter
+CFLAGS  += $(OPT) -std=c11 -D_GNU_SOURCE -fPIC -Wall -Wextra
 LDLIBS  += -lutf8proc -ldl -lm -lpthread
 
 # Two layers (ext/README.md).  The engine (ext/engine) never sees SQLite:

@@ -45,6 +45,10 @@ enum {
 
 #define BF_MAX_K 1000  /* upper bound on k for top-k */
 
+/* The blank a user writes in a text, and its length in bytes. */
+#define BF_MASK_TEXT "[MASK]"
+#define BF_MASK_TEXT_LEN ((int)sizeof BF_MASK_TEXT - 1)
+
 /* ---- configuration (from config.json) ---- */
 typedef struct bf_config {
   int vocab_size;
