@@ -52,6 +52,11 @@ THREADS=${BENCH_THREADS:-2}
 SKIP=" ${BENCH_SKIP:-} "
 mkdir -p "$OUT"
 missing=()
+# OpenBLAS core for the Python peers: Debian's OpenBLAS 0.3.21 picks slow
+# generic kernels on AVX-512 CPUs it does not know, so there they run with
+# SkylakeX; on CPUs without AVX-512 (SkylakeX would be an illegal
+# instruction) OpenBLAS's own choice stands.
+if grep -qw avx512f /proc/cpuinfo; then FAST_CORE=(OPENBLAS_CORETYPE=SkylakeX); else FAST_CORE=(); fi
 say() { echo "bench: $*" >&2; }
 skipped() { [[ $SKIP == *" $1 "* ]]; }
 
@@ -105,7 +110,7 @@ if [ "$have_torch" = 1 ] && ! skipped ort &&
    { [ ! -f "$OUT/model.onnx" ] || [ "$MODEL/model.safetensors" -nt "$OUT/model.onnx" ] ||
      [ tests/bench/export_onnx.py -nt "$OUT/model.onnx" ]; }; then
   say "exporting $MODEL to ONNX ($OUT/model.onnx)"
-  OPENBLAS_CORETYPE=SkylakeX $PY tests/bench/export_onnx.py "$MODEL" "$OUT/model.onnx" >&2 ||
+  env "${FAST_CORE[@]}" $PY tests/bench/export_onnx.py "$MODEL" "$OUT/model.onnx" >&2 ||
     { rm -f "$OUT/model.onnx"; missing+=("ONNX export failed (tests/bench/export_onnx.py)"); }
 fi
 [ -f "$OUT/model.onnx" ] || have_ort=0
@@ -161,7 +166,7 @@ fi
 # PyTorch: OMP_WAIT_POLICY=PASSIVE keeps torch's idle OpenMP threads from
 # spinning against OpenBLAS's threads (see bench_torch.py); its fast path.
 if [ "$have_torch" = 1 ] && ! skipped torch; then
-  run torch env OPENBLAS_CORETYPE=SkylakeX OMP_WAIT_POLICY=PASSIVE $PY tests/bench/bench_torch.py "$MODEL" \
+  run torch env "${FAST_CORE[@]}" OMP_WAIT_POLICY=PASSIVE $PY tests/bench/bench_torch.py "$MODEL" \
     "$OUT/sentences.tsv" "$OUT/torch.json" "${COMMON[@]}" --threads "$THREADS" --batch 32
 fi
 # Two more PyTorch configurations, single sentences and the 256 set only:
@@ -173,7 +178,7 @@ if [ "$have_torch" = 1 ] && ! skipped torch_asis; then
     "$OUT/sentences.tsv" "$OUT/torch_asis.json" "${few[@]}" --threads "$THREADS" --batch 32
 fi
 if [ "$have_torch" = 1 ] && ! skipped torch_spin; then
-  run torch_spin env -u OMP_WAIT_POLICY OPENBLAS_CORETYPE=SkylakeX $PY tests/bench/bench_torch.py "$MODEL" \
+  run torch_spin env -u OMP_WAIT_POLICY "${FAST_CORE[@]}" $PY tests/bench/bench_torch.py "$MODEL" \
     "$OUT/sentences.tsv" "$OUT/torch_spin.json" "${few[@]}" --threads "$THREADS" --batch 32
 fi
 loadavg_after=$(cut -d' ' -f1-3 /proc/loadavg)
