@@ -5,6 +5,7 @@
 #   make test       build everything and run the whole test suite
 #   make asan       the C tests under AddressSanitizer + UBSan
 #   make valgrind   the C tests under valgrind
+#   make format     format the C sources with clang-format (.clang-format)
 #   make bench / fuzz / soak / load   long runs, never part of `make test`
 
 CC      ?= cc
@@ -33,7 +34,7 @@ TEST_BIN := $(patsubst tests/c/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 
 EXTENSION ?= bertfill.so
 
-.PHONY: all deps demo test test-bins models asan valgrind bench fuzz soak load clean
+.PHONY: all deps demo test test-bins models asan valgrind bench fuzz soak load format clean
 all: $(EXTENSION)
 
 $(BUILD)/obj/engine/%.o: ext/engine/%.c $(ENGINE_HDR)
@@ -79,6 +80,12 @@ asan:
 
 valgrind: test-bins models
 	BUILD=$(BUILD) BF_ONLY_C=1 BF_WRAP="valgrind -q --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite" bash tests/run.sh
+
+# The C sources in the style of .clang-format (tests/t_format.sh checks the
+# same files).
+CLANG_FORMAT ?= clang-format
+format:
+	$(CLANG_FORMAT) -i $(shell find ext tests/c -name '*.[ch]' | LC_ALL=C sort)
 
 bench: all
 	@bash tests/bench/run.sh
