@@ -3,6 +3,9 @@
 #   make            build the loadable SQLite extension ./bertfill.so
 #   make demo       build and run a demo query in the sqlite3 shell
 #   make test       build everything and run the whole test suite
+#   make install    bertfill.so and the shipped model under PREFIX (DESTDIR for staging);
+#   make uninstall  removes exactly those files
+#   make web        the fill-mask web service example (examples/web) on 127.0.0.1:$(PORT)
 #   make asan       the C tests under AddressSanitizer + UBSan
 #   make valgrind   the C tests under valgrind
 #   make format     format the C sources with clang-format (.clang-format)
@@ -34,7 +37,19 @@ TEST_BIN := $(patsubst tests/c/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 
 EXTENSION ?= bertfill.so
 
-.PHONY: all deps demo test test-bins models asan valgrind bench fuzz soak load format clean
+# make install: $(DESTDIR)$(PREFIX)/lib/bertfill.so and the shipped model in
+# $(DESTDIR)$(PREFIX)/share/bertfill/bertfill-zh-tiny/ (the extension looks for
+# it at ../share/bertfill/bertfill-zh-tiny from the directory it was loaded from).
+PREFIX  ?= /usr/local
+DESTDIR ?=
+INSTALL_LIB   := $(DESTDIR)$(PREFIX)/lib
+INSTALL_SHARE := $(DESTDIR)$(PREFIX)/share/bertfill
+SHIPPED_MODEL := bertfill-zh-tiny
+MODEL_FILES   := $(wildcard model/$(SHIPPED_MODEL)/*)
+PORT ?= 8000
+
+.PHONY: all deps demo test test-bins models install uninstall web asan valgrind bench fuzz soak \
+        load format clean
 all: $(EXTENSION)
 
 $(BUILD)/obj/engine/%.o: ext/engine/%.c $(ENGINE_HDR)
@@ -71,6 +86,21 @@ demo: all
 
 test: all test-bins models
 	@BUILD=$(BUILD) BERTFILL_EXT=./$(basename $(EXTENSION)) bash tests/run.sh
+
+install: $(EXTENSION)
+	install -d $(INSTALL_LIB) $(INSTALL_SHARE)/$(SHIPPED_MODEL)
+	install -m 0755 $(EXTENSION) $(INSTALL_LIB)/bertfill.so
+	install -m 0644 $(MODEL_FILES) $(INSTALL_SHARE)/$(SHIPPED_MODEL)/
+
+uninstall:
+	rm -f $(INSTALL_LIB)/bertfill.so
+	rm -f $(addprefix $(INSTALL_SHARE)/$(SHIPPED_MODEL)/,$(notdir $(MODEL_FILES)))
+	rmdir $(INSTALL_SHARE)/$(SHIPPED_MODEL) $(INSTALL_SHARE) 2>/dev/null || true
+
+# The /predict service and its WebUI (examples/web/README.md); Ctrl-C stops it.
+web: all
+	@bash tests/node/install.sh
+	node examples/web/server.js --port $(PORT)
 
 asan:
 	$(MAKE) BUILD=build/asan EXTENSION=build/asan/bertfill.so \

@@ -6,8 +6,16 @@
 ** cache on/off) and draws the plots.
 **
 **   loadgen --ext ./bertfill --mode threads|procs --clients N --duration S
-**           --set five|unique [--db FILE] [--setup SQL] [--busy-ms MS]
-**           [--csv FILE] [--label CACHE] [--header] [--csv-header]
+**           --set five|unique|random [--wait "MIN MAX"] [--db FILE]
+**           [--setup SQL] [--busy-ms MS] [--csv FILE] [--label CACHE]
+**           [--header] [--csv-header]
+**
+** --set random: each request one of the five sentences at random.
+** --wait "MIN MAX": think time, the services' Locust users (wait_time =
+** between(MIN, MAX)): after each request a client waits a uniformly random
+** MIN..MAX seconds; each client also starts after a random 0..MAX seconds,
+** as Locust users spawn over time instead of all at once.  Latency is the
+** request alone, never the wait.
 **
 ** The model is the extension's: BERTFILL_MODEL in the environment.
 **
@@ -85,6 +93,7 @@ typedef struct client_res {
   uint64_t cpu_ns;               /* processes mode: this process's CPU over the run */
   int setup_failed;
   char first_error[200];
+  uint64_t rng;                  /* --set random and --wait */
   server_stats srv;              /* processes mode */
   uint32_t hist[NB];
 } client_res;
@@ -99,7 +108,8 @@ static struct {
   const char *ext, *mode, *set, *db, *setup, *csv, *label;
   int clients, busy_ms;
   double duration;
-} opt = {"./bertfill", "threads", "five", "build/load/load.db", "", NULL, "", 1, 5000, 5.0};
+  double wait_min, wait_max;     /* think time in seconds; 0 0: none */
+} opt = {"./bertfill", "threads", "five", "build/load/load.db", "", NULL, "", 1, 5000, 5.0, 0, 0};
 
 static shared *g_sh;
 static int g_procs;
@@ -129,10 +139,30 @@ static int bucket_of(uint64_t ns) {
 }
 static double bucket_upper_ms(int i) { return exp((i + 1) * LOG_STEP) / 1000.0; }
 
-/* Text number j of client c: the five sentences in turn, or (unique) the same
-** with a prefix that makes every request of the point a different text. */
-static void make_text(char *buf, size_t n, int c, uint64_t j) {
+/* splitmix64: a client's own random numbers, seeded by its index. */
+static uint64_t next_random(uint64_t *state) {
+  uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+static double uniform01(uint64_t *state) { return (double)(next_random(state) >> 11) / 9007199254740992.0; }
+
+/* Sleep for a uniformly random lo..hi seconds, but not past the deadline. */
+static void think(uint64_t *rng, double lo, double hi, uint64_t deadline) {
+  uint64_t until = now_ns() + (uint64_t)((lo + (hi - lo) * uniform01(rng)) * 1e9);
+  if (until > deadline) until = deadline;
+  struct timespec ts = {(time_t)(until / 1000000000ull), (long)(until % 1000000000ull)};
+  while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR) {
+  }
+}
+
+/* Text number j of client c: the five sentences in turn, one of them at
+** random (random), or (unique) the same with a prefix that makes every
+** request of the point a different text. */
+static void make_text(char *buf, size_t n, int c, uint64_t j, uint64_t *rng) {
   const char *s = FIVE[(c + j) % 5];
+  if (!strcmp(opt.set, "random")) s = FIVE[next_random(rng) % 5];
   if (!strcmp(opt.set, "unique"))
     snprintf(buf, n, "第%llu位顾客说：%s", (unsigned long long)(j * (uint64_t)opt.clients + (uint64_t)c + 1), s);
   else
@@ -261,18 +291,22 @@ static void client_run(int c, client_res *r, uint64_t (*sync)(int ready_ok, sqli
     }
   }
   r->setup_failed = db == NULL;
+  r->rng = (uint64_t)(c + 1) * 0xD1B54A32D192ED03ull;
   uint64_t deadline = sync(db != NULL, db);
   if (!db) return;
+  if (opt.wait_max > 0) think(&r->rng, 0, opt.wait_max, deadline);   /* staggered start */
   for (uint64_t j = 0;; j++) {
     uint64_t t0 = now_ns();
     if (t0 >= deadline) break;
-    make_text(text, sizeof text, c, j);
-    if (!one_request(st, text, r)) continue;
-    uint64_t dt = now_ns() - t0;
-    r->n++;
-    r->sum_ns += dt;
-    if (dt > r->max_ns) r->max_ns = dt;
-    r->hist[bucket_of(dt)]++;
+    make_text(text, sizeof text, c, j, &r->rng);
+    if (one_request(st, text, r)) {
+      uint64_t dt = now_ns() - t0;
+      r->n++;
+      r->sum_ns += dt;
+      if (dt > r->max_ns) r->max_ns = dt;
+      r->hist[bucket_of(dt)]++;
+    }
+    if (opt.wait_max > 0) think(&r->rng, opt.wait_min, opt.wait_max, deadline);
   }
   if (g_procs) read_server_stats(db, &r->srv);   /* this process's share */
   sqlite3_finalize(st);
@@ -281,6 +315,8 @@ static void client_run(int c, client_res *r, uint64_t (*sync)(int ready_ok, sqli
 
 /* ---- threads mode ---- */
 static uint64_t thread_sync(int ok, sqlite3 *db) {
+  (void)ok;
+  (void)db;
   pthread_barrier_wait(&g_bar);   /* ready */
   pthread_barrier_wait(&g_bar);   /* go: main has reset the stats and set the deadline */
   return g_sh->deadline_ns;
@@ -347,7 +383,7 @@ static const char CSV_HEADER[] =
     "mode,set,cache,clients,duration_s,requests,errors,rps,mean_ms,p50_ms,p95_ms,"
     "p99_ms,max_ms,err_pct,cpu_pct,sys_busy_pct,cores,calls,hit_lru,hit_table,miss,"
     "encoder_runs,busy,cache_writes,cache_skipped,seqs,call_ms,queue_ms,tokenize_ms,encode_ms,"
-    "topk_ms,cache_read_ms,cache_write_ms,queue_p95_ms,encode_p95_ms,first_error";
+    "topk_ms,cache_read_ms,cache_write_ms,queue_p95_ms,encode_p95_ms,first_error,wait_s";
 
 static void print_header(void) {
   printf("%7s %8s %8s %8s %8s %8s %8s %6s %5s %5s | %7s %7s %7s %7s %7s %7s %7s | %5s %5s\n",
@@ -360,8 +396,9 @@ static void print_header(void) {
 static void usage(void) {
   fprintf(stderr,
           "usage: loadgen [--ext PATH] [--mode threads|procs] [--clients N] [--duration S]\n"
-          "               [--set five|unique] [--db FILE] [--setup SQL] [--busy-ms MS]\n"
-          "               [--csv FILE] [--label TEXT] [--header] [--csv-header]\n");
+          "               [--set five|unique|random] [--wait \"MIN MAX\"] [--db FILE]\n"
+          "               [--setup SQL] [--busy-ms MS] [--csv FILE] [--label TEXT]\n"
+          "               [--header] [--csv-header]\n");
   exit(2);
 }
 
@@ -377,6 +414,9 @@ int main(int argc, char **argv) {
     else if (ARG("--clients")) opt.clients = atoi(v);
     else if (ARG("--duration")) opt.duration = atof(v);
     else if (ARG("--set")) opt.set = v;
+    else if (ARG("--wait")) {
+      if (sscanf(v, "%lf %lf", &opt.wait_min, &opt.wait_max) != 2) die("--wait takes \"MIN MAX\" seconds");
+    }
     else if (ARG("--db")) opt.db = v;
     else if (ARG("--setup")) opt.setup = v;
     else if (ARG("--busy-ms")) opt.busy_ms = atoi(v);
@@ -387,7 +427,10 @@ int main(int argc, char **argv) {
   }
   int procs = g_procs = !strcmp(opt.mode, "procs");
   if (!procs && strcmp(opt.mode, "threads")) die("--mode must be threads or procs, not %s", opt.mode);
-  if (strcmp(opt.set, "five") && strcmp(opt.set, "unique")) die("--set must be five or unique");
+  if (strcmp(opt.set, "five") && strcmp(opt.set, "unique") && strcmp(opt.set, "random"))
+    die("--set must be five, unique or random");
+  if (!(opt.wait_min >= 0 && opt.wait_max >= opt.wait_min && opt.wait_max <= 600))
+    die("--wait: 0 <= MIN <= MAX <= 600 seconds");
   if (opt.clients < 1 || opt.clients > MAX_CLIENTS) die("--clients must be 1..%d", MAX_CLIENTS);
   if (!(opt.duration > 0 && opt.duration <= 3600)) die("--duration must be in (0, 3600] seconds");
 
@@ -549,7 +592,8 @@ int main(int argc, char **argv) {
     else fprintf(f, ",%.4f,%.4f", srv.stage_p95_ms[1], srv.stage_p95_ms[3]);
     fputc(',', f);
     csv_field(f, first_error);
-    fputc('\n', f);
+    if (opt.wait_max > 0) fprintf(f, ",\"%g %g\"\n", opt.wait_min, opt.wait_max);
+    else fprintf(f, ",\n");
     fclose(f);
   }
   free(all);

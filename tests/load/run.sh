@@ -14,10 +14,15 @@
 #                      exact shape of bert-base-chinese, random weights)
 #   LOAD_QUICK=1       quick check: the small test model, clients 1 2 4 8, 1 s per
 #                      point, threads only; output in $OUT/quick/
+#   LOAD_WAIT="1 3"    think time, the services' Locust scenario: each client waits
+#                      a random 1-3 s after each request (wait_time = between(1, 3))
+#                      and sends one of the five sentences at random (set random);
+#                      defaults then: clients "10 50", 60 s per point, output in
+#                      $BUILD/load/think/, a summary table instead of plots
 #   LOAD_DURATION      seconds per point (default 5)
 #   LOAD_CLIENTS       client counts (default "1 2 4 8 16 32 50")
 #   LOAD_MODES         "threads procs" (default both)
-#   LOAD_SETS          "five unique" (default both)
+#   LOAD_SETS          "five unique" (default both; "random" with LOAD_WAIT)
 #   LOAD_CACHE         "on off" (default both)
 #   LOAD_MAX_SECONDS   stop starting new points after this long (default 900)
 #   LOAD_BUSY_MS       each connection's sqlite3_busy_timeout (default 5000)
@@ -34,8 +39,12 @@ PYTHON=${PYTHON:-/usr/bin/python3}
 EXT=${LOAD_EXT:-./bertfill}
 [ -f "$EXT.so" ] || { echo "load: $EXT.so is missing: run make first" >&2; exit 1; }
 
+WAIT=${LOAD_WAIT:-}
+if [ -n "$WAIT" ] && ! awk -v w="$WAIT" 'BEGIN { n = split(w, a, " "); exit !(n == 2 && a[1] + 0 >= 0 && a[2] + 0 >= a[1] + 0 && a[2] + 0 > 0) }'; then
+  echo "load: LOAD_WAIT is \"MIN MAX\" seconds, e.g. \"1 3\", not \"$WAIT\"" >&2; exit 1
+fi
 if [ -n "${LOAD_QUICK:-}" ]; then
-  OUT=${LOAD_OUT:-$BUILD/load/quick}
+  OUT=${LOAD_OUT:-$BUILD/load/quick${WAIT:+-think}}
   DURATION=${LOAD_DURATION:-1}
   CLIENTS=${LOAD_CLIENTS:-"1 2 4 8"}
   MODES=${LOAD_MODES:-"threads"}
@@ -44,9 +53,9 @@ if [ -n "${LOAD_QUICK:-}" ]; then
     "$PYTHON" model/make_test_models.py "$BUILD/models" small
   fi
 else
-  OUT=${LOAD_OUT:-$BUILD/load}
-  DURATION=${LOAD_DURATION:-5}
-  CLIENTS=${LOAD_CLIENTS:-"1 2 4 8 16 32 50"}
+  OUT=${LOAD_OUT:-$BUILD/load${WAIT:+/think}}
+  if [ -n "$WAIT" ]; then DURATION=${LOAD_DURATION:-60}; CLIENTS=${LOAD_CLIENTS:-"10 50"}
+  else DURATION=${LOAD_DURATION:-5}; CLIENTS=${LOAD_CLIENTS:-"1 2 4 8 16 32 50"}; fi
   MODES=${LOAD_MODES:-"threads procs"}
   MODEL=${BERTFILL_MODEL:-$BUILD/models/bert-base-random}
   if [ -z "${BERTFILL_MODEL:-}" ] && [ ! -f "$MODEL/model.safetensors" ]; then
@@ -58,7 +67,7 @@ else
     "$PYTHON" model/gen_random_model.py "$MODEL" "${args[@]}"
   fi
 fi
-SETS=${LOAD_SETS:-"five unique"}
+if [ -n "$WAIT" ]; then SETS=${LOAD_SETS:-random}; else SETS=${LOAD_SETS:-"five unique"}; fi
 CACHES=${LOAD_CACHE:-"on off"}
 MAX_SECONDS=${LOAD_MAX_SECONDS:-900}
 BUSY_MS=${LOAD_BUSY_MS:-5000}
@@ -78,7 +87,8 @@ describe_set() {
   case "$1" in
     five)   echo "the five sentences of the issue, in turn (repeats)" ;;
     unique) echo "no repeats: the five sentences with a numbered prefix (第N位顾客说：...)" ;;
-    *)      echo "load: LOAD_SETS values are five and unique, not $1" >&2; exit 1 ;;
+    random) echo "one of the five sentences at random per request" ;;
+    *)      echo "load: LOAD_SETS values are five, unique and random, not $1" >&2; exit 1 ;;
   esac
 }
 
@@ -101,6 +111,7 @@ say "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*:
 say "model: $MODEL ($(du -sh "$MODEL" | cut -f1))"
 say "guard: BERTFILL_MAX_CONCURRENT=${BERTFILL_MAX_CONCURRENT:-default (cores)} BERTFILL_BUSY_TIMEOUT_MS=${BERTFILL_BUSY_TIMEOUT_MS:-default}; OpenBLAS threads per run: ${LOAD_BLAS_THREADS:-default}; sqlite busy_timeout ${BUSY_MS} ms"
 say "each point: ${DURATION} s after a warm-up call per client; latencies are client-side"
+[ -z "$WAIT" ] || say "think time: each client waits a uniformly random ${WAIT% *}-${WAIT#* } s after each request (and 0-${WAIT#* } s before its first)"
 say "columns: latency in ms (client-side); cpu% = the clients' CPU time / (wall x cores);"
 say "busy% = whole machine (/proc/stat); server-side ms per request = bertfill_stats stage"
 say "totals / calls (call = whole bert_fill; queue = wait for an encoder slot)."
@@ -121,7 +132,7 @@ for mode in $MODES; do
         rm -f "$DB" "$DB-wal" "$DB-shm"
         timeout $(( ${DURATION%.*} + 300 )) "$GEN" --ext "$EXT" --mode "$mode" --clients "$n" \
           --duration "$DURATION" --set "$set" --db "$DB" --setup "$setup" --busy-ms "$BUSY_MS" \
-          --csv "$CSV" --label "$cache" | tee -a "$TXT"
+          ${WAIT:+--wait "$WAIT"} --csv "$CSV" --label "$cache" | tee -a "$TXT"
       done
     done
   done
@@ -130,6 +141,25 @@ rm -f "$DB" "$DB-wal" "$DB-shm"
 [ -z "$stopped" ] || say "(stopped early: $stopped)"
 say ""
 say "results: $CSV and $TXT"
+
+# ---- think time: a summary next to the services' published numbers ----
+if [ -n "$WAIT" ]; then
+  SUM=$OUT/summary.md
+  {
+    echo "Think time ${WAIT% *}-${WAIT#* } s, $(basename "$MODEL"), $(nproc) cores, ${DURATION} s per point"
+    echo
+    echo "| clients as | cache | users | req/s | P50 | P95 | P99 | errors |"
+    echo "|---|---|---|---|---|---|---|---|"
+    awk -F, 'function ms(v) { return sprintf(v < 1 ? "%.2f ms" : v < 100 ? "%.1f ms" : "%.0f ms", v) }
+      NR > 1 { gsub(/"/, "", $3)
+      printf "| %s | %s | %d | %.1f | %s | %s | %s | %.2f%% |\n", $1, $3, $4, $8, ms($10), ms($11), ms($12), $14 }' "$CSV"
+    echo
+    echo "The Python services (hardware unknown): one worker P95 2.3 s at 10 users; 4 workers P95 130 ms at 50 users."
+  } > "$SUM"
+  say ""
+  cat "$SUM" | tee -a "$TXT"
+  exit 0
+fi
 
 # ---- plots ----
 bash tests/load/plot.sh "$OUT" "$(basename "$MODEL"), $(nproc) cores, ${DURATION} s per point"

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# t_install.sh — `make install` and `make uninstall` into a temporary DESTDIR:
+#   $(DESTDIR)$(PREFIX)/lib/bertfill.so
+#   $(DESTDIR)$(PREFIX)/share/bertfill/bertfill-zh-tiny/{config.json,vocab.txt,...}
+# with the default PREFIX (/usr/local) and another one; the installed extension
+# loads from another directory and fills masks with the installed model; the
+# uninstall removes every installed file.
+set -u
+cd "$(dirname "$0")/.."
+EXT=${BERTFILL_EXT:-./bertfill}
+case "$EXT" in /*) ;; *) EXT=$PWD/$EXT ;; esac
+if ! command -v make >/dev/null; then echo "skip install: no make"; exit 0; fi
+if [ ! -f "$EXT.so" ]; then echo "FAIL install: $EXT.so not built"; exit 1; fi
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+status=0
+ok() { echo "ok install.$1"; }
+fail() { echo "FAIL install.$1: $2"; status=1; }
+check() { if [ "$2" == "$3" ]; then ok "$1"; else fail "$1" "got [$2], want [$3]"; fi; }
+mk() { make --no-print-directory -s EXTENSION="$EXT.so" "$@" 2>&1; }
+# Every file under a directory with its mode, relative and sorted.
+listing() { (cd "$1" && find . -type f -printf '%m %P\n' | LC_ALL=C sort); }
+
+model_files=$(cd model/bertfill-zh-tiny && LC_ALL=C ls)
+for prefix in /usr/local /opt/bertfill; do
+  name=${prefix//\//_}
+  dest=$tmp/dest$name
+  if [ "$prefix" = /usr/local ]; then out=$(mk install DESTDIR="$dest")
+  else out=$(mk install DESTDIR="$dest" PREFIX="$prefix"); fi
+  [ $? -eq 0 ] || { fail "make$name" "make install failed: $out"; continue; }
+  want=$(echo "755 ${prefix#/}/lib/bertfill.so"
+         for f in $model_files; do echo "644 ${prefix#/}/share/bertfill/bertfill-zh-tiny/$f"; done)
+  check "files$name" "$(listing "$dest")" "$(echo "$want" | LC_ALL=C sort)"
+  same=1
+  cmp -s "$EXT.so" "$dest$prefix/lib/bertfill.so" || same=0
+  for f in $model_files; do
+    cmp -s "model/bertfill-zh-tiny/$f" "$dest$prefix/share/bertfill/bertfill-zh-tiny/$f" || same=0
+  done
+  check "same_bytes$name" "$same" 1
+
+  # Loaded by its installed path from an unrelated directory, with the
+  # installed model named in BERTFILL_MODEL.
+  lib=$dest$prefix/lib/bertfill
+  share=$dest$prefix/share/bertfill/bertfill-zh-tiny
+  got=$(cd / && BERTFILL_MODEL=$share sqlite3 :memory: -cmd ".load $lib" \
+        "select bert_fill('今天天气真[MASK]啊') like '今天天气真_%啊', json_extract(bert_debug(), '\$.model.dir')" 2>&1)
+  check "loads$name" "$got" "1|$(cd "$share" && pwd -P)"
+
+  # PHASE 2 (issue 14): the installed extension finds its model by itself, from
+  # any directory: no BERTFILL_MODEL, model.dir = $share.  The lookup of
+  # ../share/bertfill/bertfill-zh-tiny next to the loaded bertfill.so is not in
+  # ext/sqlite/models.c yet; when it is, drop this skip and keep the check.
+  if [ -z "${BF_INSTALL_FINDS_MODEL:-}" ]; then
+    echo "skip install.finds_model$name: the model lookup under ../share/bertfill comes with issue 14's extension part"
+  else
+    got=$(cd / && env -u BERTFILL_MODEL sqlite3 :memory: -cmd ".load $lib" \
+          "select bert_fill('今天天气真[MASK]啊') like '今天天气真_%啊', json_extract(bert_debug(), '\$.model.dir')" 2>&1)
+    check "finds_model$name" "$got" "1|$(cd "$share" && pwd -P)"
+  fi
+
+  if [ "$prefix" = /usr/local ]; then out=$(mk uninstall DESTDIR="$dest")
+  else out=$(mk uninstall DESTDIR="$dest" PREFIX="$prefix"); fi
+  [ $? -eq 0 ] || fail "uninstall$name" "make uninstall failed: $out"
+  check "uninstall$name" "$(listing "$dest"; [ -e "$dest$prefix/share/bertfill" ] && echo "share/bertfill is left")" ""
+done
+exit $status
