@@ -1,12 +1,12 @@
 /*
 ** bertfill.h — the bertfill engine: a BERT masked language model in C.
 **
-** No SQLite in here.  The matrix products run on bertfill's own AVX-512
-** kernels (on CPUs without AVX-512: OpenBLAS, loaded at run time).  The engine loads a Hugging Face model directory
+** No SQLite in here.  The engine loads a Hugging Face model directory
 ** (config.json, vocab.txt, model.safetensors, optionally tokenizer_config.json
 ** and tokenizer.json), tokenizes text exactly like Hugging Face's BertTokenizer,
 ** runs the encoder on a batch of sequences and returns the top-k candidates for
-** every [MASK].
+** every [MASK].  The matrix products run on bertfill's own AVX-512 kernels
+** (on CPUs without AVX-512: OpenBLAS, loaded at run time).
 **
 **   char err[256];
 **   bf_model *m = bf_model_load("models/bert-base-chinese", err, sizeof err);

@@ -119,7 +119,7 @@ static int cfg_int(const json_value *cfg, const char *path, const char *key, int
   }
   if (v < lo || v > hi) {
     bf_errf(err, errlen, "%s: \"%s\" is %lld, outside the supported range %lld..%lld",
-           path, key, (long long)v, (long long)lo, (long long)hi);
+            path, key, (long long)v, (long long)lo, (long long)hi);
     return -1;
   }
   *out = (int)v;
@@ -135,20 +135,24 @@ static int config_from_json(const json_value *cfg, const char *path, bf_config *
   const char *s;
   int rc = json_get_string(cfg, "model_type", &s);
   if (rc == JSON_OK && strcmp(s, "bert") != 0) {
-    bf_errf(err, errlen, "%s: model_type is \"%.40s\"; bertfill runs BERT models (\"bert\")", path, s);
+    bf_errf(err, errlen, "%s: model_type is \"%.40s\"; bertfill runs BERT models (\"bert\")",
+            path, s);
     return -1;
   }
   rc = json_get_string(cfg, "hidden_act", &s);
-  if (rc == JSON_WRONG) { bf_errf(err, errlen, "%s: \"hidden_act\" must be a string", path); return -1; }
+  if (rc == JSON_WRONG) {
+    bf_errf(err, errlen, "%s: \"hidden_act\" must be a string", path);
+    return -1;
+  }
   if (rc == JSON_OK && strcmp(s, "gelu") != 0 && strcmp(s, "gelu_python") != 0) {
     bf_errf(err, errlen, "%s: hidden_act \"%.40s\" is not supported (only the exact erf GELU: "
-           "\"gelu\")", path, s);
+            "\"gelu\")", path, s);
     return -1;
   }
   rc = json_get_string(cfg, "position_embedding_type", &s);
   if (rc == JSON_OK && strcmp(s, "absolute") != 0) {
-    bf_errf(err, errlen, "%s: position_embedding_type \"%.40s\" is not supported (only \"absolute\")",
-           path, s);
+    bf_errf(err, errlen,
+            "%s: position_embedding_type \"%.40s\" is not supported (only \"absolute\")", path, s);
     return -1;
   }
   int b;
@@ -166,12 +170,15 @@ static int config_from_json(const json_value *cfg, const char *path, bf_config *
     return -1;
   if (c->hidden_size % c->num_attention_heads != 0) {
     bf_errf(err, errlen, "%s: hidden_size %d is not divisible by num_attention_heads %d",
-           path, c->hidden_size, c->num_attention_heads);
+            path, c->hidden_size, c->num_attention_heads);
     return -1;
   }
   double eps = 1e-12;
   rc = json_get_double(cfg, "layer_norm_eps", &eps);
-  if (rc == JSON_WRONG) { bf_errf(err, errlen, "%s: \"layer_norm_eps\" must be a number", path); return -1; }
+  if (rc == JSON_WRONG) {
+    bf_errf(err, errlen, "%s: \"layer_norm_eps\" must be a number", path);
+    return -1;
+  }
   if (!(eps > 0 && eps < 1) || !((float)eps > 0)) {
     bf_errf(err, errlen, "%s: layer_norm_eps %g is outside (0, 1)", path, eps);
     return -1;
@@ -215,7 +222,7 @@ static const float *as_f32(loader *L, const st_tensor *t) {
   if (!out || own(L->m, out) != 0) {
     free(out);
     bf_errf(L->err, L->errlen, "%s: out of memory converting tensor '%s' (%zu values)",
-           L->st.path, t->name, n);
+            L->st.path, t->name, n);
     return NULL;
   }
   const unsigned char *src = t->data;
@@ -244,20 +251,21 @@ static const float *get_tensor(loader *L, const char *const *names, int n_names,
     for (int i = 1; i < n_names && o < sizeof also; i++)
       o += (size_t)snprintf(also + o, sizeof also - o, "%s'%s'", i > 1 ? ", " : "", names[i]);
     bf_errf(L->err, L->errlen, "%s: missing tensor '%s'%s%s%s%s", L->st.path, names[0],
-           n_names > 1 ? " (also tried " : "", also, n_names > 1 ? ")" : "", hint ? hint : "");
+            n_names > 1 ? " (also tried " : "", also, n_names > 1 ? ")" : "", hint ? hint : "");
     return NULL;
   }
   if (t->dtype != ST_F32 && t->dtype != ST_F16 && t->dtype != ST_BF16) {
-    bf_errf(L->err, L->errlen, "%s: unsupported dtype %s for tensor '%s' (supported: F32, F16, BF16)",
-           L->st.path, t->dtype_name, t->name);
+    bf_errf(L->err, L->errlen,
+            "%s: unsupported dtype %s for tensor '%s' (supported: F32, F16, BF16)", L->st.path,
+            t->dtype_name, t->name);
     return NULL;
   }
   int64_t want[2] = {d0, d1};
   if (t->ndim != ndim || t->shape[0] != d0 || (ndim == 2 && t->shape[1] != d1)) {
     char has[128], exp[64];
     bf_errf(L->err, L->errlen, "%s: tensor '%s' has shape %s, expected %s = %s in config.json",
-           L->st.path, t->name, st_shape_str(t->shape, t->ndim, has, sizeof has),
-           st_shape_str(want, ndim, exp, sizeof exp), what);
+            L->st.path, t->name, st_shape_str(t->shape, t->ndim, has, sizeof has),
+            st_shape_str(want, ndim, exp, sizeof exp), what);
     return NULL;
   }
   return as_f32(L, t);
@@ -347,7 +355,7 @@ static int load_tensors(loader *L) {
   snprintf(extra_b, sizeof extra_b, "bert.%s", extra);
   if (st_find(&L->st, extra) || st_find(&L->st, extra_b)) {
     bf_errf(L->err, L->errlen, "%s: has weights for encoder layer %d but config.json says "
-           "num_hidden_layers is %d", L->st.path, c->num_hidden_layers, c->num_hidden_layers);
+            "num_hidden_layers is %d", L->st.path, c->num_hidden_layers, c->num_hidden_layers);
     return -1;
   }
 
@@ -483,7 +491,8 @@ static int map_weights(loader *L, const char *dir) {
               "model.safetensors", path);
     else if (file_exists(dir, "pytorch_model.bin") > 0)
       bf_errf(err, errlen, "%s: missing; pytorch_model.bin is not supported (it is a pickle): "
-              "convert it with  python3 -c \"import torch; from safetensors.torch import save_file; "
+              "convert it with  python3 -c \"import torch; "
+              "from safetensors.torch import save_file; "
               "sd = torch.load('pytorch_model.bin', map_location='cpu'); "
               "save_file({k: v.contiguous() for k, v in sd.items()}, 'model.safetensors', "
               "metadata={'format': 'pt'})\"", path);
@@ -564,13 +573,15 @@ int bf_model_check(const bf_model *m, char *err, size_t errlen) {
   int64_t mtime = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
   if ((size_t)st.st_size == m->map_len && mtime == m->map_mtime_ns) return BF_OK;
   if ((size_t)st.st_size != m->map_len)
-    bf_errf(err, errlen, "%s/model.safetensors changed on disk after it was loaded (%zu bytes then, "
-           "%lld now): the model must be loaded again (replace model files with a new file and "
-           "rename, never in place)", m->dir, m->map_len, (long long)st.st_size);
+    bf_errf(err, errlen,
+            "%s/model.safetensors changed on disk after it was loaded (%zu bytes then, %lld now): "
+            "the model must be loaded again (replace model files with a new file and rename, "
+            "never in place)", m->dir, m->map_len, (long long)st.st_size);
   else
-    bf_errf(err, errlen, "%s/model.safetensors was rewritten in place after it was loaded: the model "
-           "must be loaded again (replace model files with a new file and rename, never in place)",
-           m->dir);
+    bf_errf(err, errlen,
+            "%s/model.safetensors was rewritten in place after it was loaded: the model must be "
+            "loaded again (replace model files with a new file and rename, never in place)",
+            m->dir);
   return BF_ERR_MODEL;
 }
 

@@ -425,7 +425,10 @@ static int wordpiece(work *w, const uint32_t *cp, size_t n) {
     return emit(w, id >= 0 ? id : t->unk);
   }
   uint32_t pos = 0;
-  for (size_t i = 0; i < n; i++) { w->woff[i] = pos; pos += (uint32_t)bf_utf8_put(cp[i], w->wbuf + pos); }
+  for (size_t i = 0; i < n; i++) {
+    w->woff[i] = pos;
+    pos += (uint32_t)bf_utf8_put(cp[i], w->wbuf + pos);
+  }
   w->woff[n] = pos;
   int mark = w->out->n;
   size_t start = 0;
@@ -538,7 +541,10 @@ static int match_raw(const bf_tokenizer *t, const unsigned char *s, size_t n, si
 int bf_tokenize(const bf_tokenizer *tok, const char *text, long len,
                 bf_tokens *out, char *err, size_t errlen) {
   if (err && errlen) err[0] = 0;
-  if (!tok || !out) { bf_errf(err, errlen, "bf_tokenize: no tokenizer or no output"); return BF_ERR_INPUT; }
+  if (!tok || !out) {
+    bf_errf(err, errlen, "bf_tokenize: no tokenizer or no output");
+    return BF_ERR_INPUT;
+  }
   if (!out->ids) out->cap = 0;
   out->n = 0; out->n_masks = 0;
   if (!text && len != 0) { bf_errf(err, errlen, "bf_tokenize: text is NULL"); return BF_ERR_INPUT; }
@@ -550,7 +556,10 @@ int bf_tokenize(const bf_tokenizer *tok, const char *text, long len,
   const unsigned char *s = (const unsigned char *)text;
   char why[128];
   long bad = bf_utf8_invalid_at(text, n, why, sizeof why);
-  if (bad >= 0) { bf_errf(err, errlen, "invalid UTF-8 at byte %ld: %s", bad, why); return BF_ERR_INPUT; }
+  if (bad >= 0) {
+    bf_errf(err, errlen, "invalid UTF-8 at byte %ld: %s", bad, why);
+    return BF_ERR_INPUT;
+  }
 
   work w = {.tok = tok, .out = out, .err = err, .errlen = errlen};
   int rc = BF_OK;
@@ -560,7 +569,11 @@ int bf_tokenize(const bf_tokenizer *tok, const char *text, long len,
   w.seg.v = malloc(w.seg.cap * sizeof(uint32_t));
   w.wbuf = malloc((size_t)tok->max_chars * 4 + 4);
   w.woff = malloc(((size_t)tok->max_chars + 1) * sizeof(uint32_t));
-  if (!w.seg.v || !w.wbuf || !w.woff) { bf_errf(err, errlen, "out of memory while tokenizing"); rc = BF_ERR_NOMEM; goto done; }
+  if (!w.seg.v || !w.wbuf || !w.woff) {
+    bf_errf(err, errlen, "out of memory while tokenizing");
+    rc = BF_ERR_NOMEM;
+    goto done;
+  }
 
   if ((rc = emit(&w, tok->cls))) goto done;
   for (size_t i = 0; i < n;) {
@@ -574,7 +587,11 @@ int bf_tokenize(const bf_tokenizer *tok, const char *text, long len,
       }
     }
     uint32_t c = utf8_next(s, n, &i);
-    if (!clean_push(tok, &w.seg, c)) { bf_errf(err, errlen, "out of memory while tokenizing"); rc = BF_ERR_NOMEM; goto done; }
+    if (!clean_push(tok, &w.seg, c)) {
+      bf_errf(err, errlen, "out of memory while tokenizing");
+      rc = BF_ERR_NOMEM;
+      goto done;
+    }
   }
   if ((rc = flush(&w)) || (rc = emit(&w, tok->sep))) goto done;
   for (int i = 0; i < out->n; i++) out->n_masks += out->ids[i] == tok->mask_id;
@@ -617,13 +634,21 @@ void bf_tokenizer_free(bf_tokenizer *tok) {
 /* Read vocab.txt into t->vocab / off / len.  Returns a BF_ code. */
 static int load_vocab(bf_tokenizer *t, const char *path, char *err, size_t errlen) {
   FILE *f = fopen(path, "rb");
-  if (!f) { bf_errf(err, errlen, "%s: %s", path, strerror(errno)); return errno == ENOENT ? BF_ERR_MODEL : BF_ERR_IO; }
+  if (!f) {
+    bf_errf(err, errlen, "%s: %s", path, strerror(errno));
+    return errno == ENOENT ? BF_ERR_MODEL : BF_ERR_IO;
+  }
   size_t cap = 1 << 16, n = 0;
   char *buf = malloc(cap + 1);
   int rc = BF_OK;
   while (buf) {
     if (n == cap) {
-      if (cap >= MAX_VOCAB_FILE) { bf_errf(err, errlen, "%s: larger than %u MiB, not a vocabulary", path, MAX_VOCAB_FILE >> 20); rc = BF_ERR_MODEL; break; }
+      if (cap >= MAX_VOCAB_FILE) {
+        bf_errf(err, errlen, "%s: larger than %u MiB, not a vocabulary", path,
+                MAX_VOCAB_FILE >> 20);
+        rc = BF_ERR_MODEL;
+        break;
+      }
       cap *= 2;
       char *nb = realloc(buf, cap + 1);
       if (!nb) { free(buf); buf = NULL; break; }
@@ -632,7 +657,10 @@ static int load_vocab(bf_tokenizer *t, const char *path, char *err, size_t errle
     size_t got = fread(buf + n, 1, cap - n, f);
     n += got;
     if (got == 0) {
-      if (ferror(f)) { bf_errf(err, errlen, "%s: read error: %s", path, strerror(errno)); rc = BF_ERR_IO; }
+      if (ferror(f)) {
+        bf_errf(err, errlen, "%s: read error: %s", path, strerror(errno));
+        rc = BF_ERR_IO;
+      }
       break;
     }
   }
@@ -645,7 +673,10 @@ static int load_vocab(bf_tokenizer *t, const char *path, char *err, size_t errle
   size_t lines = 0;
   for (size_t i = 0; i < n; i++) lines += buf[i] == '\n';
   if (n > 0 && buf[n - 1] != '\n') lines++;
-  if (lines > (size_t)INT32_MAX / 4) { bf_errf(err, errlen, "%s: too many lines", path); return BF_ERR_MODEL; }
+  if (lines > (size_t)INT32_MAX / 4) {
+    bf_errf(err, errlen, "%s: too many lines", path);
+    return BF_ERR_MODEL;
+  }
   t->off = malloc((lines + 1) * sizeof(uint32_t));
   t->len = malloc((lines + 1) * sizeof(uint32_t));
   if (!t->off || !t->len) { bf_errf(err, errlen, "%s: out of memory", path); return BF_ERR_NOMEM; }
@@ -656,15 +687,23 @@ static int load_vocab(bf_tokenizer *t, const char *path, char *err, size_t errle
     if (e > start && buf[e - 1] == '\r') e--;
     const char *bad_cr = memchr(buf + start, '\r', e - start);
     if (bad_cr) {
-      bf_errf(err, errlen, "%s: line %zu contains a carriage return (\\r) that does not end the line; "
-             "Hugging Face's tokenizers disagree about such a file (split the line or not), so it is refused",
-             path, id + 1);
+      bf_errf(err, errlen,
+              "%s: line %zu contains a carriage return (\\r) that does not end the line; Hugging "
+              "Face's tokenizers disagree about such a file (split the line or not), so it is "
+              "refused", path, id + 1);
       return BF_ERR_MODEL;
     }
-    if (memchr(buf + start, '\0', e - start)) { bf_errf(err, errlen, "%s: line %zu contains a NUL byte", path, id + 1); return BF_ERR_MODEL; }
+    if (memchr(buf + start, '\0', e - start)) {
+      bf_errf(err, errlen, "%s: line %zu contains a NUL byte", path, id + 1);
+      return BF_ERR_MODEL;
+    }
     char why[128];
     long bad = bf_utf8_invalid_at(buf + start, e - start, why, sizeof why);
-    if (bad >= 0) { bf_errf(err, errlen, "%s: line %zu is not valid UTF-8 (byte %ld of the line: %s)", path, id + 1, bad, why); return BF_ERR_MODEL; }
+    if (bad >= 0) {
+      bf_errf(err, errlen, "%s: line %zu is not valid UTF-8 (byte %ld of the line: %s)", path,
+              id + 1, bad, why);
+      return BF_ERR_MODEL;
+    }
     buf[e] = 0;
     t->off[id] = (uint32_t)start;
     t->len[id] = (uint32_t)(e - start);

@@ -42,7 +42,8 @@ int main(void) {
   if (!gemm_have_avx512()) {
     float x = 1, w = 1, y = 0;
     gemm_out o = { &y, &w, 1 };
-    CHECK("gemm: no AVX-512: GEMM_NO_KERNEL", gemm_xwt(p, &s, 1, &x, 1, 1, 1, &o) == GEMM_NO_KERNEL);
+    CHECK("gemm: no AVX-512: GEMM_NO_KERNEL",
+          gemm_xwt(p, &s, 1, &x, 1, 1, 1, &o) == GEMM_NO_KERNEL);
     if (bf_env_flag("BERTFILL_NO_AVX512", 0))
       printf("# gemm kernels turned off by BERTFILL_NO_AVX512; they are checked in the run without it\n");
     else

@@ -35,7 +35,8 @@ static void test_utf8_valid(void) {
   check_utf8("utf8: ASCII", "hello, world", 12, -1, NULL);
   check_utf8("utf8: NUL bytes are valid", "a\0b", 3, -1, NULL);
   check_utf8("utf8: 2, 3 and 4 bytes", "\xC2\xA9 \xE4\xB8\xAD \xF0\x9F\x98\x80", 11, -1, NULL);
-  check_utf8("utf8: Chinese text", "今天天气真[MASK]啊", strlen("今天天气真[MASK]啊"), -1, NULL);
+  const char *zh = "今天天气真[MASK]啊";
+  check_utf8("utf8: Chinese text", zh, strlen(zh), -1, NULL);
   check_utf8("utf8: U+0080 U+07FF U+0800", "\xC2\x80\xDF\xBF\xE0\xA0\x80", 7, -1, NULL);
   check_utf8("utf8: U+D7FF U+E000 around the surrogates", "\xED\x9F\xBF\xEE\x80\x80", 6, -1,
              NULL);
