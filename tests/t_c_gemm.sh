@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The matrix kernels and thread pool of ext/gemm.c against a plain double
+# The matrix kernels of ext/engine/gemm.c against a plain double
 # loop: tests/c/test_gemm.c.
 set -u
 BUILD=${BUILD:-build}

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The tokenizer (ext/tokenizer.c) against golden ids from an independent reference
+# The tokenizer (ext/engine/tokenizer.c) against golden ids from an independent reference
 # (tests/golden/tokenizer/make_golden.mjs, @huggingface/transformers), load errors,
 # invalid UTF-8 and random input.  Cases on the real bert-base-chinese vocabulary are
 # skipped when ../shared/data/bert-base-chinese is absent.

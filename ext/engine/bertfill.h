@@ -1,11 +1,12 @@
 /*
-** bertfill.h — the bertfill engine: a BERT masked language model in C on OpenBLAS.
+** bertfill.h — the bertfill engine: a BERT masked language model in C.
 **
 ** No SQLite in here.  The engine loads a Hugging Face model directory
 ** (config.json, vocab.txt, model.safetensors, optionally tokenizer_config.json
 ** and tokenizer.json), tokenizes text exactly like Hugging Face's BertTokenizer,
 ** runs the encoder on a batch of sequences and returns the top-k candidates for
-** every [MASK].
+** every [MASK].  The matrix products run on bertfill's own AVX-512 kernels
+** (on CPUs without AVX-512: OpenBLAS, loaded at run time).
 **
 **   char err[256];
 **   bf_model *m = bf_model_load("models/bert-base-chinese", err, sizeof err);
@@ -149,8 +150,9 @@ const bf_timings *bf_run_timings(const bf_run *r);
 ** probability (highest first) into out: out[(mask_index_overall)*k + rank].
 ** out must hold k * (sum of seqs[i].n_masks) entries.  Sequences without a
 ** mask are skipped cheaply.  Errors: BF_ERR_TOOLONG (message says the length
-** and the limit), BF_ERR_INPUT (k out of 1..BF_MAX_K, or ids out of range),
-** BF_ERR_NOMEM, BF_ERR_BLAS. */
+** and the limit), BF_ERR_INPUT (k out of 1..BF_MAX_K, ids out of range,
+** n_masks that disagrees with the ids), BF_ERR_NOMEM, BF_ERR_MODEL (the
+** weights file changed on disk since loading, or the model produced NaN). */
 int bf_fill(const bf_model *m, bf_run *r, int nseq, const bf_tokens *seqs,
             int k, bf_cand *out, char *err, size_t errlen);
 
@@ -164,8 +166,8 @@ const char *bf_blas_core(void);       /* e.g. "SkylakeX"; "" before init */
 const char *bf_blas_config(void);     /* openblas_get_config() */
 int bf_blas_threads(void);
 /* Which code does the encoder's matrix products: "avx512" (bertfill's own
-** kernels, ext/gemm.c: any CPU with AVX-512 unless BERTFILL_NO_AVX512 is
-** set) or "openblas". */
+** kernels, ext/engine/gemm.c: any CPU with AVX-512 unless BERTFILL_NO_AVX512
+** is on) or "openblas". */
 const char *bf_gemm_kernels(void);
 void bf_blas_set_threads(int n);      /* <= 0: number of cores */
 

@@ -18,20 +18,21 @@
 **      On other CPUs (Haswell-class AVX2, AMD without AVX-512) OpenBLAS
 **      decides alone.
 **   3. dlsym cblas_sgemm and the openblas_* helpers.
-**   4. Threads: all online cores, unless OPENBLAS_NUM_THREADS (or
-**      GOTO_NUM_THREADS / OMP_NUM_THREADS, which OpenBLAS also reads) is set.
+**   4. Threads: the cores this process may run on (bf_ncores), unless
+**      OPENBLAS_NUM_THREADS (or GOTO_NUM_THREADS / OMP_NUM_THREADS, which
+**      OpenBLAS also reads) is set.
 **
 ** bf_blas_init runs this once (pthread_once) and reports failure in words.
 */
 #include "bertfill.h"
 #include "blas.h"
+#include "util.h"
 
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 enum { RowMajor = 101, NoTrans = 111, Trans = 112 };
 
@@ -116,7 +117,7 @@ static void blas_load(void) {
 int bf_blas_init(char *err, size_t errlen) {
   pthread_once(&once, blas_load);
   if (!p_sgemm) {
-    if (err && errlen) snprintf(err, errlen, "%s", init_err);
+    bf_errf(err, errlen, "%s", init_err);
     return BF_ERR_BLAS;
   }
   if (err && errlen) err[0] = 0;
@@ -131,10 +132,7 @@ int bf_blas_threads(void) {
 }
 
 void bf_blas_set_threads(int n) {
-  if (n <= 0) {
-    long c = sysconf(_SC_NPROCESSORS_ONLN);
-    n = c > 0 ? (int)c : 1;
-  }
+  if (n <= 0) n = bf_ncores();
   if (p_set_threads) p_set_threads(n);
 }
 

@@ -18,38 +18,36 @@
 **
 ** The weights are used as PyTorch stores them ([out, in], so y = x W^T).
 ** The matrix products with the weights run on the AVX-512 kernels of gemm.c
-** (q, k and v as one job), shared with the run's helper threads; on CPUs
-** without AVX-512 they go to OpenBLAS (bf_sgemm, blas.h).  The rest is loops
-** over rows (AVX-512 when the CPU has it, plain C otherwise).
+** (q, k and v as one job), shared with the run's helper threads (pool.c); on
+** CPUs without AVX-512 they go to OpenBLAS (bf_sgemm, blas.h).  The rest is
+** loops over rows (AVX-512 when the CPU has it, plain C otherwise), shared
+** by the same threads.
 ** A bf_run holds the scratch buffers (grown on demand, kept for the next call),
 ** the helper threads and the stage timings of the last call.
 */
 #include <limits.h>
 #include <math.h>
-#include <stdarg.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <pthread.h>
-#include <sched.h>
-#include <unistd.h>
-#include <stdatomic.h>
 
+#include "avx512.h"
 #include "bertfill.h"
-#include "model.h"
 #include "blas.h"
 #include "gemm.h"
+#include "model.h"
+#include "pool.h"
+#include "util.h"
 
 /* The MLM head runs over at most this many masks at a time, which bounds the
 ** [masks, vocab] logits buffer (128 x 21128 floats = 10.8 MB). */
 #define HEAD_CHUNK 128
 
-/* Threads of the attention and row loops: at most this many (scratch per thread). */
-#define ATT_THREADS 16
-
 /* A growable scratch buffer. */
 typedef struct buf { void *p; size_t cap; } buf;
+
+/* Where one sequence of the batch is: its tokens are rows [row, row + len)
+** of x, its masks rows [mask, mask + nmask) of xm (all masks in order). */
+typedef struct seq_span { int row, len, mask, nmask; } seq_span;
 
 struct bf_run {
   buf x;       /* [T,H]  hidden state */
@@ -58,32 +56,23 @@ struct bf_run {
   buf tmp;     /* [T,H]  output of a dense layer, before the residual */
   buf ffn;     /* [T,I]  intermediate activations */
   buf att;     /* scratch of one attention head per thread (see head_gemm) */
-  buf span;    /* [4,nseq] first row, length, first mask, masks of each of those sequences */
+  buf seq;     /* [nrun] seq_span of each sequence that has masks */
   buf xm;      /* [M,H]  output of the last layer at the masks */
   buf mrow;    /* [M]    row of x for each mask, in order */
   buf hm;      /* [HEAD_CHUNK,H]  MLM head activations */
   buf logits;  /* [HEAD_CHUNK,V] */
   buf heap;    /* [k]    top-k selection */
-  bf_pool *pool;  /* helper threads for the matrix products; NULL until needed */
+  bf_pool *pool;      /* helper threads of the parallel loops; NULL until needed */
+  gemm_scratch gemm;  /* buffers of the GEMM kernels, kept between calls */
   bf_timings t;
 };
 
 /* ---------------------------------------------------------------- helpers */
 
-static int fail(char *err, size_t errlen, int code, const char *fmt, ...) {
-  if (err && errlen > 0) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-  }
-  return code;
-}
-
 /* Make b hold at least n elements of size sz (contents are not kept).  A
 ** buffer far larger than needed (left by a huge batch) is given back.  On
 ** failure b is unchanged and NULL is returned. */
-static void *need(buf *b, size_t n, size_t sz) {
+static void *buf_reserve(buf *b, size_t n, size_t sz) {
   if (n == 0) n = 1;
   if (n > SIZE_MAX / sz) return NULL;
   size_t bytes = n * sz;
@@ -96,12 +85,6 @@ static void *need(buf *b, size_t n, size_t sz) {
   return p;
 }
 
-static uint64_t now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 /* ------------------------------------------------------- AVX-512 kernels */
 
 /* The CPU-specific part: when the CPU has AVX-512 (checked at run time; the
@@ -112,19 +95,9 @@ static uint64_t now_ns(void) {
 **   - gelu: erf by Abramowitz & Stegun 7.1.26 (absolute error < 1.5e-7), the
 **     formula PyTorch's own vectorized CPU erf uses.
 ** The scalar fallbacks (expf, erff from libm) give the same results to ~1e-7. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(BF_NO_AVX512)
-#include <immintrin.h>
-#define HAVE_AVX512 1
-static void softmax(float *p, int n);
-#define AVX512 __attribute__((target("avx512f,fma")))
-
-/* The CPU has AVX-512 and BERTFILL_NO_AVX512 is not set (see gemm.c). */
+#ifdef BF_HAVE_AVX512
+/* The CPU has AVX-512 and BERTFILL_NO_AVX512 is not on (see gemm.c). */
 static int have_avx512(void) { return gemm_have_avx512(); }
-
-/* Lanes i < n of a 16-wide chunk (none if n <= 0). */
-static inline __mmask16 tail16(int n) {
-  return n >= 16 ? (__mmask16)0xFFFF : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1);
-}
 
 static inline AVX512 __m512 exp16(__m512 x) {
   x = _mm512_max_ps(_mm512_set1_ps(-87.0f), x);  /* NaN stays NaN (2nd operand) */
@@ -236,16 +209,13 @@ AVX512 static void add_avx512(float *x, const float *a, const float *b, int n) {
     _mm512_mask_storeu_ps(x + i, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, x + i), v));
   }
 }
-
-#else
-static int have_avx512(void) { return 0; }
-#endif /* HAVE_AVX512 */
+#endif /* BF_HAVE_AVX512 */
 
 /* ------------------------------------------------------------ the layers */
 
 /* In place: x[n] = LayerNorm(x[n]) * g + b, mean and variance in double. */
 static void layernorm(float *x, const float *g, const float *b, int n, float eps) {
-#ifdef HAVE_AVX512
+#ifdef BF_HAVE_AVX512
   if (have_avx512()) { layernorm_avx512(x, g, b, n, eps); return; }
 #endif
   double mean = 0, var = 0;
@@ -259,7 +229,7 @@ static void layernorm(float *x, const float *g, const float *b, int n, float eps
 
 /* x[i] += a[i] + b[i] for i < n; b may be NULL. */
 static void add(float *x, const float *a, const float *b, int n) {
-#ifdef HAVE_AVX512
+#ifdef BF_HAVE_AVX512
   if (have_avx512()) { add_avx512(x, a, b, n); return; }
 #endif
   if (b) for (int i = 0; i < n; i++) x[i] += a[i] + b[i];
@@ -273,7 +243,7 @@ static void add_bias(float *y, const float *bias, int T, int n) {
 
 /* y[i] = gelu(y[i] + bias[i]) = z/2 (1 + erf(z/sqrt 2)), the exact (erf) form, for i < n. */
 static void gelu_row(float *y, const float *bias, int n) {
-#ifdef HAVE_AVX512
+#ifdef BF_HAVE_AVX512
   if (have_avx512()) { gelu_row_avx512(y, bias, n); return; }
 #endif
   for (int i = 0; i < n; i++) {
@@ -288,7 +258,7 @@ static void add_bias_gelu(float *y, const float *bias, int T, int n) {
 
 /* The largest of x[0..n) into *max; returns 0 if some x[i] is NaN or infinite. */
 static int max_finite(const float *x, int n, float *max) {
-#ifdef HAVE_AVX512
+#ifdef BF_HAVE_AVX512
   if (have_avx512()) return max_finite_avx512(x, n, max);
 #endif
   float mx = -INFINITY;
@@ -302,7 +272,7 @@ static int max_finite(const float *x, int n, float *max) {
 
 /* Sum of e^(x[i] - mx), in double; each term is stored in dst unless dst is NULL. */
 static double exp_sum(float *dst, const float *x, int n, float mx) {
-#ifdef HAVE_AVX512
+#ifdef BF_HAVE_AVX512
   if (have_avx512()) return exp_sum_avx512(dst, x, n, mx);
 #endif
   double sum = 0;
@@ -317,7 +287,7 @@ static double exp_sum(float *dst, const float *x, int n, float mx) {
 /* In place: p[i] = e^(p[i] - max) / sum, for one row of n scores. */
 static void softmax(float *p, int n) {
   float mx = p[0];
-#ifdef HAVE_AVX512
+#ifdef BF_HAVE_AVX512
   if (!have_avx512() || !max_finite_avx512(p, n, &mx))  /* NaN/Inf: the plain loop */
 #endif
   for (int i = 1; i < n; i++) if (p[i] > mx) mx = p[i];
@@ -325,7 +295,14 @@ static void softmax(float *p, int n) {
   for (int i = 0; i < n; i++) p[i] *= inv;
 }
 
-/* The run's thread pool, started on first use (NULL if it cannot be: then the
+/* Threads for the run's parallel loops: bf_blas_threads() (the thread
+** setting, bf_blas_set_threads), at most BF_POOL_MAX_THREADS. */
+static int run_threads(void) {
+  int n = bf_blas_threads();
+  return n < 1 ? 1 : n > BF_POOL_MAX_THREADS ? BF_POOL_MAX_THREADS : n;
+}
+
+/* The run's thread pool, made on first use (NULL if it cannot be: then the
 ** caller does all the work). */
 static bf_pool *run_pool(bf_run *r) {
   if (!r->pool) r->pool = bf_pool_new();
@@ -336,7 +313,7 @@ static bf_pool *run_pool(bf_run *r) {
 ** stores it: [out,in]): the AVX-512 kernels of gemm.c, or OpenBLAS on CPUs
 ** without AVX-512 (or if the kernels' panel buffers cannot be allocated). */
 static void matmul_n(bf_run *r, const float *x, int T, int in, int nout, const gemm_out *o) {
-  if (gemm_xwt(run_pool(r), bf_blas_threads(), x, T, in, nout, o) == GEMM_OK) return;
+  if (gemm_xwt(run_pool(r), &r->gemm, run_threads(), x, T, in, nout, o) == GEMM_OK) return;
   for (int i = 0; i < nout; i++)
     bf_sgemm(0, 1, T, o[i].n, in, 1.0f, x, in, o[i].w, in, 0.0f, o[i].y, o[i].n);
 }
@@ -364,14 +341,14 @@ static int head_gemm(const float *q, int Lq, const float *k, const float *v, int
     for (int c = 0; c < d; c++) VT[(size_t)c * L + j] = v[(size_t)j * H + c];
   }
   gemm_out s = { S, K, L };
-  if (gemm_xwt(NULL, 1, Q, Lq, d, 1, &s) != GEMM_OK) return 0;
+  if (gemm_xwt(NULL, NULL, 1, Q, Lq, d, 1, &s) != GEMM_OK) return 0;
   for (int i = 0; i < Lq; i++) {
     float *row = S + (size_t)i * L;
     for (int j = 0; j < L; j++) row[j] *= scale;
     softmax(row, L);
   }
   gemm_out o = { C, VT, d };
-  if (gemm_xwt(NULL, 1, S, Lq, L, 1, &o) != GEMM_OK) return 0;
+  if (gemm_xwt(NULL, NULL, 1, S, Lq, L, 1, &o) != GEMM_OK) return 0;
   for (int i = 0; i < Lq; i++) memcpy(ctx + (size_t)i * H, C + (size_t)i * d, d * sizeof(float));
   return 1;
 }
@@ -397,40 +374,39 @@ static void head_plain(const float *q, int Lq, const float *k, const float *v, i
 
 /* Self-attention of every sequence of the batch, one unit of the pool per
 ** (sequence, head): head h reads columns [h*d, (h+1)*d) of q, k, v and writes
-** the same columns of ctx.  Sequence s has len[s] tokens from row off[s] of
-** k and v, and qlen[s] query rows from row qoff[s] of q and ctx (all its
-** tokens, or in the last layer only its masks).  Each thread has its own
+** the same columns of ctx.  The keys and values of a sequence are the rows
+** of all its tokens; its queries (rows of q and ctx) too, or in the last
+** layer (at_masks) the rows of its masks only.  Each thread has its own
 ** scratch. */
 typedef struct att_job {
   bf_run *r;
-  const int *off, *len, *qoff, *qlen;
+  const seq_span *seq;
+  int at_masks;          /* queries: 0 all tokens, 1 the masks only */
   int nh, d, H;
   float scale;
-  size_t per;            /* floats of scratch per thread */
+  size_t per_thread;     /* floats of scratch per thread */
 } att_job;
 
 static void att_unit(void *arg, int u, int tid) {
   att_job *j = arg;
-  int s = u / j->nh, h = u % j->nh, L = j->len[s], Lq = j->qlen[s];
-  size_t o = (size_t)j->off[s] * j->H + (size_t)h * j->d;
-  size_t oq = (size_t)j->qoff[s] * j->H + (size_t)h * j->d;
-  const float *q = (float *)j->r->q.p + oq, *k = (float *)j->r->k.p + o, *v = (float *)j->r->v.p + o;
-  float *ctx = (float *)j->r->ctx.p + oq, *S = (float *)j->r->att.p + (size_t)tid * j->per;
+  const seq_span *sq = &j->seq[u / j->nh];
+  int h = u % j->nh, L = sq->len;
+  int Lq = j->at_masks ? sq->nmask : sq->len, qrow = j->at_masks ? sq->mask : sq->row;
+  size_t o = (size_t)sq->row * j->H + (size_t)h * j->d;
+  size_t oq = (size_t)qrow * j->H + (size_t)h * j->d;
+  const float *q = (float *)j->r->q.p + oq;
+  const float *k = (float *)j->r->k.p + o, *v = (float *)j->r->v.p + o;
+  float *ctx = (float *)j->r->ctx.p + oq;
+  float *S = (float *)j->r->att.p + (size_t)tid * j->per_thread;
   if (!head_gemm(q, Lq, k, v, L, ctx, j->d, j->H, j->scale, S))
     head_plain(q, Lq, k, v, L, ctx, j->d, j->H, j->scale, S);
 }
 
-/* Threads for the run's parallel loops: bf_blas_threads(), at most ATT_THREADS. */
-static int run_threads(void) {
-  int n = bf_blas_threads();
-  return n < 1 ? 1 : n > ATT_THREADS ? ATT_THREADS : n;
-}
-
-static void attention(bf_run *r, const bf_config *c, int nseq, const int *off, const int *len,
-                      const int *qoff, const int *qlen, size_t per) {
-  att_job j = { r, off, len, qoff, qlen, c->num_attention_heads, c->hidden_size / c->num_attention_heads,
-                c->hidden_size, 1.0f / sqrtf((float)(c->hidden_size / c->num_attention_heads)), per };
-  bf_pool_run(run_pool(r), run_threads(), nseq * j.nh, att_unit, &j);
+static void attention(bf_run *r, const bf_config *c, const seq_span *seq, int nseq, int at_masks,
+                      size_t per_thread) {
+  int nh = c->num_attention_heads, d = c->hidden_size / nh;
+  att_job j = { r, seq, at_masks, nh, d, c->hidden_size, 1.0f / sqrtf((float)d), per_thread };
+  bf_pool_run(run_pool(r), run_threads(), nseq * nh, att_unit, &j);
 }
 
 /* Loops over rows, shared by the pool in chunks of rows:
@@ -471,17 +447,20 @@ static void rows_run(bf_run *r, int kind, int T, int n, float *x, float *y, cons
   bf_pool_run(units > 1 ? run_pool(r) : NULL, run_threads(), units, rows_unit, &j);
 }
 
-/* Where the sequences of the batch are: span[0..n) first row, span[n..2n)
-** length, span[2n..3n) first mask (index in mask order), span[3n..4n) masks. */
-typedef struct spans { int n; const int *off, *len, *moff, *mlen; } spans;
+/* Floats of attention scratch one thread needs for sequences of up to L
+** tokens (see head_gemm). */
+static size_t att_floats(const bf_config *c, int L) {
+  return (size_t)L * (L + 4 * (size_t)(c->hidden_size / c->num_attention_heads));
+}
 
-/* One encoder layer over the T tokens of the batch, x[T,H] in place.
-** The last layer (xm != NULL) only needs its output at the M masks, whose
-** rows of x are mrow: keys and values still come from all T tokens, but the
-** queries, attention output and feed-forward run on the M mask rows only,
-** into xm[M,H] (the same numbers as the full layer gives at those rows). */
-static void encoder_layer(bf_run *r, const bf_config *c, const bf_layer *w, const spans *sp,
-                          size_t per, int T, float *xm, const size_t *mrow, int M) {
+/* One encoder layer over the T tokens of the nseq sequences seq (the
+** longest has L tokens), x[T,H] in place.  The last layer (xm != NULL) only
+** needs its output at the M masks, whose rows of x are mrow: keys and values
+** still come from all T tokens, but the queries, attention output and
+** feed-forward run on the M mask rows only, into xm[M,H] (the same numbers
+** as the full layer gives at those rows). */
+static void encoder_layer(bf_run *r, const bf_config *c, const bf_layer *w, const seq_span *seq,
+                          int nseq, int L, int T, float *xm, const size_t *mrow, int M) {
   int H = c->hidden_size, I = c->intermediate_size;
   float eps = c->layer_norm_eps;
   float *x = r->x.p, *q = r->q.p, *k = r->k.p, *v = r->v.p;
@@ -502,8 +481,7 @@ static void encoder_layer(bf_run *r, const bf_config *c, const bf_layer *w, cons
   rows_run(r, ROWS_BIAS, R, H, NULL, q, w->q_b, NULL, NULL, 0);
   rows_run(r, ROWS_BIAS, T, H, NULL, k, w->k_b, NULL, NULL, 0);
   rows_run(r, ROWS_BIAS, T, H, NULL, v, w->v_b, NULL, NULL, 0);
-  if (!xm) attention(r, c, sp->n, sp->off, sp->len, sp->off, sp->len, per);
-  else     attention(r, c, sp->n, sp->off, sp->len, sp->moff, sp->mlen, per);
+  attention(r, c, seq, nseq, xm != NULL, att_floats(c, L));
 
   matmul(r, tmp, ctx, w->ao_w, R, H, H);
   rows_run(r, ROWS_RESLN, R, H, x, tmp, w->ao_b, w->aln_g, w->aln_b, eps);
@@ -517,20 +495,20 @@ static void encoder_layer(bf_run *r, const bf_config *c, const bf_layer *w, cons
 /* ----------------------------------------------------------------- top-k */
 
 /* A candidate under selection: better = higher logit, then lower id. */
-typedef struct hent { float logit; int32_t id; } hent;
+typedef struct topk_entry { float logit; int32_t id; } topk_entry;
 
-static int worse(hent a, hent b) {
+static int worse(topk_entry a, topk_entry b) {
   return a.logit < b.logit || (a.logit == b.logit && a.id > b.id);
 }
 
 /* Min-heap on "worse": h[0] is the worst of the k kept so far. */
-static void sift_down(hent *h, int n, int i) {
+static void sift_down(topk_entry *h, int n, int i) {
   for (;;) {
     int l = 2 * i + 1, rr = l + 1, m = i;
     if (l < n && worse(h[l], h[m])) m = l;
     if (rr < n && worse(h[rr], h[m])) m = rr;
     if (m == i) return;
-    hent t = h[i]; h[i] = h[m]; h[m] = t;
+    topk_entry t = h[i]; h[i] = h[m]; h[m] = t;
     i = m;
   }
 }
@@ -543,7 +521,7 @@ static int cand_cmp(const void *pa, const void *pb) {
 
 /* Softmax over one row of V logits and the k most probable tokens, sorted.
 ** Returns 0, or -1 if a logit is NaN or infinite. */
-static int topk_row(const float *logits, int V, int k, hent *h, bf_cand *out) {
+static int topk_row(const float *logits, int V, int k, topk_entry *h, bf_cand *out) {
   float mx;
   if (!max_finite(logits, V, &mx)) return -1;
   double sum = exp_sum(NULL, logits, V, mx);
@@ -551,7 +529,7 @@ static int topk_row(const float *logits, int V, int k, hent *h, bf_cand *out) {
   /* The k best by a size-k min-heap: O(V log k), never a sort of V. */
   int n = 0;
   for (int i = 0; i < V; i++) {
-    hent e = { logits[i], i };
+    topk_entry e = { logits[i], i };
     if (n < k) {
       h[n++] = e;
       if (n == k) for (int j = k / 2 - 1; j >= 0; j--) sift_down(h, k, j);
@@ -577,9 +555,10 @@ bf_run *bf_run_new(void) {
 void bf_run_free(bf_run *r) {
   if (!r) return;
   buf *all[] = { &r->x, &r->q, &r->k, &r->v, &r->ctx, &r->tmp, &r->ffn, &r->att,
-                 &r->span, &r->xm, &r->mrow, &r->hm, &r->logits, &r->heap };
+                 &r->seq, &r->xm, &r->mrow, &r->hm, &r->logits, &r->heap };
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]->p);
   bf_pool_free(r->pool);
+  gemm_scratch_free(&r->gemm);
   free(r);
 }
 
@@ -592,90 +571,120 @@ const bf_timings *bf_run_timings(const bf_run *r) {
   return r ? &r->t : &none;
 }
 
-int bf_fill(const bf_model *m, bf_run *r, int nseq, const bf_tokens *seqs,
-            int k, bf_cand *out, char *err, size_t errlen) {
-  if (err && errlen > 0) err[0] = 0;
-  if (!m || !r) return fail(err, errlen, BF_ERR_INPUT, "bf_fill: no model or no run");
-  memset(&r->t, 0, sizeof r->t);
-  const bf_config *c = &m->cfg;
-  int H = c->hidden_size, I = c->intermediate_size, V = c->vocab_size;
-  int P = c->max_position_embeddings;
-  float eps = c->layer_norm_eps;
+/* The part of a bf_fill batch that runs: the sequences that have masks. */
+typedef struct batch {
+  size_t T, M;      /* their tokens and masks */
+  int nrun;         /* how many they are */
+  int longest;      /* tokens of the longest */
+  int32_t mask_id;
+} batch;
 
-  /* ---- check everything from outside before touching any memory ---- */
-  if (nseq < 0 || (nseq > 0 && !seqs))
-    return fail(err, errlen, BF_ERR_INPUT, "bf_fill: bad sequence list (nseq = %d)", nseq);
-  if (k < 1 || k > BF_MAX_K || k > V)
-    return fail(err, errlen, BF_ERR_INPUT,
-                "k must be between 1 and %d (the vocabulary size or %d, whichever is smaller); got %d",
-                V < BF_MAX_K ? V : BF_MAX_K, BF_MAX_K, k);
-  if (c->num_attention_heads < 1 || H % c->num_attention_heads != 0)
-    return fail(err, errlen, BF_ERR_MODEL, "hidden_size %d is not a multiple of num_attention_heads %d",
-                H, c->num_attention_heads);
-  int32_t mask_id = bf_tokenizer_mask_id(m->tok);
-  size_t T = 0, M = 0;
-  int nrun = 0;
+/* Step 1: check everything from outside before touching any memory, and
+** measure the batch into b.  BF_OK (also when there is no mask: b->M == 0,
+** nothing to run) or an error code with err set. */
+static int check_inputs(const bf_model *m, int nseq, const bf_tokens *seqs, int k,
+                        const bf_cand *out, batch *b, char *err, size_t errlen) {
+  const bf_config *c = &m->cfg;
+  int H = c->hidden_size, V = c->vocab_size, P = c->max_position_embeddings;
+  if (nseq < 0 || (nseq > 0 && !seqs)) {
+    bf_errf(err, errlen, "bf_fill: bad sequence list (nseq = %d)", nseq);
+    return BF_ERR_INPUT;
+  }
+  if (k < 1 || k > BF_MAX_K || k > V) {
+    bf_errf(err, errlen,
+            "k must be between 1 and %d (the vocabulary size or %d, whichever is smaller); got %d",
+            V < BF_MAX_K ? V : BF_MAX_K, BF_MAX_K, k);
+    return BF_ERR_INPUT;
+  }
+  if (c->num_attention_heads < 1 || H % c->num_attention_heads != 0) {
+    bf_errf(err, errlen, "hidden_size %d is not a multiple of num_attention_heads %d", H,
+            c->num_attention_heads);
+    return BF_ERR_MODEL;
+  }
+  memset(b, 0, sizeof *b);
+  b->mask_id = bf_tokenizer_mask_id(m->tok);
   for (int s = 0; s < nseq; s++) {
     const bf_tokens *t = &seqs[s];
-    if (t->n > P)
-      return fail(err, errlen, BF_ERR_TOOLONG,
-                  "input is %d tokens long; this model accepts at most %d (max_position_embeddings)",
-                  t->n, P);
-    if (t->n < 1 || !t->ids)
-      return fail(err, errlen, BF_ERR_INPUT, "sequence %d is empty (%d tokens)", s, t->n);
+    if (t->n > P) {
+      bf_errf(err, errlen,
+              "input is %d tokens long; this model accepts at most %d (max_position_embeddings)",
+              t->n, P);
+      return BF_ERR_TOOLONG;
+    }
+    if (t->n < 1 || !t->ids) {
+      bf_errf(err, errlen, "sequence %d is empty (%d tokens)", s, t->n);
+      return BF_ERR_INPUT;
+    }
     int nm = 0;
     for (int i = 0; i < t->n; i++) {
-      if (t->ids[i] < 0 || t->ids[i] >= V)
-        return fail(err, errlen, BF_ERR_INPUT,
-                    "token id %ld at position %d of sequence %d is out of range (the vocabulary has %d entries)",
-                    (long)t->ids[i], i, s, V);
-      nm += t->ids[i] == mask_id;
+      if (t->ids[i] < 0 || t->ids[i] >= V) {
+        bf_errf(err, errlen,
+                "token id %ld at position %d of sequence %d is out of range "
+                "(the vocabulary has %d entries)",
+                (long)t->ids[i], i, s, V);
+        return BF_ERR_INPUT;
+      }
+      nm += t->ids[i] == b->mask_id;
     }
-    if (nm != t->n_masks)
-      return fail(err, errlen, BF_ERR_INPUT,
-                  "sequence %d says it has %d [MASK] tokens but its ids hold %d", s, t->n_masks, nm);
-    if (nm > 0) { T += t->n; M += nm; nrun++; }
+    if (nm != t->n_masks) {
+      bf_errf(err, errlen, "sequence %d says it has %d [MASK] tokens but its ids hold %d", s,
+              t->n_masks, nm);
+      return BF_ERR_INPUT;
+    }
+    if (nm > 0) {
+      b->T += t->n;
+      b->M += nm;
+      b->nrun++;
+      if (t->n > b->longest) b->longest = t->n;
+    }
   }
-  if (M == 0) return BF_OK;  /* nothing to fill: nothing to run */
+  if (b->M == 0) return BF_OK;
   /* weights changed on disk since loading: other weights or SIGBUS ahead */
-  int rc_model = bf_model_check(m, err, errlen);
-  if (rc_model != BF_OK) return rc_model;
-  if (!out) return fail(err, errlen, BF_ERR_INPUT, "bf_fill: no output array");
-  if (T > INT_MAX / 4)
-    return fail(err, errlen, BF_ERR_NOMEM, "a batch of %zu tokens is too large; split it", T);
+  int rc = bf_model_check(m, err, errlen);
+  if (rc != BF_OK) return rc;
+  if (!out) {
+    bf_errf(err, errlen, "bf_fill: no output array");
+    return BF_ERR_INPUT;
+  }
+  if (b->T > INT_MAX / 4) {
+    bf_errf(err, errlen, "a batch of %zu tokens is too large; split it", b->T);
+    return BF_ERR_NOMEM;
+  }
+  return BF_OK;
+}
 
-  /* ---- scratch memory ---- */
-  int Lmax = 0;
-  for (int s = 0; s < nseq; s++) if (seqs[s].n_masks > 0 && seqs[s].n > Lmax) Lmax = seqs[s].n;
-  size_t Mc = M < HEAD_CHUNK ? M : HEAD_CHUNK;
-  size_t att_per = (size_t)Lmax * (Lmax + 4 * (size_t)(H / c->num_attention_heads));  /* see head_gemm */
-  if (!need(&r->x, T * H, sizeof(float)) || !need(&r->q, T * H, sizeof(float)) ||
-      !need(&r->k, T * H, sizeof(float)) || !need(&r->v, T * H, sizeof(float)) ||
-      !need(&r->ctx, T * H, sizeof(float)) || !need(&r->tmp, T * H, sizeof(float)) ||
-      !need(&r->ffn, T * I, sizeof(float)) ||
-      !need(&r->att, (size_t)run_threads() * att_per, sizeof(float)) ||
-      !need(&r->span, 4 * (size_t)nrun, sizeof(int)) ||
-      !need(&r->xm, M * H, sizeof(float)) || !need(&r->mrow, M, sizeof(size_t)) ||
-      !need(&r->hm, Mc * H, sizeof(float)) ||
-      !need(&r->logits, Mc * V, sizeof(float)) || !need(&r->heap, k, sizeof(hent)))
-    return fail(err, errlen, BF_ERR_NOMEM,
-                "out of memory for the scratch buffers of %zu tokens in %d sequences", T, nrun);
-  r->t.tokens = (int)T; r->t.masks = (int)M; r->t.seqs = nrun;
+/* Step 2: the scratch buffers for batch b and k candidates.  0 when out of
+** memory. */
+static int reserve_scratch(bf_run *r, const bf_config *c, const batch *b, int k) {
+  size_t T = b->T, M = b->M, H = (size_t)c->hidden_size, I = (size_t)c->intermediate_size;
+  size_t V = (size_t)c->vocab_size, Mc = M < HEAD_CHUNK ? M : HEAD_CHUNK;
+  return buf_reserve(&r->x, T * H, sizeof(float)) && buf_reserve(&r->q, T * H, sizeof(float)) &&
+         buf_reserve(&r->k, T * H, sizeof(float)) && buf_reserve(&r->v, T * H, sizeof(float)) &&
+         buf_reserve(&r->ctx, T * H, sizeof(float)) &&
+         buf_reserve(&r->tmp, T * H, sizeof(float)) &&
+         buf_reserve(&r->ffn, T * I, sizeof(float)) &&
+         buf_reserve(&r->att, (size_t)run_threads() * att_floats(c, b->longest), sizeof(float)) &&
+         buf_reserve(&r->seq, (size_t)b->nrun, sizeof(seq_span)) &&
+         buf_reserve(&r->xm, M * H, sizeof(float)) &&
+         buf_reserve(&r->mrow, M, sizeof(size_t)) && buf_reserve(&r->hm, Mc * H, sizeof(float)) &&
+         buf_reserve(&r->logits, Mc * V, sizeof(float)) &&
+         buf_reserve(&r->heap, (size_t)k, sizeof(topk_entry));
+}
 
-  /* ---- embeddings ---- */
-  uint64_t t0 = now_ns();
-  int *span = r->span.p;
+/* Step 3: the embeddings of the sequences that have masks, one after the
+** other, into x; where each of them lies (r->seq) and the row of x of each
+** mask (r->mrow). */
+static void embed(bf_run *r, const bf_model *m, int nseq, const bf_tokens *seqs, const batch *b) {
+  int H = m->cfg.hidden_size;
+  float eps = m->cfg.layer_norm_eps;
+  seq_span *seq = r->seq.p;
   size_t *mrow = r->mrow.p;
   float *x = r->x.p;
   size_t row = 0, mi = 0;
   for (int s = 0, j = 0; s < nseq; s++) {
     const bf_tokens *t = &seqs[s];
     if (t->n_masks == 0) continue;
-    span[j] = (int)row;                 /* first row */
-    span[nrun + j] = t->n;              /* length */
-    span[2 * nrun + j] = (int)mi;       /* first mask */
-    span[3 * nrun + j] = t->n_masks;    /* masks */
-    j++;
+    seq[j++] = (seq_span){ .row = (int)row, .len = t->n, .mask = (int)mi, .nmask = t->n_masks };
     for (int p = 0; p < t->n; p++, row++) {
       float *xr = x + row * H;
       const float *we = m->word_emb + (size_t)t->ids[p] * H;
@@ -685,43 +694,89 @@ int bf_fill(const bf_model *m, bf_run *r, int nseq, const bf_tokens *seqs,
       add(xr, te, NULL, H);
       add(xr, pe, NULL, H);
       layernorm(xr, m->emb_ln_g, m->emb_ln_b, H, eps);
-      if (t->ids[p] == mask_id) mrow[mi++] = row;
+      if (t->ids[p] == b->mask_id) mrow[mi++] = row;
     }
   }
-  uint64_t t1 = now_ns();
-  r->t.embed_ns = t1 - t0;
+}
 
-  /* ---- encoder ---- */
-  spans sp = { nrun, span, span + nrun, span + 2 * nrun, span + 3 * nrun };
-  float *xm = r->xm.p;
-  int nl = c->num_hidden_layers;
+/* Step 4: the encoder layers over x; the output of the last one at the
+** masks goes to xm[M,H]. */
+static void encode(bf_run *r, const bf_model *m, const batch *b) {
+  const bf_config *c = &m->cfg;
+  int H = c->hidden_size, nl = c->num_hidden_layers;
+  const size_t *mrow = r->mrow.p;
+  float *x = r->x.p, *xm = r->xm.p;
   for (int l = 0; l < nl; l++)
-    encoder_layer(r, c, &m->layers[l], &sp, att_per, (int)T, l == nl - 1 ? xm : NULL, mrow, (int)M);
+    encoder_layer(r, c, &m->layers[l], r->seq.p, b->nrun, b->longest, (int)b->T,
+                  l == nl - 1 ? xm : NULL, mrow, (int)b->M);
   if (nl == 0)
-    for (size_t i = 0; i < M; i++) memcpy(xm + i * H, x + mrow[i] * H, H * sizeof(float));
-  uint64_t t2 = now_ns();
-  r->t.encode_ns = t2 - t1;
+    for (size_t i = 0; i < b->M; i++) memcpy(xm + i * H, x + mrow[i] * H, H * sizeof(float));
+}
 
-  /* ---- MLM head at the masks, HEAD_CHUNK masks at a time ---- */
-  for (size_t m0 = 0; m0 < M; m0 += Mc) {
-    uint64_t ta = now_ns();
-    int n = (int)(M - m0 < Mc ? M - m0 : Mc);
-    float *hm = r->hm.p, *logits = r->logits.p;
-    matmul(r, hm, xm + m0 * H, m->head_w, n, H, H);  /* the masks' rows of xm are contiguous */
-    add_bias_gelu(hm, m->head_b, n, H);
-    for (int i = 0; i < n; i++) {
-      float *hr = hm + (size_t)i * H;
-      layernorm(hr, m->head_ln_g, m->head_ln_b, H, eps);
+/* Step 5: the MLM head at n masks (rows xm[n,H], contiguous):
+** logits[n,V] = LayerNorm(gelu(xm Wh^T + bh)) Wdec^T + bdec. */
+static void mlm_head(bf_run *r, const bf_model *m, const float *xm, int n) {
+  int H = m->cfg.hidden_size, V = m->cfg.vocab_size;
+  float *hm = r->hm.p, *logits = r->logits.p;
+  matmul(r, hm, xm, m->head_w, n, H, H);
+  add_bias_gelu(hm, m->head_b, n, H);
+  for (int i = 0; i < n; i++) {
+    float *hr = hm + (size_t)i * H;
+    layernorm(hr, m->head_ln_g, m->head_ln_b, H, m->cfg.layer_norm_eps);
+  }
+  matmul(r, logits, hm, m->dec_w, n, V, H);
+  add_bias(logits, m->dec_b, n, V);
+}
+
+/* Step 6: softmax and the k most probable tokens of each of the n rows of
+** logits, into out[n,k].  BF_OK, or BF_ERR_MODEL with err set. */
+static int topk_rows(bf_run *r, int V, int n, int k, bf_cand *out, char *err, size_t errlen) {
+  const float *logits = r->logits.p;
+  for (int i = 0; i < n; i++)
+    if (topk_row(logits + (size_t)i * V, V, k, r->heap.p, out + (size_t)i * k) != 0) {
+      bf_errf(err, errlen, "the model produced NaN/Inf (corrupt weights?)");
+      return BF_ERR_MODEL;
     }
-    matmul(r, logits, hm, m->dec_w, n, V, H);
-    add_bias(logits, m->dec_b, n, V);
-    uint64_t tb = now_ns();
-    r->t.head_ns += tb - ta;
+  return BF_OK;
+}
 
-    for (int i = 0; i < n; i++)
-      if (topk_row(logits + (size_t)i * V, V, k, r->heap.p, out + (m0 + i) * k) != 0)
-        return fail(err, errlen, BF_ERR_MODEL, "the model produced NaN/Inf (corrupt weights?)");
-    r->t.topk_ns += now_ns() - tb;
+int bf_fill(const bf_model *m, bf_run *r, int nseq, const bf_tokens *seqs,
+            int k, bf_cand *out, char *err, size_t errlen) {
+  if (err && errlen > 0) err[0] = 0;
+  if (!m || !r) {
+    bf_errf(err, errlen, "bf_fill: no model or no run");
+    return BF_ERR_INPUT;
+  }
+  memset(&r->t, 0, sizeof r->t);
+  batch b;
+  int rc = check_inputs(m, nseq, seqs, k, out, &b, err, errlen);
+  if (rc != BF_OK || b.M == 0) return rc;  /* an error, or no mask: nothing to run */
+  if (!reserve_scratch(r, &m->cfg, &b, k)) {
+    bf_errf(err, errlen, "out of memory for the scratch buffers of %zu tokens in %d sequences",
+            b.T, b.nrun);
+    return BF_ERR_NOMEM;
+  }
+  r->t.tokens = (int)b.T; r->t.masks = (int)b.M; r->t.seqs = b.nrun;
+
+  uint64_t t0 = bf_now_ns();
+  embed(r, m, nseq, seqs, &b);
+  uint64_t t1 = bf_now_ns();
+  r->t.embed_ns = t1 - t0;
+  encode(r, m, &b);
+  r->t.encode_ns = bf_now_ns() - t1;
+
+  /* the head and the top k, HEAD_CHUNK masks at a time */
+  int H = m->cfg.hidden_size, V = m->cfg.vocab_size;
+  const float *xm = r->xm.p;
+  for (size_t m0 = 0; m0 < b.M; m0 += HEAD_CHUNK) {
+    int n = b.M - m0 < HEAD_CHUNK ? (int)(b.M - m0) : HEAD_CHUNK;
+    uint64_t ta = bf_now_ns();
+    mlm_head(r, m, xm + m0 * H, n);
+    uint64_t tb = bf_now_ns();
+    r->t.head_ns += tb - ta;
+    rc = topk_rows(r, V, n, k, out + m0 * k, err, errlen);
+    if (rc != BF_OK) return rc;
+    r->t.topk_ns += bf_now_ns() - tb;
   }
   return BF_OK;
 }

@@ -1,6 +1,6 @@
 /*
-** gemm.c — y = x W^T with AVX-512, and the thread pool that runs it.
-** See gemm.h for what is computed and when each kernel is used.
+** gemm.c — y = x W^T with AVX-512 (the threads that share a job are
+** pool.c's).  See gemm.h for what is computed and when each kernel is used.
 **
 ** Dot kernel (rows of x <= GEMM_DOT_MAX_T): a tile of 3 rows of W x 8 tokens
 ** keeps 24 accumulators of 16 lanes; sums run over K and are reduced at the
@@ -17,174 +17,38 @@
 ** Float accumulation in a fixed order per output element (any order is as
 ** exact as a BLAS; results do not depend on the number of threads).
 */
-#include <pthread.h>
-#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
 
+#include "avx512.h"
 #include "gemm.h"
+#include "util.h"
 
-#define MAX_THREADS 16
-
-/* ------------------------------------------------------------ the pool */
-
-typedef struct helper_arg { struct bf_pool *p; int tid; unsigned seen; } helper_arg;
-
-struct bf_pool {
-  int n;                          /* helper threads started (the caller is one more) */
-  pthread_t th[MAX_THREADS];
-  helper_arg args[MAX_THREADS];
-  pthread_mutex_t mu;
-  pthread_cond_t cv;
-  atomic_uint gen;                /* bumped once per job */
-  atomic_int pending;             /* helpers still on the current job */
-  atomic_int quit;
-  pid_t pid;                      /* process that started the helpers */
-  /* the current job */
-  int nt;                         /* threads taking part, caller included */
-  int nunits;
-  atomic_int next;                /* next unit to take */
-  bf_unit_fn fn;
-  void *arg;
-  /* panel buffers of the GEMM, one per thread (tid) */
-  float *wp[MAX_THREADS + 1];
-  size_t wp_cap[MAX_THREADS + 1];  /* floats */
-  struct xwt_part *part;          /* the GEMM's units of work (gemm_xwt) */
-  size_t part_cap;
-};
-
-static uint64_t now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-static inline void cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#endif
-}
-
-static void take_units(bf_pool *p, int tid) {
-  int u;
-  while ((u = atomic_fetch_add_explicit(&p->next, 1, memory_order_relaxed)) < p->nunits)
-    p->fn(p->arg, u, tid);
-}
-
-/* A helper spins briefly for the next job (the products of a forward pass
-** come every few tens of microseconds), yielding the core now and then in
-** case the caller needs it, then sleeps on the condition variable. */
-#define SPIN_NS 500000
-
-static void *helper_main(void *arg) {
-  helper_arg *a = arg;
-  bf_pool *p = a->p;
-  unsigned seen = a->seen;
-  for (;;) {
-    uint64_t t0 = now_ns();
-    for (int spins = 1; atomic_load(&p->gen) == seen && !atomic_load(&p->quit); spins++) {
-      cpu_relax();
-      if (spins % 64 == 0) sched_yield();
-      if (spins % 64 == 0 && now_ns() - t0 > SPIN_NS) {
-        pthread_mutex_lock(&p->mu);
-        while (atomic_load(&p->gen) == seen && !atomic_load(&p->quit)) pthread_cond_wait(&p->cv, &p->mu);
-        pthread_mutex_unlock(&p->mu);
-      }
-    }
-    if (atomic_load(&p->quit)) return NULL;
-    seen = atomic_load(&p->gen);
-    if (a->tid < p->nt) take_units(p, a->tid);
-    atomic_fetch_sub(&p->pending, 1);
-  }
-}
-
-bf_pool *bf_pool_new(void) {
-  bf_pool *p = calloc(1, sizeof *p);
-  if (!p) return NULL;
-  if (pthread_mutex_init(&p->mu, NULL) != 0) { free(p); return NULL; }
-  if (pthread_cond_init(&p->cv, NULL) != 0) { pthread_mutex_destroy(&p->mu); free(p); return NULL; }
-  p->pid = getpid();
-  return p;
-}
-
-void bf_pool_free(bf_pool *p) {
-  if (!p) return;
-  if (p->pid == getpid()) {  /* after fork() the helpers are the parent's: leave them */
-    pthread_mutex_lock(&p->mu);
-    atomic_store(&p->quit, 1);
-    pthread_cond_broadcast(&p->cv);
-    pthread_mutex_unlock(&p->mu);
-    for (int i = 0; i < p->n; i++) pthread_join(p->th[i], NULL);
-    pthread_cond_destroy(&p->cv);
-    pthread_mutex_destroy(&p->mu);
-  }
-  for (int i = 0; i <= MAX_THREADS; i++) free(p->wp[i]);
-  free(p->part);
-  free(p);
-}
-
-/* Threads (caller included) that can take part: starts helpers up to want-1. */
-static int pool_grow(bf_pool *p, int want) {
-  if (want > MAX_THREADS) want = MAX_THREADS;
-  if (want <= 1 || !p || p->pid != getpid()) return 1;  /* a child after fork(): no helpers */
-  while (p->n < want - 1) {
-    helper_arg *a = &p->args[p->n];
-    a->p = p; a->tid = p->n + 1; a->seen = atomic_load(&p->gen);
-    if (pthread_create(&p->th[p->n], NULL, helper_main, a) != 0) break;
-    p->n++;
-  }
-  return p->n + 1 < want ? p->n + 1 : want;
-}
-
-void bf_pool_run(bf_pool *p, int nthreads, int nunits, bf_unit_fn fn, void *arg) {
-  if (nunits <= 0) return;
-  if (nthreads > nunits) nthreads = nunits;
-  int nt = pool_grow(p, nthreads);
-  if (nt <= 1) {
-    for (int u = 0; u < nunits; u++) fn(arg, u, 0);
-    return;
-  }
-  p->nt = nt; p->nunits = nunits; p->fn = fn; p->arg = arg;
-  atomic_store(&p->next, 0);
-  atomic_store(&p->pending, p->n);
-  pthread_mutex_lock(&p->mu);
-  atomic_fetch_add(&p->gen, 1);
-  pthread_cond_broadcast(&p->cv);
-  pthread_mutex_unlock(&p->mu);
-  take_units(p, 0);
-  for (int spins = 1; atomic_load(&p->pending) > 0; spins++) {
-    cpu_relax();
-    if (spins % 64 == 0) sched_yield();  /* a helper may be waiting for this core */
-  }
+void gemm_scratch_free(gemm_scratch *s) {
+  if (!s) return;
+  for (int i = 0; i < BF_POOL_MAX_THREADS; i++) free(s->panel[i]);
+  free(s->units);
+  memset(s, 0, sizeof *s);
 }
 
 /* ------------------------------------------------------------ kernels */
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(BF_NO_AVX512)
-#include <immintrin.h>
-#define AVX512 __attribute__((target("avx512f,fma")))
+#ifdef BF_HAVE_AVX512
 #define INLINE static inline __attribute__((always_inline))
 
 int gemm_have_avx512(void) {
   static atomic_int known = -1;
   int v = atomic_load(&known);
   if (v < 0) {
-    const char *off = getenv("BERTFILL_NO_AVX512");  /* force the portable path (tests, debugging) */
+    int off = bf_env_flag("BERTFILL_NO_AVX512", 0);  /* the portable path (tests, debugging) */
     __builtin_cpu_init();
     v = __builtin_cpu_supports("avx512f") ? 1 : 0;  /* also checks the OS saves zmm state */
-    if (off && *off && strcmp(off, "0") != 0) v = 0;
+    if (off) v = 0;
     atomic_store(&known, v);
   }
   return v;
-}
-
-/* Lanes i < n of a 16-wide chunk. */
-INLINE __mmask16 tail16(int n) {
-  return n >= 16 ? (__mmask16)0xFFFF : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1);
 }
 
 /* ---- dot kernel ---- */
@@ -362,39 +226,39 @@ AVX512 static void panel_strip(float *Wp, float *y, const float *x, const float 
 /* ---- one job: nout products of the same x, split into units of work ---- */
 
 /* A unit of work: columns [c0, c1) of output o, rows [t0, t1) of x. */
-typedef struct xwt_part { int o, c0, c1, t0, t1; } xwt_part;
+typedef struct gemm_unit { int o, c0, c1, t0, t1; } gemm_unit;
 
-typedef struct xwt_job {
-  bf_pool *p;
+typedef struct gemm_job {
+  gemm_scratch *s;          /* panel[tid]: the panel buffer of each thread */
   const float *x;
   int T, K, nout, nt;
   int panel;                /* 1: panel kernel, 0: dot kernel */
   gemm_out out[GEMM_MAX_OUT];
-  const xwt_part *part;     /* the units */
-  int nparts;
-} xwt_job;
+  const gemm_unit *units;
+  int nunits;
+} gemm_job;
 
-AVX512 static void xwt_unit(void *arg, int u, int tid) {
-  xwt_job *j = arg;
-  const xwt_part *w = &j->part[u];
+AVX512 static void run_unit(void *arg, int u, int tid) {
+  gemm_job *j = arg;
+  const gemm_unit *w = &j->units[u];
   const gemm_out *g = &j->out[w->o];
   const float *x = j->x + (size_t)w->t0 * j->K;
   float *y = g->y + (size_t)w->t0 * g->n;
   int T = w->t1 - w->t0;
   if (j->panel) {
-    float *wp = j->p->wp[tid];
+    float *wp = j->s->panel[tid];
     /* meanwhile prefetch the strip this thread most likely takes next: the
     ** unit after the ones the other threads are taking now */
     int next = g->n, v = u + j->nt;
-    if (v < j->nparts && j->part[v].o == w->o && j->part[v].c0 > w->c0) next = j->part[v].c0;
+    if (v < j->nunits && j->units[v].o == w->o && j->units[v].c0 > w->c0) next = j->units[v].c0;
     panel_strip(wp, y, x, g->w, T, g->n, j->K, w->c0, w->c1 - w->c0, next);
   } else {
     dot_cols(y, x, g->w, T, g->n, j->K, w->c0, w->c1);
   }
 }
 
-/* The units of a job, in the order they are taken, into part (at most
-** max_parts; returns how many, or -1 if more were needed).  The threads take
+/* The units of a job, in the order they are taken, into units (at most
+** max_units; returns how many, or -1 if more were needed).  The threads take
 ** them dynamically, so that the last unit of each thread ends at nearly the
 ** same time they shrink towards the end:
 **   - dot kernel: runs of columns, each a 1/(2 nt) share of what is left (at
@@ -402,7 +266,7 @@ AVX512 static void xwt_unit(void *arg, int u, int tid) {
 **   - panel kernel: one strip of PANEL columns each, but the last nt strips
 **     of the job are cut into two halves of the rows (each half packs the
 **     strip again, which costs far less than a thread waiting). */
-static int plan_units(xwt_part *part, int max_parts, const gemm_out *out, int nout,
+static int plan_units(gemm_unit *units, int max_units, const gemm_out *out, int nout,
                       int T, int panel, int nt) {
   int n = 0;
   if (panel) {
@@ -416,13 +280,13 @@ static int plan_units(xwt_part *part, int max_parts, const gemm_out *out, int no
       for (int c0 = 0; c0 < out[o].n; c0 += PANEL, s++) {
         int c1 = c0 + PANEL < out[o].n ? c0 + PANEL : out[o].n;
         if (s < split_from) {
-          if (n >= max_parts) return -1;
-          part[n++] = (xwt_part){ o, c0, c1, 0, T };
+          if (n >= max_units) return -1;
+          units[n++] = (gemm_unit){ o, c0, c1, 0, T };
         } else {
           int mid = (T / 2 + MR - 1) / MR * MR;  /* a multiple of the register tile */
-          if (n + 2 > max_parts) return -1;
-          part[n++] = (xwt_part){ o, c0, c1, 0, mid };
-          part[n++] = (xwt_part){ o, c0, c1, mid, T };
+          if (n + 2 > max_units) return -1;
+          units[n++] = (gemm_unit){ o, c0, c1, 0, mid };
+          units[n++] = (gemm_unit){ o, c0, c1, mid, T };
         }
       }
     return n;
@@ -435,44 +299,45 @@ static int plan_units(xwt_part *part, int max_parts, const gemm_out *out, int no
       size = (size + TILE_R - 1) / TILE_R * TILE_R;
       if (size < DOT_UNIT) size = DOT_UNIT;
       int c1 = out[o].n - c0 <= size ? out[o].n : c0 + (int)size;
-      if (n >= max_parts) return -1;
-      part[n++] = (xwt_part){ o, c0, c1, 0, T };
+      if (n >= max_units) return -1;
+      units[n++] = (gemm_unit){ o, c0, c1, 0, T };
       done += c1 - c0;
       c0 = c1;
     }
   return n;
 }
 
-int gemm_xwt(bf_pool *p, int nthreads, const float *x, int T, int K, int nout, const gemm_out *out) {
+int gemm_xwt(bf_pool *p, gemm_scratch *s, int nthreads, const float *x, int T, int K,
+             int nout, const gemm_out *out) {
   if (!gemm_have_avx512()) return GEMM_NO_KERNEL;
   if (nout < 1 || nout > GEMM_MAX_OUT || T < 1 || K < 1) return GEMM_NO_KERNEL;
   if (nthreads < 1) nthreads = 1;
-  if (nthreads > MAX_THREADS) nthreads = MAX_THREADS;
+  if (nthreads > BF_POOL_MAX_THREADS) nthreads = BF_POOL_MAX_THREADS;
   long work = 0, cols = 0;
   for (int o = 0; o < nout; o++) { work += (long)out[o].n * K; cols += out[o].n; }
-  if (work < 65536 || !p) nthreads = 1;  /* too little to be worth waking anyone */
+  if (work < 65536 || !p || !s) nthreads = 1;  /* too little to be worth waking anyone */
   int panel = T > GEMM_DOT_MAX_T;
 
-  /* panel buffers: one per thread that may take part (the pool's), or one of
-  ** this call's own without a pool */
-  size_t need = ((size_t)K + 16) * PANEL;  /* floats of one panel */
+  /* panel buffers: one per thread that may take part (kept in s), or one of
+  ** this call's own without s */
+  size_t panel_floats = ((size_t)K + 16) * PANEL;
   float *solo = NULL;
-  if (panel && !p) {
-    solo = aligned_alloc(64, need * sizeof(float));
+  if (panel && !s) {
+    solo = aligned_alloc(64, panel_floats * sizeof(float));
     if (!solo) return GEMM_NOMEM;
   } else if (panel) {
     for (int t = 0; t < nthreads; t++) {
-      if (p->wp_cap[t] >= need) continue;
-      float *b = aligned_alloc(64, need * sizeof(float));
+      if (s->panel_cap[t] >= panel_floats) continue;
+      float *b = aligned_alloc(64, panel_floats * sizeof(float));
       if (!b) return GEMM_NOMEM;
-      free(p->wp[t]);
-      p->wp[t] = b;
-      p->wp_cap[t] = need;
+      free(s->panel[t]);
+      s->panel[t] = b;
+      s->panel_cap[t] = panel_floats;
     }
   }
 
   if (nthreads == 1) {  /* this thread does it all, strip after strip */
-    float *wp = p ? p->wp[0] : solo;
+    float *wp = s ? s->panel[0] : solo;
     for (int o = 0; o < nout; o++) {
       if (!panel) { dot_cols(out[o].y, x, out[o].w, T, out[o].n, K, 0, out[o].n); continue; }
       for (int c0 = 0; c0 < out[o].n; c0 += PANEL) {
@@ -484,31 +349,32 @@ int gemm_xwt(bf_pool *p, int nthreads, const float *x, int T, int K, int nout, c
     return GEMM_OK;
   }
 
-  /* more threads (and so a pool): the units, planned into the pool's table */
+  /* more threads (and so a pool and s): the units, planned into s's table */
   long most = 2 * (cols / (panel ? PANEL : DOT_UNIT) + 2L * nout + nthreads) + 16;
-  if (most > INT32_MAX / (long)sizeof(xwt_part)) return GEMM_NOMEM;
-  if ((size_t)most > p->part_cap) {
-    xwt_part *part = malloc((size_t)most * sizeof *part);
-    if (!part) return GEMM_NOMEM;
-    free(p->part);
-    p->part = part;
-    p->part_cap = (size_t)most;
+  if (most > INT32_MAX / (long)sizeof(gemm_unit)) return GEMM_NOMEM;
+  if ((size_t)most > s->units_cap) {
+    gemm_unit *units = malloc((size_t)most * sizeof *units);
+    if (!units) return GEMM_NOMEM;
+    free(s->units);
+    s->units = units;
+    s->units_cap = (size_t)most;
   }
-  xwt_job j;
+  gemm_job j;
   memset(&j, 0, sizeof j);
-  j.p = p; j.x = x; j.T = T; j.K = K; j.nout = nout; j.nt = nthreads; j.panel = panel;
+  j.s = s; j.x = x; j.T = T; j.K = K; j.nout = nout; j.nt = nthreads; j.panel = panel;
   for (int o = 0; o < nout; o++) j.out[o] = out[o];
-  j.part = p->part;
-  j.nparts = plan_units(p->part, (int)most, out, nout, T, panel, nthreads);
-  if (j.nparts < 0) return GEMM_NOMEM;
-  bf_pool_run(p, nthreads, j.nparts, xwt_unit, &j);
+  j.units = s->units;
+  j.nunits = plan_units(s->units, (int)most, out, nout, T, panel, nthreads);
+  if (j.nunits < 0) return GEMM_NOMEM;
+  bf_pool_run(p, nthreads, j.nunits, run_unit, &j);
   return GEMM_OK;
 }
 
 #else /* no AVX-512 kernels in this build */
 int gemm_have_avx512(void) { return 0; }
-int gemm_xwt(bf_pool *p, int nthreads, const float *x, int T, int K, int nout, const gemm_out *out) {
-  (void)p; (void)nthreads; (void)x; (void)T; (void)K; (void)nout; (void)out;
+int gemm_xwt(bf_pool *p, gemm_scratch *s, int nthreads, const float *x, int T, int K,
+             int nout, const gemm_out *out) {
+  (void)p; (void)s; (void)nthreads; (void)x; (void)T; (void)K; (void)nout; (void)out;
   return GEMM_NO_KERNEL;
 }
 #endif

@@ -7,6 +7,7 @@
 ** and what went wrong.  Recursion depth is limited by JSON_MAX_DEPTH.
 */
 #include "json.h"
+#include "util.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -48,7 +49,7 @@ static void fail_at(parser *ps, const unsigned char *at, const char *fmt, ...) {
 static void fail_oom(parser *ps) {
   if (ps->failed) return;
   ps->failed = 1; ps->oom = 1;
-  if (ps->err && ps->errlen) snprintf(ps->err, ps->errlen, "out of memory while parsing JSON");
+  bf_errf(ps->err, ps->errlen, "out of memory while parsing JSON");
 }
 
 /* Describe the byte at p for error messages. */
@@ -88,24 +89,14 @@ static json_value *new_value(parser *ps, json_type t) {
 /* ---- strings ---- */
 
 /* Length of a valid UTF-8 sequence starting at p (p < end), or 0 if the
-** bytes there are not valid UTF-8 (overlongs, surrogates, > U+10FFFF). */
+** bytes there are not valid UTF-8 (bf_utf8_invalid_at's rule: no overlongs,
+** surrogates or code points beyond U+10FFFF). */
 static int utf8_valid_len(const unsigned char *p, const unsigned char *end) {
   unsigned c = p[0];
   if (c < 0x80) return 1;
-  int n; unsigned lo = 0x80, hi = 0xBF;
-  if (c >= 0xC2 && c <= 0xDF) n = 2;
-  else if (c == 0xE0) { n = 3; lo = 0xA0; }
-  else if (c >= 0xE1 && c <= 0xEC) n = 3;
-  else if (c == 0xED) { n = 3; hi = 0x9F; }
-  else if (c >= 0xEE && c <= 0xEF) n = 3;
-  else if (c == 0xF0) { n = 4; lo = 0x90; }
-  else if (c >= 0xF1 && c <= 0xF3) n = 4;
-  else if (c == 0xF4) { n = 4; hi = 0x8F; }
-  else return 0;
+  int n = c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;  /* the length its lead byte says, if it is one */
   if (end - p < n) return 0;
-  if (p[1] < lo || p[1] > hi) return 0;
-  for (int i = 2; i < n; i++) if (p[i] < 0x80 || p[i] > 0xBF) return 0;
-  return n;
+  return bf_utf8_invalid_at((const char *)p, (size_t)n, NULL, 0) < 0 ? n : 0;
 }
 
 static int hex4(const unsigned char *p, unsigned *out) {
@@ -120,18 +111,6 @@ static int hex4(const unsigned char *p, unsigned *out) {
   }
   *out = v;
   return 1;
-}
-
-static size_t put_utf8(unsigned char *o, unsigned cp) {
-  if (cp < 0x80) { o[0] = (unsigned char)cp; return 1; }
-  if (cp < 0x800) { o[0] = 0xC0 | (cp >> 6); o[1] = 0x80 | (cp & 0x3F); return 2; }
-  if (cp < 0x10000) {
-    o[0] = 0xE0 | (cp >> 12); o[1] = 0x80 | ((cp >> 6) & 0x3F); o[2] = 0x80 | (cp & 0x3F);
-    return 3;
-  }
-  o[0] = 0xF0 | (cp >> 18); o[1] = 0x80 | ((cp >> 12) & 0x3F);
-  o[2] = 0x80 | ((cp >> 6) & 0x3F); o[3] = 0x80 | (cp & 0x3F);
-  return 4;
 }
 
 /* Parse a string at ps->p (which is at the opening quote).  The decoded
@@ -187,7 +166,7 @@ static char *parse_string(parser *ps, size_t *outlen) {
           }
           /* a \uXXXX escape is 6 bytes (12 for a pair) and decodes to at
           ** most 3 (4) bytes, so the buffer cannot overflow */
-          o += put_utf8(o, cp);
+          o += bf_utf8_put(cp, (char *)o);
           break;
         }
         default:
@@ -414,7 +393,7 @@ json_value *json_parse(const char *text, size_t len, char *err, size_t errlen) {
   ps.end = ps.start + len;
   ps.err = err; ps.errlen = errlen;
   if (err && errlen) err[0] = 0;
-  if (!text) { if (err && errlen) snprintf(err, errlen, "no JSON text"); return NULL; }
+  if (!text) { bf_errf(err, errlen, "no JSON text"); return NULL; }
   /* a UTF-8 byte order mark is not JSON (RFC 8259 §8.1: MUST NOT add one) */
   json_value *v = parse_value(&ps);
   if (!v) return NULL;
@@ -434,25 +413,25 @@ int json_read_file(const char *path, unsigned char **out, size_t *len, char *err
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     int e = errno;
-    if (err && errlen) snprintf(err, errlen, "%s: %s", path, strerror(e));
+    bf_errf(err, errlen, "%s: %s", path, strerror(e));
     return e == ENOENT ? 0 : -1;
   }
   struct stat st;
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    if (err && errlen) snprintf(err, errlen, "%s: not a regular file", path);
+    bf_errf(err, errlen, "%s: not a regular file", path);
     close(fd);
     return -1;
   }
   if ((uint64_t)st.st_size > JSON_MAX_FILE) {
-    if (err && errlen) snprintf(err, errlen, "%s: file too large (%lld bytes; limit %u)",
-                                path, (long long)st.st_size, JSON_MAX_FILE);
+    bf_errf(err, errlen, "%s: file too large (%lld bytes; limit %u)", path,
+            (long long)st.st_size, JSON_MAX_FILE);
     close(fd);
     return -1;
   }
   size_t n = (size_t)st.st_size, got = 0;
   unsigned char *buf = malloc(n + 1);
   if (!buf) {
-    if (err && errlen) snprintf(err, errlen, "%s: out of memory", path);
+    bf_errf(err, errlen, "%s: out of memory", path);
     close(fd);
     return -1;
   }
@@ -464,7 +443,7 @@ int json_read_file(const char *path, unsigned char **out, size_t *len, char *err
   }
   close(fd);
   if (got != n) {
-    if (err && errlen) snprintf(err, errlen, "%s: read error", path);
+    bf_errf(err, errlen, "%s: read error", path);
     free(buf);
     return -1;
   }
@@ -473,17 +452,23 @@ int json_read_file(const char *path, unsigned char **out, size_t *len, char *err
   return 1;
 }
 
+json_value *json_parse_file_text(const char *path, const char *text, size_t len, char *err,
+                                 size_t errlen) {
+  char msg[256];
+  json_value *v = json_parse(text, len, msg, sizeof msg);
+  if (!v) {
+    if (len == 0) bf_errf(err, errlen, "%s: empty file (not JSON)", path);
+    else bf_errf(err, errlen, "%s: not valid JSON: %s", path, msg);
+  }
+  return v;
+}
+
 json_value *json_parse_file(const char *path, char *err, size_t errlen) {
   unsigned char *buf;
   size_t n;
   if (json_read_file(path, &buf, &n, err, errlen) != 1) return NULL;
-  char msg[256];
-  json_value *v = json_parse((const char *)buf, n, msg, sizeof msg);
+  json_value *v = json_parse_file_text(path, (const char *)buf, n, err, errlen);
   free(buf);
-  if (!v && err && errlen) {
-    if (n == 0) snprintf(err, errlen, "%s: empty file (not JSON)", path);
-    else snprintf(err, errlen, "%s: not valid JSON: %s", path, msg);
-  }
   return v;
 }
 
@@ -546,18 +531,6 @@ const char *json_key(const json_value *v, size_t i, size_t *len) {
   if (!v || v->type != JSON_OBJECT || i >= v->len) return NULL;
   if (len) *len = v->keylens[i];
   return v->keys[i];
-}
-
-const char *json_type_name(json_type t) {
-  switch (t) {
-    case JSON_NULL: return "null";
-    case JSON_BOOL: return "boolean";
-    case JSON_NUMBER: return "number";
-    case JSON_STRING: return "string";
-    case JSON_ARRAY: return "array";
-    case JSON_OBJECT: return "object";
-  }
-  return "?";
 }
 
 const char *json_type_a(json_type t) {

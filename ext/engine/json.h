@@ -64,6 +64,10 @@ json_value *json_parse(const char *text, size_t len, char *err, size_t errlen);
 /* Read and parse a file; errors start with the path as given
 ** ("dir/config.json: line 1, column 2 (byte 1): ...", "...: No such file"). */
 json_value *json_parse_file(const char *path, char *err, size_t errlen);
+/* Parse the len bytes of text that were read from the file path (when the
+** caller needs the bytes too); errors as json_parse_file's. */
+json_value *json_parse_file_text(const char *path, const char *text, size_t len, char *err,
+                                 size_t errlen);
 /* Read a whole regular file of at most JSON_MAX_FILE bytes into a malloc'ed,
 ** NUL-terminated buffer.  1: read; 0: it does not exist; -1: error.  err is
 ** set (naming the file) for 0 and -1. */
@@ -91,9 +95,7 @@ size_t json_len(const json_value *v);
 const json_value *json_at(const json_value *v, size_t i);
 const char *json_key(const json_value *v, size_t i, size_t *len);
 
-/* "null", "boolean", "number", "string", "array", "object". */
-const char *json_type_name(json_type t);
-/* The same with an article, for messages: "an array", "a string", "null". */
+/* A type with an article, for messages: "an array", "a string", "null". */
 const char *json_type_a(json_type t);
 
 #endif

@@ -31,11 +31,9 @@
 #include "blas.h"
 #include "json.h"
 #include "safetensors.h"
+#include "util.h"
 
 #include <errno.h>
-#include <fcntl.h>
-#include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,27 +43,9 @@
 
 /* ---- small helpers ---- */
 
-static void seterr(char *err, size_t errlen, const char *fmt, ...) {
-  if (!err || !errlen) return;
-  va_list ap; va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-}
-
-static char *path_join(const char *dir, const char *name) {
-  size_t a = strlen(dir), b = strlen(name);
-  int slash = a > 0 && dir[a - 1] != '/';
-  char *p = malloc(a + (size_t)slash + b + 1);
-  if (!p) return NULL;
-  memcpy(p, dir, a);
-  if (slash) p[a] = '/';
-  memcpy(p + a + slash, name, b + 1);
-  return p;
-}
-
 /* 1: exists, 0: does not, -1: out of memory. */
 static int file_exists(const char *dir, const char *name) {
-  char *p = path_join(dir, name);
+  char *p = bf_path_join(dir, name);
   if (!p) return -1;
   struct stat st;
   int ok = stat(p, &st) == 0;
@@ -129,51 +109,55 @@ static int cfg_int(const json_value *cfg, const char *path, const char *key, int
   int rc = json_get_int(cfg, key, &v);
   if (rc == JSON_ABSENT) {
     if (!has_default) {
-      seterr(err, errlen, "%s: missing \"%s\"", path, key);
+      bf_errf(err, errlen, "%s: missing \"%s\"", path, key);
       return -1;
     }
     v = dflt;
   } else if (rc == JSON_WRONG) {
-    seterr(err, errlen, "%s: \"%s\" must be an integer", path, key);
+    bf_errf(err, errlen, "%s: \"%s\" must be an integer", path, key);
     return -1;
   }
   if (v < lo || v > hi) {
-    seterr(err, errlen, "%s: \"%s\" is %lld, outside the supported range %lld..%lld",
-           path, key, (long long)v, (long long)lo, (long long)hi);
+    bf_errf(err, errlen, "%s: \"%s\" is %lld, outside the supported range %lld..%lld",
+            path, key, (long long)v, (long long)lo, (long long)hi);
     return -1;
   }
   *out = (int)v;
   return 0;
 }
 
-static int read_config(const json_value *cfg, const char *path, bf_config *c,
+static int config_from_json(const json_value *cfg, const char *path, bf_config *c,
                        char *err, size_t errlen) {
   if (cfg->type != JSON_OBJECT) {
-    seterr(err, errlen, "%s: expected a JSON object, found %s", path, json_type_a(cfg->type));
+    bf_errf(err, errlen, "%s: expected a JSON object, found %s", path, json_type_a(cfg->type));
     return -1;
   }
   const char *s;
   int rc = json_get_string(cfg, "model_type", &s);
   if (rc == JSON_OK && strcmp(s, "bert") != 0) {
-    seterr(err, errlen, "%s: model_type is \"%.40s\"; bertfill runs BERT models (\"bert\")", path, s);
+    bf_errf(err, errlen, "%s: model_type is \"%.40s\"; bertfill runs BERT models (\"bert\")",
+            path, s);
     return -1;
   }
   rc = json_get_string(cfg, "hidden_act", &s);
-  if (rc == JSON_WRONG) { seterr(err, errlen, "%s: \"hidden_act\" must be a string", path); return -1; }
+  if (rc == JSON_WRONG) {
+    bf_errf(err, errlen, "%s: \"hidden_act\" must be a string", path);
+    return -1;
+  }
   if (rc == JSON_OK && strcmp(s, "gelu") != 0 && strcmp(s, "gelu_python") != 0) {
-    seterr(err, errlen, "%s: hidden_act \"%.40s\" is not supported (only the exact erf GELU: "
-           "\"gelu\")", path, s);
+    bf_errf(err, errlen, "%s: hidden_act \"%.40s\" is not supported (only the exact erf GELU: "
+            "\"gelu\")", path, s);
     return -1;
   }
   rc = json_get_string(cfg, "position_embedding_type", &s);
   if (rc == JSON_OK && strcmp(s, "absolute") != 0) {
-    seterr(err, errlen, "%s: position_embedding_type \"%.40s\" is not supported (only \"absolute\")",
-           path, s);
+    bf_errf(err, errlen,
+            "%s: position_embedding_type \"%.40s\" is not supported (only \"absolute\")", path, s);
     return -1;
   }
   int b;
   if (json_get_bool(cfg, "is_decoder", &b) == JSON_OK && b) {
-    seterr(err, errlen, "%s: is_decoder is true; bertfill needs a bidirectional encoder", path);
+    bf_errf(err, errlen, "%s: is_decoder is true; bertfill needs a bidirectional encoder", path);
     return -1;
   }
   if (cfg_int(cfg, path, "vocab_size", 0, 0, 5, 4000000, &c->vocab_size, err, errlen) ||
@@ -185,15 +169,18 @@ static int read_config(const json_value *cfg, const char *path, bf_config *c,
       cfg_int(cfg, path, "type_vocab_size", 1, 2, 1, 1 << 16, &c->type_vocab_size, err, errlen))
     return -1;
   if (c->hidden_size % c->num_attention_heads != 0) {
-    seterr(err, errlen, "%s: hidden_size %d is not divisible by num_attention_heads %d",
-           path, c->hidden_size, c->num_attention_heads);
+    bf_errf(err, errlen, "%s: hidden_size %d is not divisible by num_attention_heads %d",
+            path, c->hidden_size, c->num_attention_heads);
     return -1;
   }
   double eps = 1e-12;
   rc = json_get_double(cfg, "layer_norm_eps", &eps);
-  if (rc == JSON_WRONG) { seterr(err, errlen, "%s: \"layer_norm_eps\" must be a number", path); return -1; }
+  if (rc == JSON_WRONG) {
+    bf_errf(err, errlen, "%s: \"layer_norm_eps\" must be a number", path);
+    return -1;
+  }
   if (!(eps > 0 && eps < 1) || !((float)eps > 0)) {
-    seterr(err, errlen, "%s: layer_norm_eps %g is outside (0, 1)", path, eps);
+    bf_errf(err, errlen, "%s: layer_norm_eps %g is outside (0, 1)", path, eps);
     return -1;
   }
   c->layer_norm_eps = (float)eps;
@@ -210,6 +197,7 @@ typedef struct loader {
   char *err; size_t errlen;
 } loader;
 
+/* m frees p at release. */
 static int own(bf_model *m, void *p) {
   if (m->n_owned == m->cap_owned) {
     int nc = m->cap_owned ? m->cap_owned * 2 : 16;
@@ -233,8 +221,8 @@ static const float *as_f32(loader *L, const st_tensor *t) {
   if (posix_memalign((void **)&out, 64, bytes) != 0) out = NULL;
   if (!out || own(L->m, out) != 0) {
     free(out);
-    seterr(L->err, L->errlen, "%s: out of memory converting tensor '%s' (%zu values)",
-           L->st.path, t->name, n);
+    bf_errf(L->err, L->errlen, "%s: out of memory converting tensor '%s' (%zu values)",
+            L->st.path, t->name, n);
     return NULL;
   }
   const unsigned char *src = t->data;
@@ -262,21 +250,22 @@ static const float *get_tensor(loader *L, const char *const *names, int n_names,
     size_t o = 0;
     for (int i = 1; i < n_names && o < sizeof also; i++)
       o += (size_t)snprintf(also + o, sizeof also - o, "%s'%s'", i > 1 ? ", " : "", names[i]);
-    seterr(L->err, L->errlen, "%s: missing tensor '%s'%s%s%s%s", L->st.path, names[0],
-           n_names > 1 ? " (also tried " : "", also, n_names > 1 ? ")" : "", hint ? hint : "");
+    bf_errf(L->err, L->errlen, "%s: missing tensor '%s'%s%s%s%s", L->st.path, names[0],
+            n_names > 1 ? " (also tried " : "", also, n_names > 1 ? ")" : "", hint ? hint : "");
     return NULL;
   }
   if (t->dtype != ST_F32 && t->dtype != ST_F16 && t->dtype != ST_BF16) {
-    seterr(L->err, L->errlen, "%s: unsupported dtype %s for tensor '%s' (supported: F32, F16, BF16)",
-           L->st.path, t->dtype_name, t->name);
+    bf_errf(L->err, L->errlen,
+            "%s: unsupported dtype %s for tensor '%s' (supported: F32, F16, BF16)", L->st.path,
+            t->dtype_name, t->name);
     return NULL;
   }
   int64_t want[2] = {d0, d1};
   if (t->ndim != ndim || t->shape[0] != d0 || (ndim == 2 && t->shape[1] != d1)) {
     char has[128], exp[64];
-    seterr(L->err, L->errlen, "%s: tensor '%s' has shape %s, expected %s = %s in config.json",
-           L->st.path, t->name, st_shape_str(t->shape, t->ndim, has, sizeof has),
-           st_shape_str(want, ndim, exp, sizeof exp), what);
+    bf_errf(L->err, L->errlen, "%s: tensor '%s' has shape %s, expected %s = %s in config.json",
+            L->st.path, t->name, st_shape_str(t->shape, t->ndim, has, sizeof has),
+            st_shape_str(want, ndim, exp, sizeof exp), what);
     return NULL;
   }
   return as_f32(L, t);
@@ -315,6 +304,8 @@ static const char *NO_HEAD_HINT =
     "; is this a BertModel checkpoint without the masked-LM head? bertfill needs "
     "BertForMaskedLM weights (cls.predictions.*)";
 
+/* Step 6: every tensor the forward pass uses, found, checked against
+** config.json and placed as F32 (see the top of this file). */
 static int load_tensors(loader *L) {
   bf_model *m = L->m;
   const bf_config *c = &m->cfg;
@@ -332,7 +323,7 @@ static int load_tensors(loader *L) {
     return -1;
 
   m->layers = calloc((size_t)c->num_hidden_layers, sizeof *m->layers);
-  if (!m->layers) { seterr(L->err, L->errlen, "out of memory"); return -1; }
+  if (!m->layers) { bf_errf(L->err, L->errlen, "out of memory"); return -1; }
   for (int l = 0; l < c->num_hidden_layers; l++) {
     bf_layer *y = &m->layers[l];
     char p[128], nm[192];
@@ -363,8 +354,8 @@ static int load_tensors(loader *L) {
   char extra_b[112];
   snprintf(extra_b, sizeof extra_b, "bert.%s", extra);
   if (st_find(&L->st, extra) || st_find(&L->st, extra_b)) {
-    seterr(L->err, L->errlen, "%s: has weights for encoder layer %d but config.json says "
-           "num_hidden_layers is %d", L->st.path, c->num_hidden_layers, c->num_hidden_layers);
+    bf_errf(L->err, L->errlen, "%s: has weights for encoder layer %d but config.json says "
+            "num_hidden_layers is %d", L->st.path, c->num_hidden_layers, c->num_hidden_layers);
     return -1;
   }
 
@@ -403,123 +394,157 @@ static void model_free(bf_model *m) {
   free(m);
 }
 
-bf_model *bf_model_load(const char *dir, char *err, size_t errlen) {
-  char msg[512];
-  if (err && errlen) err[0] = 0;
-  if (!dir || !*dir) { seterr(err, errlen, "no model directory given"); return NULL; }
+/* Step 1: dir is an existing directory. */
+static int check_dir(const char *dir, char *err, size_t errlen) {
   struct stat st;
+  if (!dir || !*dir) {
+    bf_errf(err, errlen, "no model directory given");
+    return -1;
+  }
   if (stat(dir, &st) != 0) {
-    seterr(err, errlen, "%s: model directory not found (%s)", dir, strerror(errno));
-    return NULL;
+    bf_errf(err, errlen, "%s: model directory not found (%s)", dir, strerror(errno));
+    return -1;
   }
   if (!S_ISDIR(st.st_mode)) {
-    seterr(err, errlen, "%s: not a directory (give the model directory holding config.json, "
-           "vocab.txt and model.safetensors)", dir);
-    return NULL;
+    bf_errf(err, errlen, "%s: not a directory (give the model directory holding config.json, "
+            "vocab.txt and model.safetensors)", dir);
+    return -1;
   }
-  if (bf_blas_init(err, errlen) != BF_OK) return NULL;
+  return 0;
+}
 
+/* Step 2: an empty model of dir, reference count 1; NULL when out of memory. */
+static bf_model *model_new(const char *dir) {
   bf_model *m = calloc(1, sizeof *m);
-  if (!m) { seterr(err, errlen, "out of memory"); return NULL; }
+  if (!m) return NULL;
   pthread_mutex_init(&m->fp_mu, NULL);
   atomic_init(&m->refcount, 1);
   m->dir = strdup(dir);
-  loader L = {.m = m, .err = err, .errlen = errlen};
-  char *cpath = path_join(dir, "config.json");
-  char *spath = path_join(dir, "model.safetensors");
-  unsigned char *buf = NULL;
+  if (!m->dir) { model_free(m); return NULL; }
+  return m;
+}
+
+/* Step 3: config.json into m->cfg (and into the fingerprint). */
+static int load_config(bf_model *m, const char *dir, char *err, size_t errlen) {
+  char *path = bf_path_join(dir, "config.json");
+  if (!path) { bf_errf(err, errlen, "out of memory"); return -1; }
+  unsigned char *text = NULL;
   size_t len = 0;
-  if (!m->dir || !cpath || !spath) { seterr(err, errlen, "out of memory"); goto fail; }
-
-  /* config.json */
-  int rc = read_small_file(cpath, &buf, &len, err, errlen);
-  if (rc == 0) {
-    seterr(err, errlen, "%s: missing (a Hugging Face model directory needs config.json, "
-           "vocab.txt and model.safetensors)", cpath);
-    goto fail;
-  }
-  if (rc < 0) goto fail;
-  m->fp_files = fp_hash(buf, len, 1);
-  json_value *cfg = json_parse((const char *)buf, len, msg, sizeof msg);
-  free(buf); buf = NULL;
-  if (!cfg) {
-    if (len == 0) seterr(err, errlen, "%s: empty file (not JSON)", cpath);
-    else seterr(err, errlen, "%s: not valid JSON: %s", cpath, msg);
-    goto fail;
-  }
-  rc = read_config(cfg, cpath, &m->cfg, err, errlen);
+  int rc = read_small_file(path, &text, &len, err, errlen);
+  if (rc == 0)
+    bf_errf(err, errlen, "%s: missing (a Hugging Face model directory needs config.json, "
+            "vocab.txt and model.safetensors)", path);
+  if (rc <= 0) { free(path); return -1; }
+  m->fp_files = fp_hash(text, len, 1);
+  json_value *cfg = json_parse_file_text(path, (const char *)text, len, err, errlen);
+  free(text);
+  if (!cfg) { free(path); return -1; }
+  rc = config_from_json(cfg, path, &m->cfg, err, errlen);
   json_free(cfg);
-  if (rc) goto fail;
+  free(path);
+  return rc;
+}
 
-  /* tokenizer; and the tokenizer files go into the fingerprint */
+/* Step 4: the tokenizer (tokenizer.c), whose vocabulary must have
+** vocab_size entries; its files go into the fingerprint. */
+static int load_tokenizer(bf_model *m, const char *dir, char *err, size_t errlen) {
   m->tok = bf_tokenizer_load(dir, err, errlen);
-  if (!m->tok) goto fail;
+  if (!m->tok) return -1;
   static const char *tok_files[] = {"vocab.txt", "tokenizer_config.json", "tokenizer.json"};
   for (int i = 0; i < 3; i++) {
-    char *p = path_join(dir, tok_files[i]);
-    if (!p) { seterr(err, errlen, "out of memory"); goto fail; }
-    rc = read_small_file(p, &buf, &len, err, errlen);
+    char *p = bf_path_join(dir, tok_files[i]);
+    if (!p) { bf_errf(err, errlen, "out of memory"); return -1; }
+    unsigned char *text = NULL;
+    size_t len = 0;
+    int rc = read_small_file(p, &text, &len, err, errlen);
     free(p);
-    if (rc < 0) goto fail;
+    if (rc < 0) return -1;
     m->fp_files = fp_hash((const unsigned char *)&m->fp_files, 8, (uint64_t)(i + 2) * 2 + (rc > 0));
-    if (rc > 0) m->fp_files = fp_hash(buf, len, m->fp_files);
-    free(buf); buf = NULL;
+    if (rc > 0) m->fp_files = fp_hash(text, len, m->fp_files);
+    free(text);
   }
   int tv = bf_tokenizer_vocab_size(m->tok);
   if (tv != m->cfg.vocab_size) {
-    char *vp = path_join(dir, "vocab.txt");
-    seterr(err, errlen, "%s has %d tokens but config.json says vocab_size is %d",
-           vp ? vp : "vocab.txt", tv, m->cfg.vocab_size);
+    char *vp = bf_path_join(dir, "vocab.txt");
+    bf_errf(err, errlen, "%s has %d tokens but config.json says vocab_size is %d",
+            vp ? vp : "vocab.txt", tv, m->cfg.vocab_size);
     free(vp);
-    goto fail;
+    return -1;
   }
+  return 0;
+}
 
-  /* model.safetensors */
-  int have_st = file_exists(dir, "model.safetensors");
-  if (have_st < 0) { seterr(err, errlen, "out of memory"); goto fail; }
-  if (!have_st) {
+/* Step 5: map model.safetensors and read its header into L->st; the model
+** owns the mapping and its descriptor from here on.  A missing file gets a
+** message saying what to do about the files that are there instead. */
+static int map_weights(loader *L, const char *dir) {
+  bf_model *m = L->m;
+  char *err = L->err;
+  size_t errlen = L->errlen;
+  char *path = bf_path_join(dir, "model.safetensors");
+  int have = path ? file_exists(dir, "model.safetensors") : -1;
+  if (have < 0) { free(path); bf_errf(err, errlen, "out of memory"); return -1; }
+  if (!have) {
     if (file_exists(dir, "model.safetensors.index.json") > 0)
-      seterr(err, errlen, "%s: missing; the model is split into several safetensors files "
-             "(model.safetensors.index.json), which bertfill does not read: merge them into one "
-             "model.safetensors", spath);
+      bf_errf(err, errlen, "%s: missing; the model is split into several safetensors files "
+              "(model.safetensors.index.json), which bertfill does not read: merge them into one "
+              "model.safetensors", path);
     else if (file_exists(dir, "pytorch_model.bin") > 0)
-      seterr(err, errlen, "%s: missing; pytorch_model.bin is not supported (it is a pickle): "
-             "convert it with  python3 -c \"import torch; from safetensors.torch import save_file; "
-             "sd = torch.load('pytorch_model.bin', map_location='cpu'); "
-             "save_file({k: v.contiguous() for k, v in sd.items()}, 'model.safetensors', "
-             "metadata={'format': 'pt'})\"", spath);
+      bf_errf(err, errlen, "%s: missing; pytorch_model.bin is not supported (it is a pickle): "
+              "convert it with  python3 -c \"import torch; "
+              "from safetensors.torch import save_file; "
+              "sd = torch.load('pytorch_model.bin', map_location='cpu'); "
+              "save_file({k: v.contiguous() for k, v in sd.items()}, 'model.safetensors', "
+              "metadata={'format': 'pt'})\"", path);
     else
-      seterr(err, errlen, "%s: missing (the weights must be in safetensors format)", spath);
-    goto fail;
+      bf_errf(err, errlen, "%s: missing (the weights must be in safetensors format)", path);
+    free(path);
+    return -1;
   }
-  if (st_open(&L.st, spath, err, errlen) != 0) goto fail;
-  m->map = L.st.map; m->map_len = L.st.map_len;     /* the model owns the mapping now */
-  m->map_fd = L.st.fd; m->map_mtime_ns = L.st.mtime_ns;  /* and the descriptor */
-  if (load_tensors(&L) != 0) goto fail;
-  snprintf(m->dtype, sizeof m->dtype, "%s", L.mixed ? "mixed" : L.dtype0);
+  int rc = st_open(&L->st, path, err, errlen);
+  free(path);
+  if (rc != 0) return -1;
+  m->map = L->st.map; m->map_len = L->st.map_len;
+  m->map_fd = L->st.fd; m->map_mtime_ns = L->st.mtime_ns;
+  return 0;
+}
 
-  /* display strings point into the tokenizer's vocabulary */
+/* Step 7: the display strings, which point into the tokenizer's vocabulary:
+** each entry with a leading "##" removed. */
+static int make_display_strings(bf_model *m, char *err, size_t errlen) {
   m->display = malloc((size_t)m->cfg.vocab_size * sizeof *m->display);
-  if (!m->display) { seterr(err, errlen, "out of memory"); goto fail; }
+  if (!m->display) { bf_errf(err, errlen, "out of memory"); return -1; }
   for (int i = 0; i < m->cfg.vocab_size; i++) {
     const char *s = bf_tokenizer_token(m->tok, i);
     if (!s) s = "";
     if (s[0] == '#' && s[1] == '#' && s[2]) s += 2;
     m->display[i] = (char *)s;
   }
+  return 0;
+}
+
+bf_model *bf_model_load(const char *dir, char *err, size_t errlen) {
+  if (err && errlen) err[0] = 0;
+  if (check_dir(dir, err, errlen) != 0) return NULL;
+  if (bf_blas_init(err, errlen) != BF_OK) return NULL;
+  bf_model *m = model_new(dir);
+  if (!m) { bf_errf(err, errlen, "out of memory"); return NULL; }
+  loader L = {.m = m, .err = err, .errlen = errlen};
+  L.st.fd = -1;
+  if (load_config(m, dir, err, errlen) != 0 || load_tokenizer(m, dir, err, errlen) != 0 ||
+      map_weights(&L, dir) != 0 ||
+      load_tensors(&L) != 0 ||
+      make_display_strings(m, err, errlen) != 0) {
+    if (L.st.map == m->map) { m->map = NULL; m->map_fd = -1; }  /* st_close unmaps and closes */
+    st_close(&L.st);
+    model_free(m);
+    return NULL;
+  }
+  snprintf(m->dtype, sizeof m->dtype, "%s", L.mixed ? "mixed" : L.dtype0);
   /* the header table is no longer needed; keep only the mapping */
   L.st.map = NULL; L.st.fd = -1;
   st_close(&L.st);
-  free(cpath); free(spath);
   return m;
-
-fail:
-  free(buf);
-  if (L.st.map == m->map) { m->map = NULL; m->map_fd = -1; }  /* st_close unmaps and closes */
-  st_close(&L.st);
-  free(cpath); free(spath);
-  model_free(m);
-  return NULL;
 }
 
 void bf_model_retain(bf_model *m) {
@@ -548,20 +573,22 @@ int bf_model_check(const bf_model *m, char *err, size_t errlen) {
   int64_t mtime = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
   if ((size_t)st.st_size == m->map_len && mtime == m->map_mtime_ns) return BF_OK;
   if ((size_t)st.st_size != m->map_len)
-    seterr(err, errlen, "%s/model.safetensors changed on disk after it was loaded (%zu bytes then, "
-           "%lld now): the model must be loaded again (replace model files with a new file and "
-           "rename, never in place)", m->dir, m->map_len, (long long)st.st_size);
+    bf_errf(err, errlen,
+            "%s/model.safetensors changed on disk after it was loaded (%zu bytes then, %lld now): "
+            "the model must be loaded again (replace model files with a new file and rename, "
+            "never in place)", m->dir, m->map_len, (long long)st.st_size);
   else
-    seterr(err, errlen, "%s/model.safetensors was rewritten in place after it was loaded: the model "
-           "must be loaded again (replace model files with a new file and rename, never in place)",
-           m->dir);
+    bf_errf(err, errlen,
+            "%s/model.safetensors was rewritten in place after it was loaded: the model must be "
+            "loaded again (replace model files with a new file and rename, never in place)",
+            m->dir);
   return BF_ERR_MODEL;
 }
 
 int bf_model_is_current(const bf_model *m) {
   struct stat now, then;
   if (!m || !m->map || m->map_fd < 0 || fstat(m->map_fd, &then) != 0) return 1;
-  char *p = path_join(m->dir, "model.safetensors");
+  char *p = bf_path_join(m->dir, "model.safetensors");
   int same = p && stat(p, &now) == 0 && now.st_dev == then.st_dev && now.st_ino == then.st_ino;
   free(p);
   return same && bf_model_check(m, NULL, 0) == BF_OK;

@@ -3,8 +3,9 @@
 ** extension uses only bertfill.h).
 **
 ** Every weight pointer is F32, row-major, exactly as PyTorch stores it:
-** a Linear's weight is [out_features, in_features], so y = x W^T + b is
-**   cblas_sgemm(RowMajor, NoTrans, Trans, M, out, in, 1, x, in, W, in, 0, y, out).
+** a Linear's weight is [out_features, in_features], and forward.c computes
+** y = x W^T + b with it in place (gemm.c's kernels, or bf_sgemm with W
+** transposed on CPUs without AVX-512).
 ** F32 tensors point into the read-only mmap of model.safetensors; F16/BF16
 ** tensors (or misaligned F32 ones) are converted into owned buffers.
 */

@@ -5,10 +5,10 @@
 */
 #include "safetensors.h"
 #include "json.h"
+#include "util.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,15 +23,6 @@ static const struct { const char *name; st_dtype dt; size_t size; } DTYPES[] = {
   {"U32", ST_U32, 4},   {"U16", ST_U16, 2},   {"U8", ST_U8, 1},
   {"BOOL", ST_BOOL, 1}, {"F8_E4M3", ST_F8_E4M3, 1}, {"F8_E5M2", ST_F8_E5M2, 1},
 };
-
-static void seterr(char *err, size_t errlen, const char *path, const char *fmt, ...) {
-  if (!err || !errlen) return;
-  int n = snprintf(err, errlen, "%s: ", path);
-  if (n < 0 || (size_t)n >= errlen) return;
-  va_list ap; va_start(ap, fmt);
-  vsnprintf(err + n, errlen - (size_t)n, fmt, ap);
-  va_end(ap);
-}
 
 const char *st_shape_str(const int64_t *shape, int ndim, char *buf, size_t buflen) {
   size_t o = 0;
@@ -48,9 +39,10 @@ static int cmp_name(const void *a, const void *b) {
   return strcmp(((const st_tensor *)a)->name, ((const st_tensor *)b)->name);
 }
 
-typedef struct { size_t begin, end; int idx; } span;
-static int cmp_span(const void *a, const void *b) {
-  const span *x = a, *y = b;
+/* Where the data of tensor idx lies in the data area. */
+typedef struct { size_t begin, end; int idx; } byte_range;
+static int cmp_range(const void *a, const void *b) {
+  const byte_range *x = a, *y = b;
   if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
   if (x->end != y->end) return x->end < y->end ? -1 : 1;
   return 0;
@@ -71,20 +63,20 @@ void st_close(st_file *f) {
 static int parse_entry(const char *path, const char *name, const json_value *v,
                        const st_file *f, st_tensor *t, char *err, size_t errlen) {
   if (v->type != JSON_OBJECT) {
-    seterr(err, errlen, path, "bad header: entry for tensor '%s' is %s, not an object",
-           name, json_type_a(v->type));
+    bf_errf(err, errlen, "%s: bad header: entry for tensor '%s' is %s, not an object", path,
+            name, json_type_a(v->type));
     return -1;
   }
   const char *dt;
   if (json_get_string(v, "dtype", &dt) != JSON_OK) {
-    seterr(err, errlen, path, "bad header: tensor '%s' has no \"dtype\" string", name);
+    bf_errf(err, errlen, "%s: bad header: tensor '%s' has no \"dtype\" string", path, name);
     return -1;
   }
   size_t k;
   for (k = 0; k < sizeof DTYPES / sizeof DTYPES[0]; k++)
     if (strcmp(dt, DTYPES[k].name) == 0) break;
   if (k == sizeof DTYPES / sizeof DTYPES[0]) {
-    seterr(err, errlen, path, "unknown dtype \"%.20s\" for tensor '%s'", dt, name);
+    bf_errf(err, errlen, "%s: unknown dtype \"%.20s\" for tensor '%s'", path, dt, name);
     return -1;
   }
   t->dtype = DTYPES[k].dt;
@@ -93,12 +85,12 @@ static int parse_entry(const char *path, const char *name, const json_value *v,
 
   const json_value *shape = json_get(v, "shape");
   if (!shape || shape->type != JSON_ARRAY) {
-    seterr(err, errlen, path, "bad header: tensor '%s' has no \"shape\" list", name);
+    bf_errf(err, errlen, "%s: bad header: tensor '%s' has no \"shape\" list", path, name);
     return -1;
   }
   if (json_len(shape) > ST_MAX_DIMS) {
-    seterr(err, errlen, path, "tensor '%s' has %zu dimensions (at most %d supported)",
-           name, json_len(shape), ST_MAX_DIMS);
+    bf_errf(err, errlen, "%s: tensor '%s' has %zu dimensions (at most %d supported)", path,
+            name, json_len(shape), ST_MAX_DIMS);
     return -1;
   }
   t->ndim = (int)json_len(shape);
@@ -107,8 +99,9 @@ static int parse_entry(const char *path, const char *name, const json_value *v,
   for (int i = 0; i < t->ndim; i++) {
     const json_value *d = json_at(shape, (size_t)i);
     if (d->type != JSON_NUMBER || !d->is_int || d->i < 0) {
-      seterr(err, errlen, path, "bad header: tensor '%s' shape entry %d is not a non-negative integer",
-             name, i);
+      bf_errf(err, errlen,
+              "%s: bad header: tensor '%s' shape entry %d is not a non-negative integer", path,
+              name, i);
       return -1;
     }
     t->shape[i] = d->i;
@@ -120,25 +113,28 @@ static int parse_entry(const char *path, const char *name, const json_value *v,
 
   const json_value *off = json_get(v, "data_offsets");
   if (!off || off->type != JSON_ARRAY || json_len(off) != 2) {
-    seterr(err, errlen, path, "bad header: tensor '%s' has no \"data_offsets\" [begin, end]", name);
+    bf_errf(err, errlen, "%s: bad header: tensor '%s' has no \"data_offsets\" [begin, end]", path,
+            name);
     return -1;
   }
   const json_value *b = json_at(off, 0), *e = json_at(off, 1);
   if (b->type != JSON_NUMBER || !b->is_int || b->i < 0 ||
       e->type != JSON_NUMBER || !e->is_int || e->i < 0) {
-    seterr(err, errlen, path, "bad header: tensor '%s' data_offsets are not non-negative integers", name);
+    bf_errf(err, errlen, "%s: bad header: tensor '%s' data_offsets are not non-negative integers",
+            path, name);
     return -1;
   }
   if (b->i > e->i) {
-    seterr(err, errlen, path, "bad header: tensor '%s' data_offsets [%lld,%lld] end before they begin",
-           name, (long long)b->i, (long long)e->i);
+    bf_errf(err, errlen,
+            "%s: bad header: tensor '%s' data_offsets [%lld,%lld] end before they begin", path,
+            name, (long long)b->i, (long long)e->i);
     return -1;
   }
   if ((uint64_t)e->i > f->data_len) {
-    seterr(err, errlen, path,
-           "offsets out of range (truncated file?): tensor '%s' data_offsets [%lld,%lld] but the "
-           "data area has only %zu bytes (file %zu bytes, header %zu)",
-           name, (long long)b->i, (long long)e->i, f->data_len, f->map_len, f->header_len);
+    bf_errf(err, errlen,
+            "%s: offsets out of range (truncated file?): tensor '%s' data_offsets [%lld,%lld] "
+            "but the data area has only %zu bytes (file %zu bytes, header %zu)",
+            path, name, (long long)b->i, (long long)e->i, f->data_len, f->map_len, f->header_len);
     return -1;
   }
   t->begin = (size_t)b->i;
@@ -146,44 +142,43 @@ static int parse_entry(const char *path, const char *name, const json_value *v,
   uint64_t bytes = t->end - t->begin;
   char sb[128];
   if (overflow || n > UINT64_MAX / t->elem_size || n * t->elem_size != bytes) {
-    seterr(err, errlen, path,
-           "wrong byte count for tensor '%s': shape %s of %s needs %s%llu bytes but data_offsets "
-           "[%zu,%zu] hold %llu",
-           name, st_shape_str(t->shape, t->ndim, sb, sizeof sb), t->dtype_name,
-           overflow || n > UINT64_MAX / t->elem_size ? "more than " : "",
-           overflow || n > UINT64_MAX / t->elem_size ? (unsigned long long)UINT64_MAX
-                                                     : (unsigned long long)(n * t->elem_size),
-           t->begin, t->end, (unsigned long long)bytes);
+    bf_errf(err, errlen,
+            "%s: wrong byte count for tensor '%s': shape %s of %s needs %s%llu bytes but "
+            "data_offsets [%zu,%zu] hold %llu",
+            path, name, st_shape_str(t->shape, t->ndim, sb, sizeof sb), t->dtype_name,
+            overflow || n > UINT64_MAX / t->elem_size ? "more than " : "",
+            overflow || n > UINT64_MAX / t->elem_size ? (unsigned long long)UINT64_MAX
+                                                      : (unsigned long long)(n * t->elem_size),
+            t->begin, t->end, (unsigned long long)bytes);
     return -1;
   }
   t->data = f->data + t->begin;
   return 0;
 }
 
-int st_open(st_file *f, const char *path, char *err, size_t errlen) {
-  memset(f, 0, sizeof *f);
-  f->fd = -1;
-  if (err && errlen) err[0] = 0;
+/* Step 1: open and map the file read-only into f (map, fd, mtime, path).
+** On an error before the mapping exists f is left as it was. */
+static int map_file(st_file *f, const char *path, char *err, size_t errlen) {
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
-    seterr(err, errlen, path, "%s", strerror(errno));
+    bf_errf(err, errlen, "%s: %s", path, strerror(errno));
     return -1;
   }
   struct stat st;
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    seterr(err, errlen, path, "not a regular file");
+    bf_errf(err, errlen, "%s: not a regular file", path);
     close(fd);
     return -1;
   }
   size_t size = (size_t)st.st_size;
   if (size == 0) {
-    seterr(err, errlen, path, "empty file (0 bytes), not a safetensors file");
+    bf_errf(err, errlen, "%s: empty file (0 bytes), not a safetensors file", path);
     close(fd);
     return -1;
   }
   if (size < 8) {
-    seterr(err, errlen, path, "truncated: %zu bytes is too short for a safetensors file "
-           "(needs an 8-byte header length first)", size);
+    bf_errf(err, errlen, "%s: truncated: %zu bytes is too short for a safetensors file "
+            "(needs an 8-byte header length first)", path, size);
     close(fd);
     return -1;
   }
@@ -191,104 +186,133 @@ int st_open(st_file *f, const char *path, char *err, size_t errlen) {
   int merr = errno;
   if (map == MAP_FAILED) {
     close(fd);
-    seterr(err, errlen, path, "cannot mmap %zu bytes: %s", size, strerror(merr));
+    bf_errf(err, errlen, "%s: cannot mmap %zu bytes: %s", path, size, strerror(merr));
     return -1;
   }
   f->map = map; f->map_len = size;
   f->fd = fd;
   f->mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
   f->path = strdup(path);
-  if (!f->path) { seterr(err, errlen, path, "out of memory"); goto fail; }
+  if (!f->path) { bf_errf(err, errlen, "%s: out of memory", path); return -1; }
+  return 0;
+}
 
-  const unsigned char *p = map;
+/* Step 2: the 8-byte header length, checked against the file size; where
+** the data area is. */
+static int find_data_area(st_file *f, const char *path, char *err, size_t errlen) {
+  const unsigned char *p = f->map;
   uint64_t hlen = 0;
   for (int i = 7; i >= 0; i--) hlen = (hlen << 8) | p[i];
   if (hlen > ST_MAX_HEADER) {
-    seterr(err, errlen, path, "header too large: header length says %llu bytes (limit %u); "
-           "not a safetensors file or corrupt", (unsigned long long)hlen, ST_MAX_HEADER);
-    goto fail;
+    bf_errf(err, errlen, "%s: header too large: header length says %llu bytes (limit %u); "
+            "not a safetensors file or corrupt", path, (unsigned long long)hlen, ST_MAX_HEADER);
+    return -1;
   }
-  if (hlen > size - 8) {
-    seterr(err, errlen, path, "truncated: header says %llu bytes but file has %zu",
-           (unsigned long long)hlen, size);
-    goto fail;
+  if (hlen > f->map_len - 8) {
+    bf_errf(err, errlen, "%s: truncated: header says %llu bytes but file has %zu", path,
+            (unsigned long long)hlen, f->map_len);
+    return -1;
   }
   f->header_len = (size_t)hlen;
   f->data = p + 8 + hlen;
-  f->data_len = size - 8 - (size_t)hlen;
+  f->data_len = f->map_len - 8 - (size_t)hlen;
+  return 0;
+}
 
+/* Step 3: the JSON header into f->tensors, each entry checked by
+** parse_entry; "__metadata__" must be an object and is otherwise ignored. */
+static int parse_header(st_file *f, const char *path, char *err, size_t errlen) {
   char jerr[200];
-  json_value *h = json_parse((const char *)p + 8, (size_t)hlen, jerr, sizeof jerr);
+  json_value *h = json_parse((const char *)f->map + 8, f->header_len, jerr, sizeof jerr);
   if (!h) {
-    seterr(err, errlen, path, "header is not valid JSON (%s)", jerr);
-    goto fail;
+    bf_errf(err, errlen, "%s: header is not valid JSON (%s)", path, jerr);
+    return -1;
   }
+  int rc = -1;
   if (h->type != JSON_OBJECT) {
-    seterr(err, errlen, path, "header is %s, not an object", json_type_a(h->type));
-    json_free(h);
-    goto fail;
+    bf_errf(err, errlen, "%s: header is %s, not an object", path, json_type_a(h->type));
+    goto done;
   }
   size_t nt = 0;
   for (size_t i = 0; i < json_len(h); i++)
     if (strcmp(json_key(h, i, NULL), "__metadata__") != 0) nt++;
   f->tensors = calloc(nt ? nt : 1, sizeof *f->tensors);
-  if (!f->tensors) { seterr(err, errlen, path, "out of memory"); json_free(h); goto fail; }
+  if (!f->tensors) { bf_errf(err, errlen, "%s: out of memory", path); goto done; }
   for (size_t i = 0; i < json_len(h); i++) {
     size_t kl;
     const char *name = json_key(h, i, &kl);
     const json_value *v = json_at(h, i);
     if (strlen(name) != kl) {
-      seterr(err, errlen, path, "bad header: a tensor name contains a NUL character");
-      json_free(h); goto fail;
+      bf_errf(err, errlen, "%s: bad header: a tensor name contains a NUL character", path);
+      goto done;
     }
     if (strcmp(name, "__metadata__") == 0) {
       if (v->type != JSON_OBJECT) {
-        seterr(err, errlen, path, "bad header: \"__metadata__\" is %s, not an object",
-               json_type_a(v->type));
-        json_free(h); goto fail;
+        bf_errf(err, errlen, "%s: bad header: \"__metadata__\" is %s, not an object", path,
+                json_type_a(v->type));
+        goto done;
       }
       continue;
     }
     st_tensor *t = &f->tensors[f->n];
-    if (parse_entry(path, name, v, f, t, err, errlen) != 0) { json_free(h); goto fail; }
+    if (parse_entry(path, name, v, f, t, err, errlen) != 0) goto done;
     t->name = strdup(name);
-    if (!t->name) { seterr(err, errlen, path, "out of memory"); json_free(h); goto fail; }
+    if (!t->name) { bf_errf(err, errlen, "%s: out of memory", path); goto done; }
     f->n++;
   }
+  rc = 0;
+done:
   json_free(h);
+  return rc;
+}
 
-  /* duplicate names */
+/* Step 4: sort the tensors by name (for st_find); no name twice. */
+static int sort_names(st_file *f, const char *path, char *err, size_t errlen) {
   qsort(f->tensors, (size_t)f->n, sizeof *f->tensors, cmp_name);
   for (int i = 1; i < f->n; i++)
     if (strcmp(f->tensors[i - 1].name, f->tensors[i].name) == 0) {
-      seterr(err, errlen, path, "bad header: tensor '%s' appears twice", f->tensors[i].name);
-      goto fail;
+      bf_errf(err, errlen, "%s: bad header: tensor '%s' appears twice", path, f->tensors[i].name);
+      return -1;
     }
-  /* overlaps: order by offset, each must begin at or after the previous end
-  ** (empty tensors occupy nothing and never overlap) */
-  if (f->n > 1) {
-    span *sp = malloc((size_t)f->n * sizeof *sp);
-    if (!sp) { seterr(err, errlen, path, "out of memory"); goto fail; }
-    for (int i = 0; i < f->n; i++) sp[i] = (span){f->tensors[i].begin, f->tensors[i].end, i};
-    qsort(sp, (size_t)f->n, sizeof *sp, cmp_span);
-    const st_tensor *prev = NULL;
-    for (int i = 0; i < f->n; i++) {
-      const st_tensor *t = &f->tensors[sp[i].idx];
-      if (t->begin == t->end) continue;
-      if (prev && t->begin < prev->end) {
-        seterr(err, errlen, path, "overlapping offsets: tensor '%s' [%zu,%zu] overlaps tensor '%s' [%zu,%zu]",
-               t->name, t->begin, t->end, prev->name, prev->begin, prev->end);
-        free(sp);
-        goto fail;
-      }
-      prev = t;
+  return 0;
+}
+
+/* Step 5: no two tensors overlap.  In order of offset, each must begin at or
+** after the previous end (empty tensors occupy nothing and never overlap). */
+static int check_overlaps(const st_file *f, const char *path, char *err, size_t errlen) {
+  if (f->n <= 1) return 0;
+  byte_range *r = malloc((size_t)f->n * sizeof *r);
+  if (!r) { bf_errf(err, errlen, "%s: out of memory", path); return -1; }
+  for (int i = 0; i < f->n; i++) r[i] = (byte_range){f->tensors[i].begin, f->tensors[i].end, i};
+  qsort(r, (size_t)f->n, sizeof *r, cmp_range);
+  const st_tensor *prev = NULL;
+  int rc = 0;
+  for (int i = 0; i < f->n && rc == 0; i++) {
+    const st_tensor *t = &f->tensors[r[i].idx];
+    if (t->begin == t->end) continue;
+    if (prev && t->begin < prev->end) {
+      bf_errf(err, errlen,
+              "%s: overlapping offsets: tensor '%s' [%zu,%zu] overlaps tensor '%s' [%zu,%zu]",
+              path, t->name, t->begin, t->end, prev->name, prev->begin, prev->end);
+      rc = -1;
     }
-    free(sp);
+    prev = t;
+  }
+  free(r);
+  return rc;
+}
+
+int st_open(st_file *f, const char *path, char *err, size_t errlen) {
+  memset(f, 0, sizeof *f);
+  f->fd = -1;
+  if (err && errlen) err[0] = 0;
+  if (map_file(f, path, err, errlen) != 0 || find_data_area(f, path, err, errlen) != 0 ||
+      parse_header(f, path, err, errlen) != 0 || sort_names(f, path, err, errlen) != 0 ||
+      check_overlaps(f, path, err, errlen) != 0) {
+    st_close(f);
+    return -1;
   }
   return 0;
-fail:
-  st_close(f);
-  return -1;
 }
 
 const st_tensor *st_find(const st_file *f, const char *name) {

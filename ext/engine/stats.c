@@ -29,7 +29,6 @@
 #include "util.h"
 
 #include <stdatomic.h>
-#include <time.h>
 
 #define H_MIN_EXP 6            /* 2^6 = 64 ns: below is the underflow bucket */
 #define H_MAX_EXP 37           /* 2^37 ns ~ 137 s: at or above is the overflow bucket */

@@ -60,8 +60,6 @@ void bf_stats_stage(bf_stage s, bf_stage_summary *out);
 ** Writes the non-empty buckets in increasing order and returns how many
 ** (at most max; with max <= 0 it only counts them). */
 int bf_stats_batch_buckets(int *lo, int *hi, uint64_t *count, int max);
-
-/* Added (backwards compatible): */
 /* Any quantile q in (0,1] of a stage, same rule as p50/p95/p99 (0 if empty). */
 uint64_t bf_stats_stage_quantile(bf_stage s, double q);
 /* Nanoseconds since the stats were last reset (or since the code was loaded). */

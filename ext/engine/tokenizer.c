@@ -83,7 +83,6 @@
 */
 #include <errno.h>
 #include <limits.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -92,6 +91,7 @@
 
 #include "bertfill.h"
 #include "json.h"
+#include "util.h"
 
 #define MAX_CHARS_LIMIT 100000      /* sanity bound on max_input_chars_per_word */
 #define MAX_VOCAB_FILE (256u << 20) /* vocab.txt larger than this is refused */
@@ -117,8 +117,8 @@ typedef struct slot { uint32_t hash; int32_t id; } slot;  /* id -1: empty */
 
 struct bf_tokenizer {
   int n_vocab;
-  char *pool;             /* vocab.txt contents, each entry NUL-terminated */
-  uint32_t *off;          /* [n_vocab] start of entry i in pool */
+  char *vocab;            /* vocab.txt contents, each entry NUL-terminated */
+  uint32_t *off;          /* [n_vocab] start of entry i in vocab */
   uint32_t *len;          /* [n_vocab] length of entry i in bytes */
   key *keys;              /* [n_vocab] lookup key of entry i */
   slot *slots;            /* hash table, size mask+1 */
@@ -150,13 +150,6 @@ typedef struct work {
   uint32_t *woff;         /* byte offset of each character in wbuf */
   char *err; size_t errlen;
 } work;
-
-static void seterr(char *err, size_t errlen, const char *fmt, ...) {
-  if (!err || errlen == 0) return;
-  va_list ap; va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-}
 
 static int u32_grow(u32vec *a) {
   size_t cap = a->cap ? a->cap * 2 : 64;
@@ -223,43 +216,10 @@ static int is_word_char(uint32_t c) {
 /* UTF-8                                                               */
 /* ------------------------------------------------------------------ */
 
-/* Why the sequence at s[0..n) is not valid UTF-8 (utf8proc_iterate said
-** so); a short phrase for the error message. */
-static void utf8_why(const unsigned char *s, size_t n, char *buf, size_t len) {
-  unsigned b = s[0];
-  if (b >= 0x80 && b < 0xC0) { snprintf(buf, len, "continuation byte 0x%02X without a lead byte", b); return; }
-  if (b == 0xC0 || b == 0xC1) { snprintf(buf, len, "overlong encoding (lead byte 0x%02X)", b); return; }
-  if (b >= 0xF5) { snprintf(buf, len, "byte 0x%02X never appears in UTF-8", b); return; }
-  size_t need = b < 0xE0 ? 1 : b < 0xF0 ? 2 : 3;
-  for (size_t k = 1; k <= need; k++) {
-    if (k >= n) { snprintf(buf, len, "truncated sequence (lead byte 0x%02X needs %zu continuation bytes, the text ends)", b, need); return; }
-    if ((s[k] & 0xC0) != 0x80) { snprintf(buf, len, "truncated sequence (lead byte 0x%02X followed by 0x%02X)", b, s[k]); return; }
-  }
-  if (b == 0xE0 && s[1] < 0xA0) { snprintf(buf, len, "overlong 3-byte encoding"); return; }
-  if (b == 0xED && s[1] > 0x9F) {
-    snprintf(buf, len, "UTF-16 surrogate U+%04X", ((b & 0xF) << 12) | ((s[1] & 0x3F) << 6) | (s[2] & 0x3F));
-    return;
-  }
-  if (b == 0xF0 && s[1] < 0x90) { snprintf(buf, len, "overlong 4-byte encoding"); return; }
-  if (b == 0xF4 && s[1] > 0x8F) { snprintf(buf, len, "code point beyond U+10FFFF"); return; }
-  snprintf(buf, len, "invalid sequence");
-}
+/* Valid UTF-8 is checked with bf_utf8_invalid_at (util.h) and written with
+** bf_utf8_put; these read it. */
 
-/* Check that s[0..n) is valid UTF-8; else return the offset of the first
-** bad sequence and describe it. */
-static long utf8_check(const unsigned char *s, size_t n, char *why, size_t whylen) {
-  size_t i = 0;
-  while (i < n) {
-    if (s[i] < 0x80) { i++; continue; }
-    utf8proc_int32_t c;
-    utf8proc_ssize_t l = utf8proc_iterate(s + i, (utf8proc_ssize_t)(n - i < 4 ? n - i : 4), &c);
-    if (l <= 0) { utf8_why(s + i, n - i, why, whylen); return (long)i; }
-    i += (size_t)l;
-  }
-  return -1;
-}
-
-/* Decode one character of UTF-8 that utf8_check has accepted. */
+/* Decode one character of UTF-8 that bf_utf8_invalid_at has accepted. */
 static inline uint32_t utf8_next(const unsigned char *s, size_t n, size_t *i) {
   size_t k = *i;
   uint32_t b = s[k];
@@ -281,17 +241,6 @@ static uint32_t utf8_prev(const unsigned char *s, size_t n, size_t i) {
   return utf8_next(s, n, &j);
 }
 
-static inline size_t utf8_put(uint32_t c, char *d) {
-  if (c < 0x80) { d[0] = (char)c; return 1; }
-  if (c < 0x800) { d[0] = (char)(0xC0 | (c >> 6)); d[1] = (char)(0x80 | (c & 0x3F)); return 2; }
-  if (c < 0x10000) {
-    d[0] = (char)(0xE0 | (c >> 12)); d[1] = (char)(0x80 | ((c >> 6) & 0x3F));
-    d[2] = (char)(0x80 | (c & 0x3F)); return 3;
-  }
-  d[0] = (char)(0xF0 | (c >> 18)); d[1] = (char)(0x80 | ((c >> 12) & 0x3F));
-  d[2] = (char)(0x80 | ((c >> 6) & 0x3F)); d[3] = (char)(0x80 | (c & 0x3F)); return 4;
-}
-
 /* ------------------------------------------------------------------ */
 /* Vocabulary hash table                                               */
 /* ------------------------------------------------------------------ */
@@ -308,7 +257,7 @@ static inline uint32_t key_hash(const char *s, size_t n, int cont) {
 
 static int entry_is_cont(const bf_tokenizer *t, int32_t id) {
   return t->prefix_len > 0 && t->len[id] >= (uint32_t)t->prefix_len &&
-         memcmp(t->pool + t->off[id], t->prefix, (size_t)t->prefix_len) == 0;
+         memcmp(t->vocab + t->off[id], t->prefix, (size_t)t->prefix_len) == 0;
 }
 
 static inline int32_t vocab_find(const bf_tokenizer *t, const char *s, size_t n, int cont) {
@@ -318,7 +267,7 @@ static inline int32_t vocab_find(const bf_tokenizer *t, const char *s, size_t n,
     const slot *sl = &t->slots[i];
     if (sl->id < 0) return -1;
     if (sl->hash != h || t->keys[sl->id].len_cont != want) continue;
-    const char *k = t->pool + t->keys[sl->id].off;
+    const char *k = t->vocab + t->keys[sl->id].off;
     size_t j = 0;
     while (j < n && k[j] == s[j]) j++;
     if (j == n) return sl->id;
@@ -337,7 +286,7 @@ static int build_table(bf_tokenizer *t) {
   for (int32_t id = 0; id < t->n_vocab; id++) {
     int cont = entry_is_cont(t, id);
     size_t skip = cont ? (size_t)t->prefix_len : 0;
-    const char *s = t->pool + t->off[id] + skip;
+    const char *s = t->vocab + t->off[id] + skip;
     size_t n = t->len[id] - skip;
     t->keys[id].off = t->off[id] + (uint32_t)skip;
     t->keys[id].len_cont = (uint32_t)(n << 1) | (uint32_t)cont;
@@ -350,7 +299,7 @@ static int build_table(bf_tokenizer *t) {
       int32_t o = t->slots[i].id;
       if (o < 0) break;
       if (t->slots[i].hash == h && t->keys[o].len_cont == t->keys[id].len_cont &&
-          memcmp(t->pool + t->keys[o].off, s, n) == 0)
+          memcmp(t->vocab + t->keys[o].off, s, n) == 0)
         break;  /* duplicate entry: the later line wins, as in HF */
     }
     t->slots[i].id = id;
@@ -362,7 +311,7 @@ static int build_table(bf_tokenizer *t) {
   for (uint32_t c = 0; c < 0x10000; c++) t->single[c] = -1;
   for (int32_t id = 0; id < t->n_vocab; id++) {
     if (t->keys[id].len_cont & 1) continue;
-    const unsigned char *s = (const unsigned char *)t->pool + t->keys[id].off;
+    const unsigned char *s = (const unsigned char *)t->vocab + t->keys[id].off;
     size_t n = t->keys[id].len_cont >> 1, i = 0;
     if (n == 0 || n > 3) continue;
     uint32_t c = utf8_next(s, n, &i);
@@ -450,12 +399,12 @@ static int emit(work *w, int32_t id) {
   bf_tokens *o = w->out;
   if (o->n == o->cap) {
     if (o->cap >= INT_MAX / 2) {
-      seterr(w->err, w->errlen, "text too long: more than %d tokens", o->cap);
+      bf_errf(w->err, w->errlen, "text too long: more than %d tokens", o->cap);
       return BF_ERR_TOOLONG;
     }
     int cap = o->cap < 64 ? 64 : o->cap * 2;
     int32_t *ids = realloc(o->ids, (size_t)cap * sizeof(int32_t));
-    if (!ids) { seterr(w->err, w->errlen, "out of memory while tokenizing"); return BF_ERR_NOMEM; }
+    if (!ids) { bf_errf(w->err, w->errlen, "out of memory while tokenizing"); return BF_ERR_NOMEM; }
     o->ids = ids; o->cap = cap;
   }
   o->ids[o->n++] = id;
@@ -472,11 +421,14 @@ static int wordpiece(work *w, const uint32_t *cp, size_t n) {
   if (n == 1) {  /* the common case for Chinese: one ideograph */
     if (cp[0] < 0x10000) { int32_t id = t->single[cp[0]]; return emit(w, id >= 0 ? id : t->unk); }
     char b[4];
-    int32_t id = vocab_find(t, b, utf8_put(cp[0], b), 0);
+    int32_t id = vocab_find(t, b, bf_utf8_put(cp[0], b), 0);
     return emit(w, id >= 0 ? id : t->unk);
   }
   uint32_t pos = 0;
-  for (size_t i = 0; i < n; i++) { w->woff[i] = pos; pos += (uint32_t)utf8_put(cp[i], w->wbuf + pos); }
+  for (size_t i = 0; i < n; i++) {
+    w->woff[i] = pos;
+    pos += (uint32_t)bf_utf8_put(cp[i], w->wbuf + pos);
+  }
   w->woff[n] = pos;
   int mark = w->out->n;
   size_t start = 0;
@@ -547,7 +499,7 @@ static int flush(work *w) {
   if (n == 0) return BF_OK;
   if (t->lowercase || t->strip_accents) {
     if (!case_and_accents(t, cp, n, &w->norm)) {
-      seterr(w->err, w->errlen, "out of memory while tokenizing");
+      bf_errf(w->err, w->errlen, "out of memory while tokenizing");
       return BF_ERR_NOMEM;
     }
     cp = w->norm.v; n = w->norm.n;
@@ -589,19 +541,25 @@ static int match_raw(const bf_tokenizer *t, const unsigned char *s, size_t n, si
 int bf_tokenize(const bf_tokenizer *tok, const char *text, long len,
                 bf_tokens *out, char *err, size_t errlen) {
   if (err && errlen) err[0] = 0;
-  if (!tok || !out) { seterr(err, errlen, "bf_tokenize: no tokenizer or no output"); return BF_ERR_INPUT; }
+  if (!tok || !out) {
+    bf_errf(err, errlen, "bf_tokenize: no tokenizer or no output");
+    return BF_ERR_INPUT;
+  }
   if (!out->ids) out->cap = 0;
   out->n = 0; out->n_masks = 0;
-  if (!text && len != 0) { seterr(err, errlen, "bf_tokenize: text is NULL"); return BF_ERR_INPUT; }
+  if (!text && len != 0) { bf_errf(err, errlen, "bf_tokenize: text is NULL"); return BF_ERR_INPUT; }
   size_t n = len < 0 ? strlen(text) : (size_t)len;
   if (n > (size_t)INT_MAX - 16) {
-    seterr(err, errlen, "text too long to tokenize: %zu bytes (at most %d)", n, INT_MAX - 16);
+    bf_errf(err, errlen, "text too long to tokenize: %zu bytes (at most %d)", n, INT_MAX - 16);
     return BF_ERR_TOOLONG;
   }
   const unsigned char *s = (const unsigned char *)text;
   char why[128];
-  long bad = utf8_check(s, n, why, sizeof why);
-  if (bad >= 0) { seterr(err, errlen, "invalid UTF-8 at byte %ld: %s", bad, why); return BF_ERR_INPUT; }
+  long bad = bf_utf8_invalid_at(text, n, why, sizeof why);
+  if (bad >= 0) {
+    bf_errf(err, errlen, "invalid UTF-8 at byte %ld: %s", bad, why);
+    return BF_ERR_INPUT;
+  }
 
   work w = {.tok = tok, .out = out, .err = err, .errlen = errlen};
   int rc = BF_OK;
@@ -611,7 +569,11 @@ int bf_tokenize(const bf_tokenizer *tok, const char *text, long len,
   w.seg.v = malloc(w.seg.cap * sizeof(uint32_t));
   w.wbuf = malloc((size_t)tok->max_chars * 4 + 4);
   w.woff = malloc(((size_t)tok->max_chars + 1) * sizeof(uint32_t));
-  if (!w.seg.v || !w.wbuf || !w.woff) { seterr(err, errlen, "out of memory while tokenizing"); rc = BF_ERR_NOMEM; goto done; }
+  if (!w.seg.v || !w.wbuf || !w.woff) {
+    bf_errf(err, errlen, "out of memory while tokenizing");
+    rc = BF_ERR_NOMEM;
+    goto done;
+  }
 
   if ((rc = emit(&w, tok->cls))) goto done;
   for (size_t i = 0; i < n;) {
@@ -625,7 +587,11 @@ int bf_tokenize(const bf_tokenizer *tok, const char *text, long len,
       }
     }
     uint32_t c = utf8_next(s, n, &i);
-    if (!clean_push(tok, &w.seg, c)) { seterr(err, errlen, "out of memory while tokenizing"); rc = BF_ERR_NOMEM; goto done; }
+    if (!clean_push(tok, &w.seg, c)) {
+      bf_errf(err, errlen, "out of memory while tokenizing");
+      rc = BF_ERR_NOMEM;
+      goto done;
+    }
   }
   if ((rc = flush(&w)) || (rc = emit(&w, tok->sep))) goto done;
   for (int i = 0; i < out->n; i++) out->n_masks += out->ids[i] == tok->mask_id;
@@ -653,39 +619,36 @@ int bf_tokenizer_strip_accents(const bf_tokenizer *tok) { return tok ? tok->stri
 
 const char *bf_tokenizer_token(const bf_tokenizer *tok, int32_t id) {
   if (!tok || id < 0 || id >= tok->n_vocab) return NULL;
-  return tok->pool + tok->off[id];
+  return tok->vocab + tok->off[id];
 }
 
 void bf_tokenizer_free(bf_tokenizer *tok) {
   if (!tok) return;
   for (int i = 0; i < tok->n_added; i++) { free(tok->added[i].text); free(tok->added[i].cps); }
   free(tok->added);
-  free(tok->pool); free(tok->off); free(tok->len);
+  free(tok->vocab); free(tok->off); free(tok->len);
   free(tok->slots); free(tok->keys); free(tok->single);
   free(tok);
 }
 
-static char *path_join(const char *dir, const char *name) {
-  size_t a = strlen(dir), b = strlen(name);
-  char *p = malloc(a + b + 2);
-  if (!p) return NULL;
-  memcpy(p, dir, a);
-  size_t k = a;
-  if (a > 0 && dir[a - 1] != '/') p[k++] = '/';
-  memcpy(p + k, name, b + 1);
-  return p;
-}
-
-/* Read vocab.txt into t->pool / off / len.  Returns a BF_ code. */
+/* Read vocab.txt into t->vocab / off / len.  Returns a BF_ code. */
 static int load_vocab(bf_tokenizer *t, const char *path, char *err, size_t errlen) {
   FILE *f = fopen(path, "rb");
-  if (!f) { seterr(err, errlen, "%s: %s", path, strerror(errno)); return errno == ENOENT ? BF_ERR_MODEL : BF_ERR_IO; }
+  if (!f) {
+    bf_errf(err, errlen, "%s: %s", path, strerror(errno));
+    return errno == ENOENT ? BF_ERR_MODEL : BF_ERR_IO;
+  }
   size_t cap = 1 << 16, n = 0;
   char *buf = malloc(cap + 1);
   int rc = BF_OK;
   while (buf) {
     if (n == cap) {
-      if (cap >= MAX_VOCAB_FILE) { seterr(err, errlen, "%s: larger than %u MiB, not a vocabulary", path, MAX_VOCAB_FILE >> 20); rc = BF_ERR_MODEL; break; }
+      if (cap >= MAX_VOCAB_FILE) {
+        bf_errf(err, errlen, "%s: larger than %u MiB, not a vocabulary", path,
+                MAX_VOCAB_FILE >> 20);
+        rc = BF_ERR_MODEL;
+        break;
+      }
       cap *= 2;
       char *nb = realloc(buf, cap + 1);
       if (!nb) { free(buf); buf = NULL; break; }
@@ -694,23 +657,29 @@ static int load_vocab(bf_tokenizer *t, const char *path, char *err, size_t errle
     size_t got = fread(buf + n, 1, cap - n, f);
     n += got;
     if (got == 0) {
-      if (ferror(f)) { seterr(err, errlen, "%s: read error: %s", path, strerror(errno)); rc = BF_ERR_IO; }
+      if (ferror(f)) {
+        bf_errf(err, errlen, "%s: read error: %s", path, strerror(errno));
+        rc = BF_ERR_IO;
+      }
       break;
     }
   }
   fclose(f);
-  if (!buf) { seterr(err, errlen, "%s: out of memory", path); return BF_ERR_NOMEM; }
+  if (!buf) { bf_errf(err, errlen, "%s: out of memory", path); return BF_ERR_NOMEM; }
   if (rc) { free(buf); return rc; }
   buf[n] = '\n';  /* sentinel: a last line without "\n" still counts */
-  t->pool = buf;
+  t->vocab = buf;
 
   size_t lines = 0;
   for (size_t i = 0; i < n; i++) lines += buf[i] == '\n';
   if (n > 0 && buf[n - 1] != '\n') lines++;
-  if (lines > (size_t)INT32_MAX / 4) { seterr(err, errlen, "%s: too many lines", path); return BF_ERR_MODEL; }
+  if (lines > (size_t)INT32_MAX / 4) {
+    bf_errf(err, errlen, "%s: too many lines", path);
+    return BF_ERR_MODEL;
+  }
   t->off = malloc((lines + 1) * sizeof(uint32_t));
   t->len = malloc((lines + 1) * sizeof(uint32_t));
-  if (!t->off || !t->len) { seterr(err, errlen, "%s: out of memory", path); return BF_ERR_NOMEM; }
+  if (!t->off || !t->len) { bf_errf(err, errlen, "%s: out of memory", path); return BF_ERR_NOMEM; }
   size_t start = 0, id = 0;
   while (start < n) {
     char *nl = memchr(buf + start, '\n', n + 1 - start);
@@ -718,15 +687,23 @@ static int load_vocab(bf_tokenizer *t, const char *path, char *err, size_t errle
     if (e > start && buf[e - 1] == '\r') e--;
     const char *bad_cr = memchr(buf + start, '\r', e - start);
     if (bad_cr) {
-      seterr(err, errlen, "%s: line %zu contains a carriage return (\\r) that does not end the line; "
-             "Hugging Face's tokenizers disagree about such a file (split the line or not), so it is refused",
-             path, id + 1);
+      bf_errf(err, errlen,
+              "%s: line %zu contains a carriage return (\\r) that does not end the line; Hugging "
+              "Face's tokenizers disagree about such a file (split the line or not), so it is "
+              "refused", path, id + 1);
       return BF_ERR_MODEL;
     }
-    if (memchr(buf + start, '\0', e - start)) { seterr(err, errlen, "%s: line %zu contains a NUL byte", path, id + 1); return BF_ERR_MODEL; }
+    if (memchr(buf + start, '\0', e - start)) {
+      bf_errf(err, errlen, "%s: line %zu contains a NUL byte", path, id + 1);
+      return BF_ERR_MODEL;
+    }
     char why[128];
-    long bad = utf8_check((const unsigned char *)buf + start, e - start, why, sizeof why);
-    if (bad >= 0) { seterr(err, errlen, "%s: line %zu is not valid UTF-8 (byte %ld of the line: %s)", path, id + 1, bad, why); return BF_ERR_MODEL; }
+    long bad = bf_utf8_invalid_at(buf + start, e - start, why, sizeof why);
+    if (bad >= 0) {
+      bf_errf(err, errlen, "%s: line %zu is not valid UTF-8 (byte %ld of the line: %s)", path,
+              id + 1, bad, why);
+      return BF_ERR_MODEL;
+    }
     buf[e] = 0;
     t->off[id] = (uint32_t)start;
     t->len[id] = (uint32_t)(e - start);
@@ -743,7 +720,7 @@ static int config_token(const json_value *cfg, const char *key, const char **out
   if (!v || v->type == JSON_NULL) return BF_OK;
   if (v->type == JSON_OBJECT) v = json_get(v, "content");
   if (!v || v->type != JSON_STRING || v->len == 0 || strlen(v->str) != v->len) {
-    seterr(err, errlen, "%s: \"%s\" must be a token string", file, key);
+    bf_errf(err, errlen, "%s: \"%s\" must be a token string", file, key);
     return BF_ERR_MODEL;
   }
   *out = v->str;
@@ -756,7 +733,7 @@ static int get_flag(const json_value *obj, const char *key, int *out, const char
     case JSON_OK: *out = b; return BF_OK;
     case JSON_ABSENT: return BF_OK;
     default:
-      seterr(err, errlen, "%s: %s\"%s\" must be true, false or null", file, where, key);
+      bf_errf(err, errlen, "%s: %s\"%s\" must be true, false or null", file, where, key);
       return BF_ERR_MODEL;
   }
 }
@@ -820,123 +797,174 @@ static int finish_added(bf_tokenizer *t) {
   return 1;
 }
 
-bf_tokenizer *bf_tokenizer_load(const char *dir, char *err, size_t errlen) {
-  if (err && errlen) err[0] = 0;
-  if (!dir) { seterr(err, errlen, "bf_tokenizer_load: no directory"); return NULL; }
-  bf_tokenizer *t = calloc(1, sizeof *t);
-  char *vocab_path = path_join(dir, "vocab.txt");
-  char *cfg_path = path_join(dir, "tokenizer_config.json");
-  char *tj_path = path_join(dir, "tokenizer.json");
-  json_value *cfg = NULL, *tj = NULL;
-  int ok = 0;
-  if (!t || !vocab_path || !cfg_path || !tj_path) { seterr(err, errlen, "out of memory loading the tokenizer"); goto done; }
+/* The files of a tokenizer being loaded and what they say.  The settings
+** are -1 until a file gives them; names point into the JSON trees. */
+typedef struct tok_files {
+  char *vocab_path, *cfg_path, *tj_path;
+  json_value *cfg, *tj;          /* tokenizer_config.json, tokenizer.json; NULL if absent */
+  int lower, strip, chinese, clean;
+  const char *names[5];          /* texts of the special tokens, in special_ids order */
+} tok_files;
 
-  if (load_vocab(t, vocab_path, err, errlen) != BF_OK) goto done;
-
-  /* Settings: -1 = not given yet */
-  int lower = -1, strip = -1, chinese = -1, clean = -1;
-  const char *names[5] = {"[UNK]", "[CLS]", "[SEP]", "[MASK]", "[PAD]"};
-  static const char *const name_keys[5] = {"unk_token", "cls_token", "sep_token", "mask_token", "pad_token"};
-  memcpy(t->prefix, "##", 3); t->prefix_len = 2;
-  t->max_chars = 100;
-
-  if (access(cfg_path, F_OK) == 0) {
-    cfg = json_parse_file(cfg_path, err, errlen);
-    if (!cfg) goto done;
-    if (cfg->type != JSON_OBJECT) { seterr(err, errlen, "%s: not a JSON object", cfg_path); goto done; }
-    if (get_flag(cfg, "do_lower_case", &lower, cfg_path, "", err, errlen) ||
-        get_flag(cfg, "strip_accents", &strip, cfg_path, "", err, errlen) ||
-        get_flag(cfg, "tokenize_chinese_chars", &chinese, cfg_path, "", err, errlen))
-      goto done;
-    for (int k = 0; k < 5; k++)
-      if (config_token(cfg, name_keys[k], &names[k], cfg_path, err, errlen)) goto done;
-  }
-
-  if (access(tj_path, F_OK) == 0) {
-    tj = json_parse_file(tj_path, err, errlen);
-    if (!tj) goto done;
-    if (tj->type != JSON_OBJECT) { seterr(err, errlen, "%s: not a JSON object", tj_path); goto done; }
-    const json_value *nz = json_get(tj, "normalizer");
-    if (nz && nz->type != JSON_NULL) {
-      const char *type = NULL;
-      if (json_get_string(nz, "type", &type) != JSON_OK || strcmp(type, "BertNormalizer") != 0) {
-        seterr(err, errlen, "%s: normalizer type \"%s\" is not supported (only BertNormalizer)", tj_path, type ? type : "?");
-        goto done;
-      }
-      int l = -1, s = -1, c = -1, k = -1;
-      if (get_flag(nz, "lowercase", &l, tj_path, "normalizer ", err, errlen) ||
-          get_flag(nz, "strip_accents", &s, tj_path, "normalizer ", err, errlen) ||
-          get_flag(nz, "handle_chinese_chars", &c, tj_path, "normalizer ", err, errlen) ||
-          get_flag(nz, "clean_text", &k, tj_path, "normalizer ", err, errlen))
-        goto done;
-      if (lower < 0) lower = l;
-      if (strip < 0) strip = s;
-      if (chinese < 0) chinese = c;
-      clean = k;
-    }
-    const json_value *pt = json_get(tj, "pre_tokenizer");
-    if (pt && pt->type != JSON_NULL) {
-      const char *type = NULL;
-      if (json_get_string(pt, "type", &type) != JSON_OK || strcmp(type, "BertPreTokenizer") != 0) {
-        seterr(err, errlen, "%s: pre_tokenizer type \"%s\" is not supported (only BertPreTokenizer)", tj_path, type ? type : "?");
-        goto done;
-      }
-    }
-    const json_value *model = json_get(tj, "model");
-    if (model && model->type != JSON_NULL) {
-      const char *type = NULL, *prefix = NULL, *unk = NULL;
-      int64_t mc;
-      if (json_get_string(model, "type", &type) == JSON_OK && strcmp(type, "WordPiece") != 0) {
-        seterr(err, errlen, "%s: model type \"%s\" is not supported (only WordPiece)", tj_path, type);
-        goto done;
-      }
-      switch (json_get_int(model, "max_input_chars_per_word", &mc)) {
-        case JSON_OK:
-          if (mc < 1 || mc > MAX_CHARS_LIMIT) {
-            seterr(err, errlen, "%s: model max_input_chars_per_word %lld is out of range 1..%d", tj_path, (long long)mc, MAX_CHARS_LIMIT);
-            goto done;
-          }
-          t->max_chars = (int)mc;
-          break;
-        case JSON_WRONG: seterr(err, errlen, "%s: model max_input_chars_per_word must be an integer", tj_path); goto done;
-      }
-      switch (json_get_string(model, "continuing_subword_prefix", &prefix)) {
-        case JSON_OK:
-          if (strlen(prefix) >= sizeof t->prefix) { seterr(err, errlen, "%s: model continuing_subword_prefix is too long", tj_path); goto done; }
-          strcpy(t->prefix, prefix); t->prefix_len = (int)strlen(prefix);
-          break;
-        case JSON_WRONG: seterr(err, errlen, "%s: model continuing_subword_prefix must be a string", tj_path); goto done;
-      }
-      if (json_get_string(model, "unk_token", &unk) == JSON_OK && unk[0] && !json_get(cfg, "unk_token")) names[0] = unk;
-    }
-  }
-
-  t->lowercase = lower < 0 ? 1 : lower;
-  t->strip_accents = strip < 0 ? t->lowercase : strip;
-  t->chinese = chinese < 0 ? 1 : chinese;
-  t->clean_text = clean < 0 ? 1 : clean;
-
-  if (!build_table(t)) { seterr(err, errlen, "out of memory loading the tokenizer"); goto done; }
-
-  /* The special tokens: never split, matched in the raw text. */
+/* The special tokens: the key of each in tokenizer_config.json, its text
+** unless a file says otherwise, its use (for messages) and its id. */
+static const char *const special_keys[5] = {"unk_token", "cls_token", "sep_token", "mask_token",
+                                             "pad_token"};
+static const char *const special_texts[5] = {"[UNK]", "[CLS]", "[SEP]", "[MASK]", "[PAD]"};
+static const char *const special_uses[5] = {"unknown", "[CLS]", "[SEP]", "mask", "padding"};
+static int32_t *special_ids(bf_tokenizer *t, int k) {
   int32_t *ids[5] = {&t->unk, &t->cls, &t->sep, &t->mask_id, &t->pad};
+  return ids[k];
+}
+
+/* The JSON object in the file path into *out; *out stays NULL when there
+** is no such file.  BF_OK, or BF_ERR_MODEL with err set. */
+static int read_json_object(const char *path, json_value **out, char *err, size_t errlen) {
+  if (access(path, F_OK) != 0) return BF_OK;
+  *out = json_parse_file(path, err, errlen);
+  if (!*out) return BF_ERR_MODEL;
+  if ((*out)->type != JSON_OBJECT) {
+    bf_errf(err, errlen, "%s: not a JSON object", path);
+    return BF_ERR_MODEL;
+  }
+  return BF_OK;
+}
+
+/* tokenizer_config.json, when present: do_lower_case, strip_accents,
+** tokenize_chinese_chars and the special token texts. */
+static int read_tokenizer_config(tok_files *f, char *err, size_t errlen) {
+  const char *path = f->cfg_path;
+  if (read_json_object(path, &f->cfg, err, errlen)) return BF_ERR_MODEL;
+  if (!f->cfg) return BF_OK;
+  if (get_flag(f->cfg, "do_lower_case", &f->lower, path, "", err, errlen) ||
+      get_flag(f->cfg, "strip_accents", &f->strip, path, "", err, errlen) ||
+      get_flag(f->cfg, "tokenize_chinese_chars", &f->chinese, path, "", err, errlen))
+    return BF_ERR_MODEL;
+  for (int k = 0; k < 5; k++)
+    if (config_token(f->cfg, special_keys[k], &f->names[k], path, err, errlen))
+      return BF_ERR_MODEL;
+  return BF_OK;
+}
+
+/* tokenizer.json's "normalizer" (BertNormalizer): its flags fill the
+** settings tokenizer_config.json left open; clean_text only comes from here. */
+static int read_normalizer(tok_files *f, const json_value *nz, char *err, size_t errlen) {
+  const char *path = f->tj_path, *type = NULL;
+  if (!nz || nz->type == JSON_NULL) return BF_OK;
+  if (json_get_string(nz, "type", &type) != JSON_OK || strcmp(type, "BertNormalizer") != 0) {
+    bf_errf(err, errlen, "%s: normalizer type \"%s\" is not supported (only BertNormalizer)", path,
+            type ? type : "?");
+    return BF_ERR_MODEL;
+  }
+  int l = -1, s = -1, c = -1, k = -1;
+  if (get_flag(nz, "lowercase", &l, path, "normalizer ", err, errlen) ||
+      get_flag(nz, "strip_accents", &s, path, "normalizer ", err, errlen) ||
+      get_flag(nz, "handle_chinese_chars", &c, path, "normalizer ", err, errlen) ||
+      get_flag(nz, "clean_text", &k, path, "normalizer ", err, errlen))
+    return BF_ERR_MODEL;
+  if (f->lower < 0) f->lower = l;
+  if (f->strip < 0) f->strip = s;
+  if (f->chinese < 0) f->chinese = c;
+  f->clean = k;
+  return BF_OK;
+}
+
+/* tokenizer.json's "model" (WordPiece): max_input_chars_per_word,
+** continuing_subword_prefix, and unk_token unless tokenizer_config.json
+** names it. */
+static int read_wordpiece(bf_tokenizer *t, tok_files *f, const json_value *model, char *err,
+                          size_t errlen) {
+  const char *path = f->tj_path, *type = NULL, *prefix = NULL, *unk = NULL;
+  int64_t mc;
+  if (!model || model->type == JSON_NULL) return BF_OK;
+  if (json_get_string(model, "type", &type) == JSON_OK && strcmp(type, "WordPiece") != 0) {
+    bf_errf(err, errlen, "%s: model type \"%s\" is not supported (only WordPiece)", path, type);
+    return BF_ERR_MODEL;
+  }
+  switch (json_get_int(model, "max_input_chars_per_word", &mc)) {
+    case JSON_OK:
+      if (mc < 1 || mc > MAX_CHARS_LIMIT) {
+        bf_errf(err, errlen, "%s: model max_input_chars_per_word %lld is out of range 1..%d", path,
+                (long long)mc, MAX_CHARS_LIMIT);
+        return BF_ERR_MODEL;
+      }
+      t->max_chars = (int)mc;
+      break;
+    case JSON_WRONG:
+      bf_errf(err, errlen, "%s: model max_input_chars_per_word must be an integer", path);
+      return BF_ERR_MODEL;
+  }
+  switch (json_get_string(model, "continuing_subword_prefix", &prefix)) {
+    case JSON_OK:
+      if (strlen(prefix) >= sizeof t->prefix) {
+        bf_errf(err, errlen, "%s: model continuing_subword_prefix is too long", path);
+        return BF_ERR_MODEL;
+      }
+      strcpy(t->prefix, prefix);
+      t->prefix_len = (int)strlen(prefix);
+      break;
+    case JSON_WRONG:
+      bf_errf(err, errlen, "%s: model continuing_subword_prefix must be a string", path);
+      return BF_ERR_MODEL;
+  }
+  if (json_get_string(model, "unk_token", &unk) == JSON_OK && unk[0] &&
+      !json_get(f->cfg, "unk_token"))
+    f->names[0] = unk;
+  return BF_OK;
+}
+
+/* tokenizer.json, when present: normalizer, pre_tokenizer and model (its
+** added_tokens are read by add_json_tokens). */
+static int read_tokenizer_json(bf_tokenizer *t, tok_files *f, char *err, size_t errlen) {
+  const char *path = f->tj_path;
+  if (read_json_object(path, &f->tj, err, errlen)) return BF_ERR_MODEL;
+  if (!f->tj) return BF_OK;
+  if (read_normalizer(f, json_get(f->tj, "normalizer"), err, errlen)) return BF_ERR_MODEL;
+  const json_value *pt = json_get(f->tj, "pre_tokenizer");
+  if (pt && pt->type != JSON_NULL) {
+    const char *type = NULL;
+    if (json_get_string(pt, "type", &type) != JSON_OK || strcmp(type, "BertPreTokenizer") != 0) {
+      bf_errf(err, errlen,
+              "%s: pre_tokenizer type \"%s\" is not supported (only BertPreTokenizer)", path,
+              type ? type : "?");
+      return BF_ERR_MODEL;
+    }
+  }
+  return read_wordpiece(t, f, json_get(f->tj, "model"), err, errlen);
+}
+
+/* The special tokens: each must be an entry of the vocabulary; they are
+** never split and are matched in the raw text. */
+static int add_special_tokens(bf_tokenizer *t, const tok_files *f, char *err, size_t errlen) {
   for (int k = 0; k < 5; k++) {
-    size_t l = strlen(names[k]);
+    const char *name = f->names[k];
+    size_t l = strlen(name);
     int32_t id = -1;
     for (int32_t i = 0; i < t->n_vocab; i++)  /* exact entry text; the last one if repeated */
-      if (t->len[i] == l && memcmp(t->pool + t->off[i], names[k], l) == 0) id = i;
+      if (t->len[i] == l && memcmp(t->vocab + t->off[i], name, l) == 0) id = i;
     if (id < 0) {
-      seterr(err, errlen, "%s: no \"%s\" entry (needed as the %s token)", vocab_path, names[k],
-             (const char *[]){"unknown", "[CLS]", "[SEP]", "mask", "padding"}[k]);
-      goto done;
+      bf_errf(err, errlen, "%s: no \"%s\" entry (needed as the %s token)", f->vocab_path, name,
+              special_uses[k]);
+      return BF_ERR_MODEL;
     }
-    *ids[k] = id;
-    if (!add_token(t, names[k], l, id, 0, 0)) { seterr(err, errlen, "out of memory loading the tokenizer"); goto done; }
+    *special_ids(t, k) = id;
+    if (!add_token(t, name, l, id, 0, 0)) {
+      bf_errf(err, errlen, "out of memory loading the tokenizer");
+      return BF_ERR_NOMEM;
+    }
   }
+  return BF_OK;
+}
 
-  /* tokenizer.json's added tokens (they may override the ids above). */
-  const json_value *at = json_get(tj, "added_tokens");
-  if (at && at->type != JSON_NULL && at->type != JSON_ARRAY) { seterr(err, errlen, "%s: added_tokens must be an array", tj_path); goto done; }
+/* tokenizer.json's added_tokens (they may override the ids of the special
+** tokens). */
+static int add_json_tokens(bf_tokenizer *t, const tok_files *f, char *err, size_t errlen) {
+  const char *path = f->tj_path;
+  const json_value *at = json_get(f->tj, "added_tokens");
+  if (at && at->type != JSON_NULL && at->type != JSON_ARRAY) {
+    bf_errf(err, errlen, "%s: added_tokens must be an array", path);
+    return BF_ERR_MODEL;
+  }
   for (size_t i = 0; i < json_len(at); i++) {
     const json_value *a = json_at(at, i);
     const char *content = NULL;
@@ -944,27 +972,71 @@ bf_tokenizer *bf_tokenizer_load(const char *dir, char *err, size_t errlen) {
     int normalized = 0, single_word = 0;
     if (json_get_string(a, "content", &content) != JSON_OK || !content[0] ||
         strlen(content) != json_get(a, "content")->len) {
-      seterr(err, errlen, "%s: added_tokens[%zu] has no \"content\" string", tj_path, i);
-      goto done;
+      bf_errf(err, errlen, "%s: added_tokens[%zu] has no \"content\" string", path, i);
+      return BF_ERR_MODEL;
     }
-    if (json_get_int(a, "id", &id) != JSON_OK) { seterr(err, errlen, "%s: added token \"%s\" has no integer \"id\"", tj_path, content); goto done; }
+    if (json_get_int(a, "id", &id) != JSON_OK) {
+      bf_errf(err, errlen, "%s: added token \"%s\" has no integer \"id\"", path, content);
+      return BF_ERR_MODEL;
+    }
     if (id < 0 || id >= t->n_vocab) {
-      seterr(err, errlen, "%s: added token \"%s\" has id %lld, but %s has %d entries", tj_path, content, (long long)id, vocab_path, t->n_vocab);
-      goto done;
+      bf_errf(err, errlen, "%s: added token \"%s\" has id %lld, but %s has %d entries", path,
+              content, (long long)id, f->vocab_path, t->n_vocab);
+      return BF_ERR_MODEL;
     }
-    if (get_flag(a, "normalized", &normalized, tj_path, "added token ", err, errlen) ||
-        get_flag(a, "single_word", &single_word, tj_path, "added token ", err, errlen))
-      goto done;
-    if (!add_token(t, content, strlen(content), (int32_t)id, normalized, single_word)) { seterr(err, errlen, "out of memory loading the tokenizer"); goto done; }
+    if (get_flag(a, "normalized", &normalized, path, "added token ", err, errlen) ||
+        get_flag(a, "single_word", &single_word, path, "added token ", err, errlen))
+      return BF_ERR_MODEL;
+    if (!add_token(t, content, strlen(content), (int32_t)id, normalized, single_word)) {
+      bf_errf(err, errlen, "out of memory loading the tokenizer");
+      return BF_ERR_NOMEM;
+    }
     for (int k = 0; k < 5; k++)
-      if (!normalized && strcmp(content, names[k]) == 0) *ids[k] = (int32_t)id;
+      if (!normalized && strcmp(content, f->names[k]) == 0) *special_ids(t, k) = (int32_t)id;
   }
-  if (!finish_added(t)) { seterr(err, errlen, "out of memory loading the tokenizer"); goto done; }
-  ok = 1;
+  return BF_OK;
+}
 
-done:
-  json_free(cfg); json_free(tj);
-  free(vocab_path); free(cfg_path); free(tj_path);
+bf_tokenizer *bf_tokenizer_load(const char *dir, char *err, size_t errlen) {
+  if (err && errlen) err[0] = 0;
+  if (!dir) {
+    bf_errf(err, errlen, "bf_tokenizer_load: no directory");
+    return NULL;
+  }
+  bf_tokenizer *t = calloc(1, sizeof *t);
+  tok_files f = {.lower = -1, .strip = -1, .chinese = -1, .clean = -1};
+  memcpy(f.names, special_texts, sizeof f.names);
+  f.vocab_path = bf_path_join(dir, "vocab.txt");
+  f.cfg_path = bf_path_join(dir, "tokenizer_config.json");
+  f.tj_path = bf_path_join(dir, "tokenizer.json");
+  int ok = t && f.vocab_path && f.cfg_path && f.tj_path;
+  if (!ok) bf_errf(err, errlen, "out of memory loading the tokenizer");
+
+  if (ok) ok = load_vocab(t, f.vocab_path, err, errlen) == BF_OK;
+  if (ok) {  /* the defaults tokenizer.json may change */
+    memcpy(t->prefix, "##", 3);
+    t->prefix_len = 2;
+    t->max_chars = 100;
+  }
+  ok = ok && read_tokenizer_config(&f, err, errlen) == BF_OK &&
+       read_tokenizer_json(t, &f, err, errlen) == BF_OK;
+  if (ok) {  /* each setting from the first file that gives it, else HF's default */
+    t->lowercase = f.lower < 0 ? 1 : f.lower;
+    t->strip_accents = f.strip < 0 ? t->lowercase : f.strip;
+    t->chinese = f.chinese < 0 ? 1 : f.chinese;
+    t->clean_text = f.clean < 0 ? 1 : f.clean;
+    ok = build_table(t);
+    if (!ok) bf_errf(err, errlen, "out of memory loading the tokenizer");
+  }
+  ok = ok && add_special_tokens(t, &f, err, errlen) == BF_OK &&
+       add_json_tokens(t, &f, err, errlen) == BF_OK;
+  if (ok && !finish_added(t)) {
+    bf_errf(err, errlen, "out of memory loading the tokenizer");
+    ok = 0;
+  }
+
+  json_free(f.cfg); json_free(f.tj);
+  free(f.vocab_path); free(f.cfg_path); free(f.tj_path);
   if (!ok) { bf_tokenizer_free(t); return NULL; }
   return t;
 }

@@ -1,9 +1,9 @@
 /*
 ** util.h — the small helpers every part of bertfill shares, one copy each:
-** a monotonic clock, the UTF-8 validator, the error formatter, the path
-** join, the number of usable cores, and the one rule for reading settings
-** from the environment.  No SQLite, no model: plain C for engine and SQLite
-** layer alike.
+** a monotonic clock, the UTF-8 validator and encoder, the error formatter,
+** the path join, the number of usable cores, and the one rule for reading
+** settings from the environment.  No SQLite, no model: plain C for engine and
+** SQLite layer alike.
 */
 #ifndef BERTFILL_UTIL_H
 #define BERTFILL_UTIL_H
@@ -20,6 +20,20 @@ uint64_t bf_now_ns(void);
 ** not NULL it gets a short phrase for the error message, for example
 ** "continuation byte 0x80 without a lead byte". */
 long bf_utf8_invalid_at(const char *s, size_t n, char *why, size_t whylen);
+
+/* Write code point c (at most U+10FFFF, not a surrogate) as UTF-8 into
+** d[0..4); returns the bytes written (1 to 4).  Inline: the tokenizer calls
+** it for every character of a word. */
+static inline size_t bf_utf8_put(uint32_t c, char *d) {
+  if (c < 0x80) { d[0] = (char)c; return 1; }
+  if (c < 0x800) { d[0] = (char)(0xC0 | (c >> 6)); d[1] = (char)(0x80 | (c & 0x3F)); return 2; }
+  if (c < 0x10000) {
+    d[0] = (char)(0xE0 | (c >> 12)); d[1] = (char)(0x80 | ((c >> 6) & 0x3F));
+    d[2] = (char)(0x80 | (c & 0x3F)); return 3;
+  }
+  d[0] = (char)(0xF0 | (c >> 18)); d[1] = (char)(0x80 | ((c >> 12) & 0x3F));
+  d[2] = (char)(0x80 | ((c >> 6) & 0x3F)); d[3] = (char)(0x80 | (c & 0x3F)); return 4;
+}
 
 /* Format a message into err[0..errlen) (always NUL-terminated when
 ** errlen > 0; nothing happens when err is NULL or errlen is 0). */

@@ -2,7 +2,7 @@
 ** bench_bertfill.c — the bertfill side of `make bench` (see tests/bench/run.sh).
 **
 **   bench_bertfill engine MODEL_DIR SENTENCES.tsv OUT.json [options]
-**       the engine (build/libbfengine.a, ext/bertfill.h) called directly:
+**       the engine (build/libbfengine.a, ext/engine/bertfill.h) called directly:
 **       load time, single-sentence latency, batch throughput, per-stage
 **       timings (bf_run_timings), top-1 ids, peak RSS.
 **   bench_bertfill sql MODEL_DIR SENTENCES.tsv OUT.json --ext ./bertfill.so [options]

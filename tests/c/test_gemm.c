@@ -1,15 +1,15 @@
 /*
-** test_gemm.c — the matrix kernels of ext/gemm.c against a plain double
-** loop: y[T,N] = x[T,K] W[N,K]^T for shapes that hit every path (dot kernel
-** up to GEMM_DOT_MAX_T rows, panel kernel beyond; K and N not multiples of 16
-** or 32; one to three outputs per job; 1, 2 and 3 threads), results
-** independent of the thread count, and bf_pool_run running every unit once.
-** On a CPU without AVX-512 gemm_xwt must say GEMM_NO_KERNEL (checked) and
-** the kernel checks are skipped.
+** test_gemm.c — the matrix kernels of ext/engine/gemm.c against a plain
+** double loop: y[T,N] = x[T,K] W[N,K]^T for shapes that hit every path (dot
+** kernel up to GEMM_DOT_MAX_T rows, panel kernel beyond; K and N not
+** multiples of 16 or 32; one to three outputs per job; 1, 2 and 3 threads),
+** results independent of the thread count.  On a CPU without AVX-512
+** gemm_xwt must say GEMM_NO_KERNEL (checked) and the kernel checks are
+** skipped.  The thread pool itself: test_pool.c.
 */
 #include <math.h>
-#include <stdatomic.h>
 #include "gemm.h"
+#include "util.h"
 #include "testlib.h"
 
 static unsigned rng = 12345;
@@ -34,39 +34,22 @@ static double max_err(const float *y, const float *x, const float *W, int T, int
   return worst;
 }
 
-static atomic_int hits[1000];
-static void count_unit(void *arg, int u, int tid) {
-  (void)arg;
-  if (tid >= 0) atomic_fetch_add(&hits[u], 1);
-}
-
 int main(void) {
   bf_pool *p = bf_pool_new();
-  CHECK("pool: created", p != NULL);
-
-  /* bf_pool_run: each unit exactly once, for several thread counts */
-  for (int nt = 1; nt <= 4; nt++) {
-    for (int u = 0; u < 1000; u++) atomic_store(&hits[u], 0);
-    bf_pool_run(p, nt, 1000, count_unit, NULL);
-    int bad = 0;
-    for (int u = 0; u < 1000; u++) bad += atomic_load(&hits[u]) != 1;
-    char name[64];
-    snprintf(name, sizeof name, "pool: 1000 units, %d threads, each once", nt);
-    CHECKF(name, bad == 0, "%d units not run exactly once", bad);
-  }
-  bf_pool_run(NULL, 4, 3, count_unit, NULL);  /* no pool: the caller does it */
-  CHECK("pool: NULL pool runs the units", atomic_load(&hits[0]) == 2 && atomic_load(&hits[2]) == 2);
+  gemm_scratch s = { 0 };
+  CHECK("gemm: pool created", p != NULL);
 
   if (!gemm_have_avx512()) {
     float x = 1, w = 1, y = 0;
     gemm_out o = { &y, &w, 1 };
-    CHECK("gemm: no AVX-512: GEMM_NO_KERNEL", gemm_xwt(p, 1, &x, 1, 1, 1, &o) == GEMM_NO_KERNEL);
-    const char *off = getenv("BERTFILL_NO_AVX512");
-    if (off && *off && strcmp(off, "0") != 0)
+    CHECK("gemm: no AVX-512: GEMM_NO_KERNEL",
+          gemm_xwt(p, &s, 1, &x, 1, 1, 1, &o) == GEMM_NO_KERNEL);
+    if (bf_env_flag("BERTFILL_NO_AVX512", 0))
       printf("# gemm kernels turned off by BERTFILL_NO_AVX512; they are checked in the run without it\n");
     else
       SKIP("gemm kernels", "this CPU has no AVX-512");
     bf_pool_free(p);
+    gemm_scratch_free(&s);
     TL_EXIT();
   }
 
@@ -89,7 +72,7 @@ int main(void) {
       gemm_out o[3] = { { y[0], W, N }, { y[1], W + (size_t)N * K, n2 }, { y[2], W + (size_t)2 * N * K, N } };
       for (int nt = 1; nt <= 3; nt++) {
         for (int i = 0; i < 3; i++) for (int j = 0; j < T * N; j++) y[i][j] = NAN;
-        int rc = gemm_xwt(p, nt, x, T, K, 3, o);
+        int rc = gemm_xwt(p, &s, nt, x, T, K, 3, o);
         nshape++;
         if (rc != GEMM_OK) { nbad++; snprintf(why, sizeof why, "T=%d N=%d K=%d threads=%d: rc %d", T, N, K, nt, rc); continue; }
         for (int i = 0; i < 3; i++) {
@@ -105,7 +88,7 @@ int main(void) {
       /* one output, no pool */
       for (int j = 0; j < T * N; j++) y[0][j] = NAN;
       gemm_out o1 = { y[0], W, N };
-      int rc = gemm_xwt(NULL, 2, x, T, K, 1, &o1);
+      int rc = gemm_xwt(NULL, NULL, 2, x, T, K, 1, &o1);
       double e = rc == GEMM_OK ? max_err(y[0], x, W, T, N, K) : 1;
       nshape++;
       if (!(e < 1e-5)) { nbad++; snprintf(why, sizeof why, "T=%d N=%d K=%d without a pool: rc %d error %g", T, N, K, rc, e); }
@@ -118,8 +101,9 @@ int main(void) {
 
   float x = 1, w = 2, y = 0;
   gemm_out bad = { &y, &w, 1 };
-  CHECK("gemm: 0 outputs refused", gemm_xwt(p, 1, &x, 1, 1, 0, &bad) != GEMM_OK);
-  CHECK("gemm: 4 outputs refused", gemm_xwt(p, 1, &x, 1, 1, 4, &bad) != GEMM_OK);
+  CHECK("gemm: 0 outputs refused", gemm_xwt(p, &s, 1, &x, 1, 1, 0, &bad) != GEMM_OK);
+  CHECK("gemm: 4 outputs refused", gemm_xwt(p, &s, 1, &x, 1, 1, 4, &bad) != GEMM_OK);
   bf_pool_free(p);
+  gemm_scratch_free(&s);
   TL_EXIT();
 }

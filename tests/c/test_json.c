@@ -1,5 +1,5 @@
 /*
-** test_json.c — the strict JSON reader (ext/json.c).
+** test_json.c — the strict JSON reader (ext/engine/json.c).
 **
 **   test_json [SHARED_DATA_DIR]
 **

@@ -1,5 +1,5 @@
 /*
-** test_tokenizer.c — the tokenizer (ext/tokenizer.c) against golden token ids
+** test_tokenizer.c — the tokenizer (ext/engine/tokenizer.c) against golden token ids
 ** made by an independent reference (tests/golden/tokenizer/make_golden.mjs,
 ** @huggingface/transformers reading tokenizer.json), plus load errors,
 ** invalid UTF-8, reuse of bf_tokens and a random-input smoke test.

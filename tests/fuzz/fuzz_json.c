@@ -1,5 +1,5 @@
 /*
-** fuzz_json.c — the strict JSON reader (ext/json.c) on arbitrary bytes.
+** fuzz_json.c — the strict JSON reader (ext/engine/json.c) on arbitrary bytes.
 **
 ** Invariants besides "no crash, no sanitizer report": an accepted document
 ** is valid UTF-8 and its tree respects the depth limit; every getter works

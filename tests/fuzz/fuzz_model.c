@@ -1,7 +1,7 @@
 /*
-** fuzz_model.c — the model loader (ext/model.c: config.json checks, vocab,
+** fuzz_model.c — the model loader (ext/engine/model.c: config.json checks, vocab,
 ** tensor lookup, shapes, dtype conversion) and the safetensors reader
-** (ext/safetensors.c: header length, JSON header, offsets, overlaps) on
+** (ext/engine/safetensors.c: header length, JSON header, offsets, overlaps) on
 ** arbitrary files.
 **
 ** An input is a whole model directory:

@@ -1,5 +1,5 @@
 /*
-** fuzz_tokenizer.c — the WordPiece tokenizer (ext/tokenizer.c) on arbitrary
+** fuzz_tokenizer.c — the WordPiece tokenizer (ext/engine/tokenizer.c) on arbitrary
 ** bytes, with every tokenizer we have: the genuine bert-base-chinese
 ** vocabulary ($BF_FUZZ_SHARED/bert-base-chinese, when present), and the test
 ** models tiny (synthetic vocab) and tiny-legacy.
