@@ -1,6 +1,6 @@
 /*
-** sqlite_cache.c — the memo cache: a process-wide LRU in memory, in front of
-** the bertfill_cache table of each database.  See sqlite_cache.h for the key,
+** cache.c — the memo cache: a process-wide LRU in memory, in front of the
+** bertfill_cache table of each database.  See cache.h for the key,
 ** the value, the table layout and the rules for writes.
 */
 #include <math.h>
@@ -191,7 +191,19 @@ long bfc_lru_max_entries(void) {
   return n;
 }
 
-size_t bfc_lru_max_bytes(void) { return lru.max_bytes; }
+void bfc_lru_set_max_bytes(size_t n) {
+  pthread_mutex_lock(&lru.mu);
+  lru.max_bytes = n > 0 ? n : BFC_DEFAULT_LRU_BYTES;
+  lru_evict();
+  pthread_mutex_unlock(&lru.mu);
+}
+
+size_t bfc_lru_max_bytes(void) {
+  pthread_mutex_lock(&lru.mu);
+  size_t n = lru.max_bytes;
+  pthread_mutex_unlock(&lru.mu);
+  return n;
+}
 
 void bfc_lru_usage(long *entries, size_t *bytes) {
   pthread_mutex_lock(&lru.mu);
