@@ -177,25 +177,23 @@ long bfc_lru_clear(void) {
   return n;
 }
 
-void bfc_lru_set_max_entries(long n) {
+/* New bounds (0: keep that one), evicting what no longer fits. */
+static void lru_set_bounds(long max_entries, size_t max_bytes) {
   pthread_mutex_lock(&lru.mu);
-  lru.max_entries = n > 0 ? n : BFC_DEFAULT_LRU_ENTRIES;
+  if (max_entries > 0) lru.max_entries = max_entries;
+  if (max_bytes > 0) lru.max_bytes = max_bytes;
   lru_evict();
   pthread_mutex_unlock(&lru.mu);
 }
+
+void bfc_lru_set_max_entries(long n) { lru_set_bounds(n > 0 ? n : BFC_DEFAULT_LRU_ENTRIES, 0); }
+void bfc_lru_set_max_bytes(size_t n) { lru_set_bounds(0, n > 0 ? n : BFC_DEFAULT_LRU_BYTES); }
 
 long bfc_lru_max_entries(void) {
   pthread_mutex_lock(&lru.mu);
   long n = lru.max_entries;
   pthread_mutex_unlock(&lru.mu);
   return n;
-}
-
-void bfc_lru_set_max_bytes(size_t n) {
-  pthread_mutex_lock(&lru.mu);
-  lru.max_bytes = n > 0 ? n : BFC_DEFAULT_LRU_BYTES;
-  lru_evict();
-  pthread_mutex_unlock(&lru.mu);
 }
 
 size_t bfc_lru_max_bytes(void) {

@@ -42,7 +42,6 @@ SQLITE_EXTENSION_INIT3
 #include "conn.h"
 #include "errors.h"
 #include "lookup.h"
-#include "models.h"
 #include "stats.h"
 #include "text.h"
 #include "trace.h"
@@ -210,7 +209,7 @@ static int cand_filter(sqlite3_vtab_cursor *cursor, int idxNum, const char *idxS
   bf_stats_add(BF_CT_CALLS, 1);
   bf_tokens t = { 0 };
   int rc = SQLITE_OK, traced = 0;
-  bf_model *m = bfx_model(c, &e);
+  bf_model *m = bfx_conn_model(c, &e);
   if (!m) {
     rc = bfx_error_vtab(vt, &e);
     goto done;

@@ -40,7 +40,28 @@ void bfx_conn_ref(bfx_conn *c) { c->refs++; }
 void bfx_conn_unref(void *p) {
   bfx_conn *c = p;
   if (c && --c->refs == 0) {
-    bfx_model_drop(c);
+    bfx_model_put(c->model);
     sqlite3_free(c);
   }
+}
+
+bf_model *bfx_conn_model(bfx_conn *c, bfx_err *e) {
+  if (c->model) return c->model;
+  const char *source = NULL;
+  bf_model *m = bfx_model_get_default(&source, e);
+  if (m) {
+    c->model = m;
+    c->model_source = source;
+  }
+  return m;
+}
+
+int bfx_conn_set_model(bfx_conn *c, const char *dir, bfx_err *e) {
+  const char *source = "bert_load";
+  bf_model *m = dir ? bfx_model_get(dir, e) : bfx_model_get_default(&source, e);
+  if (!m) return e->rc;
+  bfx_model_put(c->model);
+  c->model = m;
+  c->model_source = source;
+  return SQLITE_OK;
 }

@@ -1,6 +1,6 @@
 /*
 ** conn.h — the state bertfill keeps for one database connection: its
-** model, its cache settings.  One bfx_conn is the user data of every
+** model (from the registry, models.c), its cache settings.  One bfx_conn is the user data of every
 ** function and module that sqlite3_bertfill_init registers on the
 ** connection; each registration holds a reference, and the state is freed
 ** when SQLite drops the last of them (sqlite3_close, or the extension
@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include "sqlite3ext.h"
 #include "bertfill.h"
+#include "errors.h"
 
 /* Cache modes of a connection (bert_cache). */
 enum { BFX_CACHE_OFF = 0, BFX_CACHE_MEMORY = 1, BFX_CACHE_ON = 2 };
@@ -31,8 +32,17 @@ typedef struct bfx_conn {
 bfx_conn *bfx_conn_new(sqlite3 *db);
 void bfx_conn_ref(bfx_conn *c);
 /* Drop a reference (the xDestroy of every registration): at zero the
-** connection's model is released and the state freed. */
+** connection lets go of its model and the state is freed. */
 void bfx_conn_unref(void *c);
+
+/* The connection's model, chosen on first use (BERTFILL_MODEL, else the
+** shipped default model); NULL with e set when there is none (the message
+** says how to provide one) or out of memory. */
+bf_model *bfx_conn_model(bfx_conn *c, bfx_err *e);
+/* bert_load: make the model in dir (NULL: back to BERTFILL_MODEL / the
+** default model) the connection's model.  SQLITE_OK, or an error code with
+** e set (the current model stays). */
+int bfx_conn_set_model(bfx_conn *c, const char *dir, bfx_err *e);
 
 /* "on", "memory", "off" (any letter case) -> BFX_CACHE_*; -1 otherwise. */
 int bfx_cache_mode_parse(const char *s);

@@ -94,8 +94,8 @@
 **   batcher.c     dynamic batching of concurrent encoder calls
 **   encode.c      one encoder run on a slot, counted in the stats
 **   guard.c       the overload guard: encoder slots and their scratch
-**   conn.c        the state of a connection (refcounted)
-**   models.c      the connection's model; the registry of loaded models
+**   conn.c        the state of a connection (refcounted): its model, its cache
+**   models.c      the registry of loaded models; the default model
 **   cache.c       the LRU and the bertfill_cache table
 **   text.c        arguments, "[MASK]" positions, tokenizing, text results
 **   jsonw.c       JSON strings

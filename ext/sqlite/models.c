@@ -9,7 +9,8 @@
 ** immutable after loading, so sharing needs no locking beyond the registry's
 ** own mutex.
 **
-** The model of a connection, resolved on its first use:
+** The model of a connection (conn.c asks for it on the connection's first
+** use):
 **   1. the directory given to SELECT bert_load('dir') on this connection;
 **   2. otherwise the directory in the environment variable BERTFILL_MODEL;
 **   3. otherwise the model shipped with bertfill, model/bertfill-zh-tiny,
@@ -200,7 +201,7 @@ static int has_config(const char *dir) {
   return access(p, R_OK) == 0;
 }
 
-/* Resolve the model of c from the environment or the default location. */
+/* The model named by the environment, or the default model. */
 static bf_model *resolve_default(const char **source, char **err) {
   const char *env = getenv("BERTFILL_MODEL");
   *err = NULL;
@@ -237,38 +238,22 @@ static void take_error(bfx_err *e, char *msg) {
   sqlite3_free(msg);
 }
 
-bf_model *bfx_model(bfx_conn *c, bfx_err *e) {
-  if (c->model) return c->model;
-  const char *source = NULL;
+bf_model *bfx_model_get(const char *dir, bfx_err *e) {
   char *err = NULL;
-  bf_model *m = resolve_default(&source, &err);
-  if (!m) {
-    take_error(e, err);
-    return NULL;
-  }
-  c->model = m;
-  c->model_source = source;
+  bf_model *m = registry_get(dir, &err);
+  if (!m) take_error(e, err);
   return m;
 }
 
-int bfx_model_set(bfx_conn *c, const char *dir, bfx_err *e) {
-  const char *source = "bert_load";
+bf_model *bfx_model_get_default(const char **source, bfx_err *e) {
   char *err = NULL;
-  bf_model *m = dir ? registry_get(dir, &err) : resolve_default(&source, &err);
-  if (!m) {
-    take_error(e, err);
-    return e->rc;
-  }
-  bfx_model_drop(c);
-  c->model = m;
-  c->model_source = source;
-  return SQLITE_OK;
+  bf_model *m = resolve_default(source, &err);
+  if (!m) take_error(e, err);
+  return m;
 }
 
-void bfx_model_drop(bfx_conn *c) {
-  if (c->model) registry_put(c->model);
-  c->model = NULL;
-  c->model_source = NULL;
+void bfx_model_put(bf_model *m) {
+  if (m) registry_put(m);
 }
 
 char *bfx_model_describe(bf_model *m) {

@@ -35,7 +35,6 @@ SQLITE_EXTENSION_INIT3
 #include "encode.h"
 #include "errors.h"
 #include "lookup.h"
-#include "models.h"
 #include "stats.h"
 #include "text.h"
 #include "util.h"
@@ -142,7 +141,7 @@ void bfx_prefill_step(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
                            "bert_cache('memory')", -1);
       return;
     }
-    bf_model *m = bfx_model(p->c, &e);
+    bf_model *m = bfx_conn_model(p->c, &e);
     if (!m) {
       p->failed = 1;
       bfx_error(ctx, &e);

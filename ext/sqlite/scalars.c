@@ -36,9 +36,18 @@ SQLITE_EXTENSION_INIT3
 
 /* The connection's model, or an error reported on ctx. */
 static bf_model *need_model(sqlite3_context *ctx, bfx_conn *c, bfx_err *e) {
-  bf_model *m = bfx_model(c, e);
+  bf_model *m = bfx_conn_model(c, e);
   if (!m) bfx_error(ctx, e);
   return m;
+}
+
+/* The text argument v: 1 with s, n; 0 after setting the result (NULL for a
+** NULL argument, or out of memory). */
+static int text_arg(sqlite3_context *ctx, sqlite3_value *v, const char **s, int *n) {
+  int a = bfx_arg_text(v, s, n);
+  if (a == 0) sqlite3_result_null(ctx);
+  else if (a < 0) sqlite3_result_error_nomem(ctx);
+  return a > 0;
 }
 
 /* ---- bert_fill(text) ---- */
@@ -48,9 +57,7 @@ void bfx_fn_fill(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
   bfx_conn *c = sqlite3_user_data(ctx);
   const char *s;
   int n;
-  int a = bfx_arg_text(argv[0], &s, &n);
-  if (a == 0) { sqlite3_result_null(ctx); return; }
-  if (a < 0) { sqlite3_result_error_nomem(ctx); return; }
+  if (!text_arg(ctx, argv[0], &s, &n)) return;
   uint64_t t0 = bf_now_ns(), tok_ns = 0;
   bf_stats_add(BF_CT_CALLS, 1);
   bfx_err e = BFX_ERR_NONE;
@@ -116,9 +123,7 @@ void bfx_fn_tokenize(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
   bfx_conn *c = sqlite3_user_data(ctx);
   const char *s;
   int n;
-  int a = bfx_arg_text(argv[0], &s, &n);
-  if (a == 0) { sqlite3_result_null(ctx); return; }
-  if (a < 0) { sqlite3_result_error_nomem(ctx); return; }
+  if (!text_arg(ctx, argv[0], &s, &n)) return;
   bfx_err e = BFX_ERR_NONE;
   bf_model *m = need_model(ctx, c, &e);
   if (!m) return;
@@ -157,7 +162,7 @@ void bfx_fn_load(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
     return;
   }
   bfx_err e = BFX_ERR_NONE;
-  if (bfx_model_set(c, dir, &e) != SQLITE_OK) {
+  if (bfx_conn_set_model(c, dir, &e) != SQLITE_OK) {
     bfx_error(ctx, &e);
     return;
   }
