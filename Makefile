@@ -71,6 +71,19 @@ $(BUILD)/tests/%: tests/c/%.c $(BUILD)/libbfengine.a $(HEADERS) tests/c/testlib.
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(ENGINE_INC) -Itests/c -o $@ $< $(BUILD)/libbfengine.a $(LDFLAGS) $(LDLIBS)
 
+# C tests of the SQLite layer (tests/c/test_lru.c, test_batcher.c): they link
+# the layer's objects (all but the entry point, as an archive) and SQLite.
+SQLITE_TEST_BIN := $(BUILD)/tests/test_lru $(BUILD)/tests/test_batcher
+$(BUILD)/libbfsqlite.a: $(filter-out %/entry.o,$(EXT_OBJ))
+	@rm -f $@
+	ar rcs $@ $^
+
+$(SQLITE_TEST_BIN): $(BUILD)/tests/%: tests/c/%.c $(BUILD)/libbfsqlite.a $(BUILD)/libbfengine.a \
+                    $(HEADERS) tests/c/testlib.h tests/c/test_sqlite.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(SQLITE_INC) -Itests/c -o $@ $< $(BUILD)/libbfsqlite.a \
+	  $(BUILD)/libbfengine.a $(LDFLAGS) -lsqlite3 $(LDLIBS)
+
 test-bins: $(TEST_BIN)
 
 # Small random models (Hugging Face layout) used by the tests.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# t_batching.sh — dynamic batching (ext/sqlite_batcher.c): threads with their
+# t_batching.sh — dynamic batching (ext/sqlite/batcher.c): threads with their
 # own connections on two models, different k, bad texts in between; results
 # compared with single-threaded calls (tests/batching/batch.c says how).
 #   batching_off      bert_batching(0): bit-identical, never more than one

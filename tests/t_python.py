@@ -421,7 +421,7 @@ def test_threads():
     ref_conn.execute("select bert_cache('off')")
     # Token ids must be identical; scores agree to 1e-5 (calls that meet in
     # the dynamic batcher run as one batch, whose larger matrix products round
-    # differently, about 1e-6: see ext/sqlite_batcher.c).
+    # differently, about 1e-6: see ext/sqlite/batcher.c).
     q = "select token_id, score from fill_candidates(?, 5)"
 
     def same(got, want):

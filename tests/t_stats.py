@@ -2,7 +2,7 @@
 """t_stats.py — the SQL side of bertfill's statistics and trace, through
 Python's sqlite3 module: bertfill_stats, bert_stats(), bert_stats_reset(),
 bert_trace() / bertfill_trace, and the consistency of the counters that
-sqlite_ext.c records.
+the SQLite layer records (ext/sqlite/lookup.c, encode.c).
 
 Counter identities checked (see ext/engine/stats.h for what each counts):
   * every bert_fill / fill_candidates call with non-NULL text counts one

@@ -157,3 +157,17 @@ long long bf_env_int(const char *name, long long lo, long long hi, long long dfl
   env_ignored(name, s, expected);
   return dflt;
 }
+
+int bf_env_choice(const char *name, const char *const *choices, int n, int dflt) {
+  const char *s = getenv(name);
+  if (!s || !*s) return dflt;
+  char expected[128] = "";
+  size_t at = 0;
+  for (int i = 0; i < n; i++) {
+    if (strcasecmp(s, choices[i]) == 0) return i;
+    if (at < sizeof expected)
+      at += (size_t)snprintf(expected + at, sizeof expected - at, "%s%s", i ? "/" : "", choices[i]);
+  }
+  env_ignored(name, s, expected);
+  return dflt;
+}

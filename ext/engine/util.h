@@ -52,10 +52,13 @@ int bf_ncores(void);
 **     "no" mean off (any letter case).
 **   - bf_env_int: a whole decimal number (optional sign, nothing after it)
 **     from lo to hi.
+**   - bf_env_choice: one of the n words in choices (any letter case); the
+**     result is its index.
 **   - Anything else is ignored: the default is used and one line saying so
 **     goes to stderr ("bertfill: ignoring BERTFILL_X='12abc': ...").
 */
 int bf_env_flag(const char *name, int dflt);
 long long bf_env_int(const char *name, long long lo, long long hi, long long dflt);
+int bf_env_choice(const char *name, const char *const *choices, int n, int dflt);
 
 #endif

@@ -1,5 +1,5 @@
 /*
-** sqlite_batcher.c — dynamic batching: calls from different connections
+** batcher.c — dynamic batching: calls from different connections
 ** (threads) that need the encoder at the same time share one encoder run.
 **
 ** Why.  One sentence is memory-bound: a run of bert-base reads all 340 MB of
@@ -13,7 +13,7 @@
 ** How (leader / followers, per model):
 **
 **   1. A call that misses the cache and finds an encoder slot free (the
-**      overload guard, sqlite_guard.c) and nobody queued runs at once, alone:
+**      overload guard, guard.c) and nobody queued runs at once, alone:
 **      with no concurrency nothing changes and nothing waits (no window).
 **   2. Otherwise it joins its model's queue.  The first one queued is the
 **      leader: it waits for an encoder slot (while the current run finishes);
@@ -70,11 +70,16 @@
 
 #include "sqlite3ext.h"
 SQLITE_EXTENSION_INIT3
-#include "layer.h"
 #include "batcher.h"
+#include "bounds.h"
+#include "encode.h"
+#include "guard.h"
 #include "stats.h"
+#include "util.h"
 
 enum { R_PENDING, R_LEADER, R_TAKEN, R_DONE };
+
+#define GATHER_WAIT_NS 250000000ull   /* test hook: the longest a leader waits for company */
 
 /* One waiting call.  Lives on its caller's stack until the call returns;
 ** the leader writes its results (out, e, times) and then marks it R_DONE. */
@@ -107,52 +112,44 @@ static struct {
   int queued;               /* calls waiting (pending or leader) */
   int gather;               /* test hook: BERTFILL_BATCH_GATHER */
   atomic_int on;
-} b = { .once = PTHREAD_ONCE_INIT, .mu = PTHREAD_MUTEX_INITIALIZER };
-
-static int env_flag(const char *name, int dflt) {
-  const char *s = getenv(name);
-  if (!s || !*s) return dflt;
-  return strcmp(s, "0") != 0 && strcmp(s, "off") != 0 && strcmp(s, "OFF") != 0;
-}
+} batcher = { .once = PTHREAD_ONCE_INIT, .mu = PTHREAD_MUTEX_INITIALIZER };
 
 static void batcher_init(void) {
-  pthread_condattr_init(&b.cattr);
-  pthread_condattr_setclock(&b.cattr, CLOCK_MONOTONIC);
-  atomic_store(&b.on, env_flag("BERTFILL_BATCHING", 1));
-  const char *g = getenv("BERTFILL_BATCH_GATHER");
-  int n = g ? atoi(g) : 0;
-  b.gather = n < 0 ? 0 : n > BFX_BATCH_MAX_SEQS ? BFX_BATCH_MAX_SEQS : n;
+  pthread_condattr_init(&batcher.cattr);
+  pthread_condattr_setclock(&batcher.cattr, CLOCK_MONOTONIC);
+  atomic_store(&batcher.on, bf_env_flag("BERTFILL_BATCHING", 1));
+  batcher.gather = (int)bf_env_int("BERTFILL_BATCH_GATHER", 0, BFX_BATCH_MAX_SEQS, 0);
 }
 
 int bfx_batching(void) {
-  pthread_once(&b.once, batcher_init);
-  return atomic_load(&b.on);
+  pthread_once(&batcher.once, batcher_init);
+  return atomic_load(&batcher.on);
 }
 
 void bfx_batching_set(int on) {
-  pthread_once(&b.once, batcher_init);
-  atomic_store(&b.on, on ? 1 : 0);
+  pthread_once(&batcher.once, batcher_init);
+  atomic_store(&batcher.on, on ? 1 : 0);
 }
 
 int bfx_batch_queued(void) {
-  pthread_once(&b.once, batcher_init);
-  pthread_mutex_lock(&b.mu);
-  int n = b.queued;
-  pthread_mutex_unlock(&b.mu);
+  pthread_once(&batcher.once, batcher_init);
+  pthread_mutex_lock(&batcher.mu);
+  int n = batcher.queued;
+  pthread_mutex_unlock(&batcher.mu);
   return n;
 }
 
-/* ---- queues (b.mu held) ---- */
+/* ---- queues (batcher.mu held) ---- */
 
 static mqueue *queue_find(const bf_model *m) {
-  for (mqueue *q = b.queues; q; q = q->next)
+  for (mqueue *q = batcher.queues; q; q = q->next)
     if (q->m == m) return q;
   return NULL;
 }
 
 static void queue_free_if_idle(mqueue *q) {
   if (q->head || q->leader) return;
-  for (mqueue **p = &b.queues; *p; p = &(*p)->next)
+  for (mqueue **p = &batcher.queues; *p; p = &(*p)->next)
     if (*p == q) { *p = q->next; break; }
   free(q);
 }
@@ -186,25 +183,25 @@ static void promote(mqueue *q) {
   if (!r) return;
   r->state = R_LEADER;
   q->leader = r;
-  b.leaders++;
+  batcher.leaders++;
   pthread_cond_signal(&r->cv);
 }
 
 static void busy_error(bfx_err *e, uint64_t waited_ns) {
-  bfx_errf(e, SQLITE_ERROR, BF_CT_BUSY, "bertfill: busy: %d encoder runs in progress, waited %d ms",
-           bfx_guard_in_flight(), (int)(waited_ns / 1000000));
+  bfx_guard_busy_error(e, bfx_guard_in_flight(), waited_ns);
 }
 
 static int timedwait(pthread_cond_t *cv, uint64_t deadline_ns) {
-  struct timespec ts = { (time_t)(deadline_ns / 1000000000ull), (long)(deadline_ns % 1000000000ull) };
-  return pthread_cond_timedwait(cv, &b.mu, &ts);
+  struct timespec ts = { (time_t)(deadline_ns / 1000000000ull),
+                         (long)(deadline_ns % 1000000000ull) };
+  return pthread_cond_timedwait(cv, &batcher.mu, &ts);
 }
 
 /* ---- the batch ---- */
 
-/* Run the members of a batch on run (b.mu not held) and write each one's
+/* Run the members of a batch on run (batcher.mu not held) and write each one's
 ** results; members[0] is the leader. */
-static void run_batch(bf_model *m, bf_run *run, req **members, int n) {
+static void run_merged(bf_model *m, bf_run *run, req **members, int n) {
   bf_tokens seqs[BFX_BATCH_MAX_SEQS];
   int slot[BFX_BATCH_MAX_SEQS];       /* member -> its sequence in seqs */
   size_t at[BFX_BATCH_MAX_SEQS + 1];  /* sequence -> its first mask in the output */
@@ -223,7 +220,7 @@ static void run_batch(bf_model *m, bf_run *run, req **members, int n) {
   at[0] = 0;
   for (int u = 0; u < nu; u++) at[u + 1] = at[u] + (size_t)seqs[u].n_masks;
 
-  bfx_result times;
+  bfx_times times;
   memset(&times, 0, sizeof times);
   bf_cand *out = NULL;
   int direct = nu == 1 && members[0]->k == kmax;   /* into the leader's buffer */
@@ -232,7 +229,7 @@ static void run_batch(bf_model *m, bf_run *run, req **members, int n) {
   if (!out) {
     for (int u = 0; u < nu; u++) {
       rc[u] = SQLITE_NOMEM;
-      bfx_errf(&errs[u], SQLITE_NOMEM, BF_CT_ERR_NOMEM, "out of memory");
+      bfx_err_nomem(&errs[u]);
     }
   } else {
     errs[0].rc = 0;
@@ -241,7 +238,8 @@ static void run_batch(bf_model *m, bf_run *run, req **members, int n) {
     if (all != SQLITE_OK && nu > 1) {
       /* One sequence must not fail the others: each one again, alone. */
       for (int u = 0; u < nu; u++)
-        rc[u] = bfx_encode_on(m, run, 1, &seqs[u], kmax, out + at[u] * (size_t)kmax, &times, &errs[u]);
+        rc[u] = bfx_encode_on(m, run, 1, &seqs[u], kmax, out + at[u] * (size_t)kmax, &times,
+                              &errs[u]);
     } else {
       for (int u = 1; u < nu; u++) errs[u] = errs[0];
     }
@@ -267,29 +265,27 @@ static void run_batch(bf_model *m, bf_run *run, req **members, int n) {
   if (!direct) sqlite3_free(out);
 }
 
-/* The leader's part (b.mu held on entry and on return): get a slot, take
+/* The leader's part (batcher.mu held on entry and on return): get a slot, take
 ** the batch, run it, wake the others. */
 static void lead(bf_model *m, mqueue *q, req *me, uint64_t deadline) {
-  pthread_mutex_unlock(&b.mu);
+  pthread_mutex_unlock(&batcher.mu);
   uint64_t waited = 0;
-  char *gerr = NULL;
-  int busy = 0;
-  bf_run *run = bfx_guard_acquire_until(deadline, &waited, &gerr, &busy);
-  sqlite3_free(gerr);
-  pthread_mutex_lock(&b.mu);
-  if (run && b.gather > 1) {                 /* test hook: wait for company */
-    uint64_t until = bf_now_ns() + 250000000ull;
-    while (q->npending + 1 < b.gather)
+  bfx_err guard_err = BFX_ERR_NONE;
+  bf_run *run = bfx_guard_acquire_until(deadline, &waited, &guard_err);
+  pthread_mutex_lock(&batcher.mu);
+  if (run && batcher.gather > 1) {                 /* test hook: wait for company */
+    uint64_t until = bf_now_ns() + GATHER_WAIT_NS;
+    while (q->npending + 1 < batcher.gather)
       if (timedwait(&me->cv, until) == ETIMEDOUT) break;
   }
   q->leader = NULL;
-  b.leaders--;
+  batcher.leaders--;
   uint64_t now = bf_now_ns();
   me->queue_ns = now - me->t_enq;
   if (!run) {
-    me->rc = busy ? SQLITE_ERROR : SQLITE_NOMEM;
-    if (busy) busy_error(me->e, now - me->t_enq);
-    else bfx_errf(me->e, SQLITE_NOMEM, BF_CT_ERR_NOMEM, "out of memory");
+    if (guard_err.rc == SQLITE_NOMEM) bfx_err_nomem(me->e);
+    else busy_error(me->e, now - me->t_enq);  /* the wait since the call was queued */
+    me->rc = me->e->rc;
     if (q->head) promote(q); else queue_free_if_idle(q);
     me->state = R_DONE;
     return;
@@ -305,11 +301,11 @@ static void lead(bf_model *m, mqueue *q, req *me, uint64_t deadline) {
     members[n++] = r;
   }
   if (q->head) promote(q); else queue_free_if_idle(q);
-  pthread_mutex_unlock(&b.mu);
+  pthread_mutex_unlock(&batcher.mu);
 
-  run_batch(m, run, members, n);
+  run_merged(m, run, members, n);
 
-  pthread_mutex_lock(&b.mu);
+  pthread_mutex_lock(&batcher.mu);
   for (int i = 1; i < n; i++) {
     members[i]->state = R_DONE;
     pthread_cond_signal(&members[i]->cv);
@@ -318,24 +314,24 @@ static void lead(bf_model *m, mqueue *q, req *me, uint64_t deadline) {
 }
 
 int bfx_batch_encode(bf_model *m, const bf_tokens *t, int k, bf_cand *out,
-                     bfx_result *r, bfx_err *e) {
-  pthread_once(&b.once, batcher_init);
-  if (!atomic_load(&b.on)) return bfx_encode(m, 1, t, k, out, r, e);
+                     bfx_times *r, bfx_err *e) {
+  pthread_once(&batcher.once, batcher_init);
+  if (!atomic_load(&batcher.on)) return bfx_encode(m, 1, t, k, out, r, e);
   uint64_t t0 = bf_now_ns();
-  pthread_mutex_lock(&b.mu);
+  pthread_mutex_lock(&batcher.mu);
   mqueue *q = queue_find(m);
 
   /* 1. Nobody waiting and a slot free: run alone, now. */
-  if (b.leaders == 0 && (!q || !q->head)) {
+  if (batcher.leaders == 0 && (!q || !q->head)) {
     int nomem = 0;
     bf_run *run = bfx_guard_try_acquire(&nomem);
     if (run || nomem) {
-      pthread_mutex_unlock(&b.mu);
+      pthread_mutex_unlock(&batcher.mu);
       uint64_t waited = bf_now_ns() - t0;
       bf_stats_time(BF_ST_QUEUE, waited);
       if (r) r->queue_ns += waited;
       if (!run) {
-        bfx_errf(e, SQLITE_NOMEM, BF_CT_ERR_NOMEM, "out of memory");
+        bfx_err_nomem(e);
         return SQLITE_NOMEM;
       }
       int rc = bfx_encode_on(m, run, 1, t, k, out, r, e);
@@ -348,13 +344,13 @@ int bfx_batch_encode(bf_model *m, const bf_tokens *t, int k, bf_cand *out,
   if (!q) {
     q = calloc(1, sizeof *q);
     if (!q) {
-      pthread_mutex_unlock(&b.mu);
-      bfx_errf(e, SQLITE_NOMEM, BF_CT_ERR_NOMEM, "out of memory");
+      pthread_mutex_unlock(&batcher.mu);
+      bfx_err_nomem(e);
       return SQLITE_NOMEM;
     }
     q->m = m;
-    q->next = b.queues;
-    b.queues = q;
+    q->next = batcher.queues;
+    batcher.queues = q;
   }
   req me;
   memset(&me, 0, sizeof me);
@@ -364,13 +360,13 @@ int bfx_batch_encode(bf_model *m, const bf_tokens *t, int k, bf_cand *out,
   me.e = e;
   me.t_enq = t0;
   me.state = R_PENDING;
-  pthread_cond_init(&me.cv, &b.cattr);
+  pthread_cond_init(&me.cv, &batcher.cattr);
   if (q->tail) q->tail->next = &me; else q->head = &me;
   q->tail = &me;
   q->npending++;
-  b.queued++;
+  batcher.queued++;
   if (!q->leader) promote(q);
-  else if (b.gather > 1) pthread_cond_signal(&q->leader->cv);
+  else if (batcher.gather > 1) pthread_cond_signal(&q->leader->cv);
   uint64_t deadline = bfx_guard_deadline_ns(t0);
 
   /* 3. Wait to be taken into a batch, or to lead one. */
@@ -385,9 +381,9 @@ int bfx_batch_encode(bf_model *m, const bf_tokens *t, int k, bf_cand *out,
     }
   }
   if (me.state == R_LEADER) lead(m, q, &me, deadline);
-  while (me.state != R_DONE) pthread_cond_wait(&me.cv, &b.mu);
-  b.queued--;
-  pthread_mutex_unlock(&b.mu);
+  while (me.state != R_DONE) pthread_cond_wait(&me.cv, &batcher.mu);
+  batcher.queued--;
+  pthread_mutex_unlock(&batcher.mu);
   pthread_cond_destroy(&me.cv);
 
   bf_stats_time(BF_ST_QUEUE, me.queue_ns);

@@ -1,16 +1,14 @@
 /*
-** sqlite_batcher.h — dynamic batching of concurrent encoder calls (see the
-** header comment of sqlite_batcher.c for how it works and how to turn it
-** off).  Internal to the SQLite layer.
+** batcher.h — dynamic batching of concurrent encoder calls (see the header
+** comment of batcher.c for how it works and how to turn it off).  The
+** limits of one merged batch are BFX_BATCH_MAX_SEQS / _TOKENS (bounds.h).
 */
 #ifndef BERTFILL_SQLITE_BATCHER_H
 #define BERTFILL_SQLITE_BATCHER_H
 
-#include "layer.h"
-
-/* Limits of one merged batch (the same as bert_prefill's batches). */
-#define BFX_BATCH_MAX_SEQS 32
-#define BFX_BATCH_MAX_TOKENS 2048
+#include "bertfill.h"
+#include "encode.h"
+#include "errors.h"
 
 /* k candidates for each mask of t into out (t->n_masks * k entries) from
 ** the encoder.  t must be valid for the model (checked by the caller: at
@@ -18,11 +16,11 @@
 ** With batching on, a call that finds the encoder busy joins the queue of
 ** its model and is computed in the next batch; otherwise (batching off, or
 ** an encoder slot free and nobody queued) it runs alone right away.  Times
-** are added to r (may be NULL), stats counted.  Errors as bfx_encode: a
+** are added to tm (may be NULL), stats counted.  Errors as bfx_encode: a
 ** "bertfill: busy: ..." error when no batch took the call within the busy
 ** timeout. */
 int bfx_batch_encode(bf_model *m, const bf_tokens *t, int k, bf_cand *out,
-                     bfx_result *r, bfx_err *e);
+                     bfx_times *tm, bfx_err *e);
 
 int bfx_batching(void);            /* 1 when on */
 void bfx_batching_set(int on);

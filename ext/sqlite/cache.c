@@ -1,6 +1,6 @@
 /*
-** sqlite_cache.c — the memo cache: a process-wide LRU in memory, in front of
-** the bertfill_cache table of each database.  See sqlite_cache.h for the key,
+** cache.c — the memo cache: a process-wide LRU in memory, in front of the
+** bertfill_cache table of each database.  See cache.h for the key,
 ** the value, the table layout and the rules for writes.
 */
 #include <math.h>
@@ -177,12 +177,17 @@ long bfc_lru_clear(void) {
   return n;
 }
 
-void bfc_lru_set_max_entries(long n) {
+/* New bounds (0: keep that one), evicting what no longer fits. */
+static void lru_set_bounds(long max_entries, size_t max_bytes) {
   pthread_mutex_lock(&lru.mu);
-  lru.max_entries = n > 0 ? n : BFC_DEFAULT_LRU_ENTRIES;
+  if (max_entries > 0) lru.max_entries = max_entries;
+  if (max_bytes > 0) lru.max_bytes = max_bytes;
   lru_evict();
   pthread_mutex_unlock(&lru.mu);
 }
+
+void bfc_lru_set_max_entries(long n) { lru_set_bounds(n > 0 ? n : BFC_DEFAULT_LRU_ENTRIES, 0); }
+void bfc_lru_set_max_bytes(size_t n) { lru_set_bounds(0, n > 0 ? n : BFC_DEFAULT_LRU_BYTES); }
 
 long bfc_lru_max_entries(void) {
   pthread_mutex_lock(&lru.mu);
@@ -191,7 +196,12 @@ long bfc_lru_max_entries(void) {
   return n;
 }
 
-size_t bfc_lru_max_bytes(void) { return lru.max_bytes; }
+size_t bfc_lru_max_bytes(void) {
+  pthread_mutex_lock(&lru.mu);
+  size_t n = lru.max_bytes;
+  pthread_mutex_unlock(&lru.mu);
+  return n;
+}
 
 void bfc_lru_usage(long *entries, size_t *bytes) {
   pthread_mutex_lock(&lru.mu);

@@ -1,5 +1,5 @@
 /*
-** sqlite_cache.h — the memo cache of bertfill: an in-memory LRU shared by
+** cache.h — the memo cache of bertfill: an in-memory LRU shared by
 ** the whole process, in front of a table inside each database.
 **
 ** A cache entry is keyed by
@@ -61,6 +61,7 @@ void bfc_lru_put(const char *fp, const int32_t *ids, int n, int n_masks,
 long bfc_lru_clear(void);                 /* returns entries dropped */
 void bfc_lru_set_max_entries(long n);     /* n <= 0: default */
 long bfc_lru_max_entries(void);
+void bfc_lru_set_max_bytes(size_t n);     /* n == 0: default (no SQL function sets it) */
 size_t bfc_lru_max_bytes(void);
 void bfc_lru_usage(long *entries, size_t *bytes);
 

@@ -1,5 +1,5 @@
 /*
-** sqlite_candidates.c — fill_candidates, a table-valued function that lists
+** candidates.c — fill_candidates, a table-valued function that lists
 ** the top-k candidates of every [MASK] in a text, built the way SQLite's own
 ** generate_series (ext/misc/series.c) and json_each are.
 **
@@ -29,16 +29,23 @@
 **   SELECT s.id, c.token, c.score
 **     FROM sentences s, fill_candidates(s.text) c WHERE c.rank = 1;
 **
-** Results come from the memo cache when they can (see sqlite_cache.h).  The
-** module is eponymous-only (no CREATE VIRTUAL TABLE) and DIRECTONLY: usable
-** in top-level SQL, never from a view or trigger.
+** Results come from the memo cache when they can (see cache.h).  The module
+** is eponymous-only (no CREATE VIRTUAL TABLE) and DIRECTONLY: usable in
+** top-level SQL, never from a view or trigger (registered in entry.c).
 */
 #include <string.h>
 
 #include "sqlite3ext.h"
 SQLITE_EXTENSION_INIT3
-#include "layer.h"
+#include "candidates.h"
+#include "bounds.h"
+#include "conn.h"
+#include "errors.h"
+#include "lookup.h"
 #include "stats.h"
+#include "text.h"
+#include "trace.h"
+#include "util.h"
 
 enum { COL_MASK, COL_RANK, COL_TOKEN, COL_TOKEN_ID, COL_SCORE, COL_SEQUENCE, COL_TEXT, COL_K };
 
@@ -61,6 +68,9 @@ typedef struct cand_cursor {
 
 static int cand_connect(sqlite3 *db, void *aux, int argc, const char *const *argv,
                         sqlite3_vtab **ppVtab, char **pzErr) {
+  (void)argc;
+  (void)argv;
+  (void)pzErr;
   int rc = sqlite3_declare_vtab(db,
       "CREATE TABLE x(mask INTEGER, rank INTEGER, token TEXT, token_id INTEGER, "
       "score REAL, sequence TEXT, text HIDDEN, k HIDDEN)");
@@ -80,6 +90,7 @@ static int cand_disconnect(sqlite3_vtab *pVtab) {
 }
 
 static int cand_open(sqlite3_vtab *pVtab, sqlite3_vtab_cursor **ppCursor) {
+  (void)pVtab;
   cand_cursor *cur = sqlite3_malloc(sizeof *cur);
   if (!cur) return SQLITE_NOMEM;
   memset(cur, 0, sizeof *cur);
@@ -105,15 +116,6 @@ static int cand_close(sqlite3_vtab_cursor *cursor) {
   return SQLITE_OK;
 }
 
-/* Report e as the error of the statement. */
-static int vtab_error(sqlite3_vtab *vt, const bfx_err *e) {
-  if (e->kind >= 0) bf_stats_add((bf_counter)e->kind, 1);
-  if (e->rc == SQLITE_NOMEM) return SQLITE_NOMEM;
-  sqlite3_free(vt->zErrMsg);
-  vt->zErrMsg = sqlite3_mprintf("%s", e->msg);
-  return SQLITE_ERROR;
-}
-
 /*
 ** The plan.  text (argument 1) must be given by an equality constraint
 ** (without one, xFilter fails with "fill_candidates: missing text
@@ -123,6 +125,7 @@ static int vtab_error(sqlite3_vtab *vt, const bfx_err *e) {
 ** order where it is usable.  idxNum: bit 1 = text given, bit 2 = k given.
 */
 static int cand_best_index(sqlite3_vtab *pVtab, sqlite3_index_info *info) {
+  (void)pVtab;
   int text_i = -1, k_i = -1, text_unusable = 0, k_unusable = 0;
   for (int i = 0; i < info->nConstraint; i++) {
     const struct sqlite3_index_constraint *cs = &info->aConstraint[i];
@@ -171,33 +174,28 @@ static int cand_best_index(sqlite3_vtab *pVtab, sqlite3_index_info *info) {
 
 static int cand_filter(sqlite3_vtab_cursor *cursor, int idxNum, const char *idxStr,
                        int argc, sqlite3_value **argv) {
+  (void)idxStr;
   cand_cursor *cur = (cand_cursor *)cursor;
   sqlite3_vtab *vt = cursor->pVtab;
   bfx_conn *c = ((cand_vtab *)vt)->c;
-  bfx_err e = { 0, -1, "" };
+  bfx_err e = BFX_ERR_NONE;
   cursor_reset(cur);
   if (!(idxNum & 1) || argc < 1) {
     bfx_errf(&e, SQLITE_ERROR, BF_CT_ERR_INPUT,
              "fill_candidates: missing text argument; use fill_candidates(text [, k]), "
              "e.g. SELECT * FROM fill_candidates('今天天气真[MASK]啊', 5)");
-    return vtab_error(vt, &e);
+    return bfx_error_vtab(vt, &e);
   }
 
-  /* k: default 5; an integer from 1 to BF_MAX_K. */
+  /* k: default BFX_DEFAULT_K; an integer from 1 to BF_MAX_K. */
   sqlite3_int64 k = BFX_DEFAULT_K;
   if ((idxNum & 2) && argc >= 2 && sqlite3_value_type(argv[1]) != SQLITE_NULL) {
-    sqlite3_value *v = argv[1];
-    int t = sqlite3_value_numeric_type(v);
-    double d = sqlite3_value_double(v);
-    int is_int = t == SQLITE_INTEGER || (t == SQLITE_FLOAT && d >= -1e18 && d <= 1e18 &&
-                                         d == (double)(sqlite3_int64)d);
-    k = t == SQLITE_INTEGER ? sqlite3_value_int64(v) : (sqlite3_int64)(is_int ? d : 0);
-    if (!is_int || k < 1 || k > BF_MAX_K) {
-      const unsigned char *z = sqlite3_value_text(v);
+    if (!bfx_arg_int(argv[1], 1, BF_MAX_K, &k)) {
+      const unsigned char *z = sqlite3_value_text(argv[1]);
       bfx_errf(&e, SQLITE_ERROR, BF_CT_ERR_INPUT,
                "fill_candidates: k must be an integer from 1 to %d (got %.40s)", BF_MAX_K,
                z ? (const char *)z : "?");
-      return vtab_error(vt, &e);
+      return bfx_error_vtab(vt, &e);
     }
   }
 
@@ -211,16 +209,14 @@ static int cand_filter(sqlite3_vtab_cursor *cursor, int idxNum, const char *idxS
   bf_stats_add(BF_CT_CALLS, 1);
   bf_tokens t = { 0 };
   int rc = SQLITE_OK, traced = 0;
-  char *msg = NULL;
-  bf_model *m = bfx_model(c, &msg);
+  bf_model *m = bfx_conn_model(c, &e);
   if (!m) {
-    bfx_err_model(&e, NULL, msg, msg == NULL);
-    rc = vtab_error(vt, &e);
+    rc = bfx_error_vtab(vt, &e);
     goto done;
   }
   traced = 1;
   if (bfx_tokenize("fill_candidates", m, s, n, &t, &tok_ns, &e) != SQLITE_OK) {
-    rc = vtab_error(vt, &e);
+    rc = bfx_error_vtab(vt, &e);
     goto done;
   }
   bf_model_retain(m);
@@ -228,8 +224,8 @@ static int cand_filter(sqlite3_vtab_cursor *cursor, int idxNum, const char *idxS
   cur->text = sqlite3_malloc64((size_t)n + 1);
   cur->off = sqlite3_malloc64((size_t)(t.n_masks ? t.n_masks : 1) * sizeof *cur->off);
   if (!cur->text || !cur->off) {
-    bfx_errf(&e, SQLITE_NOMEM, BF_CT_ERR_NOMEM, "out of memory");
-    rc = vtab_error(vt, &e);
+    bfx_err_nomem(&e);
+    rc = bfx_error_vtab(vt, &e);
     goto done;
   }
   memcpy(cur->text, s, (size_t)n);
@@ -241,11 +237,11 @@ static int cand_filter(sqlite3_vtab_cursor *cursor, int idxNum, const char *idxS
     bfx_errf(&e, SQLITE_ERROR, BF_CT_ERR_INPUT,
              "fill_candidates: the text has %d \"[MASK]\" but the tokenizer found %d mask tokens",
              literal, t.n_masks);
-    rc = vtab_error(vt, &e);
+    rc = bfx_error_vtab(vt, &e);
     goto done;
   }
-  if (bfx_fill("fill_candidates", c, m, &t, (int)k, &cur->res, &e) != SQLITE_OK) {
-    rc = vtab_error(vt, &e);
+  if (bfx_lookup_or_encode("fill_candidates", c, m, &t, (int)k, &cur->res, &e) != SQLITE_OK) {
+    rc = bfx_error_vtab(vt, &e);
     goto done;
   }
   int vocab = bf_model_config(m)->vocab_size;
@@ -254,7 +250,8 @@ static int cand_filter(sqlite3_vtab_cursor *cursor, int idxNum, const char *idxS
   cur->nrows = (sqlite3_int64)cur->n_masks * cur->k;
 done:
   bf_stats_time(BF_ST_CALL, bf_now_ns() - t0);
-  if (traced) bfx_trace(c->db, "fill_candidates", s, n, &cur->res, t0, tok_ns, t.n, rc != SQLITE_OK);
+  if (traced)
+    bfx_trace_call(c->db, "fill_candidates", s, n, &cur->res, t0, tok_ns, t.n, rc != SQLITE_OK);
   bf_tokens_free(&t);
   if (rc != SQLITE_OK) cursor_reset(cur);
   return rc;
@@ -289,12 +286,13 @@ static int cand_column(sqlite3_vtab_cursor *cursor, sqlite3_context *ctx, int co
       if (!tok) tok = "";
       int at = cur->off[mask];
       /* lengths, not %.*s: the text may hold NUL bytes */
-      size_t tl = strlen(tok), rest = (size_t)(cur->n - at - 6), len = (size_t)at + tl + rest;
+      size_t tl = strlen(tok), rest = (size_t)(cur->n - at - BF_MASK_TEXT_LEN);
+      size_t len = (size_t)at + tl + rest;
       char *z = sqlite3_malloc64(len + 1);
       if (!z) return SQLITE_NOMEM;
       memcpy(z, cur->text, (size_t)at);
       memcpy(z + at, tok, tl);
-      memcpy(z + at + tl, cur->text + at + 6, rest);
+      memcpy(z + at + tl, cur->text + at + BF_MASK_TEXT_LEN, rest);
       z[len] = 0;
       sqlite3_result_text64(ctx, z, len, sqlite3_free, SQLITE_UTF8);
       break;
@@ -310,24 +308,17 @@ static int cand_rowid(sqlite3_vtab_cursor *cursor, sqlite_int64 *pRowid) {
   return SQLITE_OK;
 }
 
-static const sqlite3_module cand_module = {
-  0,                 /* iVersion */
-  0,                 /* xCreate: eponymous-only */
-  cand_connect,
-  cand_best_index,
-  cand_disconnect,
-  0,                 /* xDestroy */
-  cand_open,
-  cand_close,
-  cand_filter,
-  cand_next,
-  cand_eof,
-  cand_column,
-  cand_rowid,
-  0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0
+/* xCreate NULL: eponymous-only (no CREATE VIRTUAL TABLE); no xUpdate: read-only. */
+const sqlite3_module bfx_candidates_module = {
+  .iVersion = 0,
+  .xConnect = cand_connect,
+  .xBestIndex = cand_best_index,
+  .xDisconnect = cand_disconnect,
+  .xOpen = cand_open,
+  .xClose = cand_close,
+  .xFilter = cand_filter,
+  .xNext = cand_next,
+  .xEof = cand_eof,
+  .xColumn = cand_column,
+  .xRowid = cand_rowid,
 };
-
-int bfx_register_candidates(sqlite3 *db, bfx_conn *c) {
-  bfx_conn_ref(c);              /* dropped by bfx_conn_unref (also on failure) */
-  return sqlite3_create_module_v2(db, "fill_candidates", &cand_module, c, bfx_conn_unref);
-}

@@ -1,12 +1,12 @@
 /*
-** sqlite_guard.c — overload guard: at most N encoder runs at once in the
+** guard.c — overload guard: at most N encoder runs at once in the
 ** process (env BERTFILL_MAX_CONCURRENT or SELECT bert_max_concurrent(n)).
 ** The default (also n = 0) is cores / threads per run (bert_threads), at
 ** least 1, so runs x threads never exceed the cores: with the default of one
 ** thread per core that is ONE run at a time using every core, and callers
-** that arrive meanwhile are merged into batches (sqlite_batcher.c).  A caller
-** waits for a free slot at most the busy timeout (default 2000 ms; env BERTFILL_BUSY_TIMEOUT_MS or
-** SELECT bert_busy_timeout(ms)), then fails with
+** that arrive meanwhile are merged into batches (batcher.c).  A caller waits
+** for a free slot at most the busy timeout (default 2000 ms; env
+** BERTFILL_BUSY_TIMEOUT_MS or SELECT bert_busy_timeout(ms)), then fails with
 **   bertfill: busy: 2 encoder runs in progress, waited 2000 ms
 ** instead of piling up without limit.  Cache hits never take a slot.
 **
@@ -16,17 +16,15 @@
 */
 #include <errno.h>
 #include <pthread.h>
-#include <sched.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "sqlite3ext.h"
 SQLITE_EXTENSION_INIT3
-#include "layer.h"
-
-#define DEFAULT_TIMEOUT_MS 2000
+#include "guard.h"
+#include "bounds.h"
+#include "stats.h"
+#include "util.h"
 
 static struct {
   pthread_once_t once;
@@ -36,114 +34,95 @@ static struct {
   int in_flight, timeout_ms;
   bf_run **pool;
   int npool, cap;
-} g = { .once = PTHREAD_ONCE_INIT, .mu = PTHREAD_MUTEX_INITIALIZER };
-
-int bfx_ncores(void) {
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof set, &set) == 0) {
-    int n = CPU_COUNT(&set);
-    if (n > 0) return n;
-  }
-  long n = sysconf(_SC_NPROCESSORS_ONLN);
-  return n > 0 ? (int)n : 1;
-}
-
-static int env_int(const char *name, int dflt, int lo, int hi) {
-  const char *s = getenv(name);
-  if (!s || !*s) return dflt;
-  char *end;
-  long v = strtol(s, &end, 10);
-  if (*end || v < lo || v > hi) return dflt;
-  return (int)v;
-}
+} guard = { .once = PTHREAD_ONCE_INIT, .mu = PTHREAD_MUTEX_INITIALIZER };
 
 static void guard_init(void) {
   pthread_condattr_t a;
   pthread_condattr_init(&a);
   pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
-  pthread_cond_init(&g.cv, &a);
+  pthread_cond_init(&guard.cv, &a);
   pthread_condattr_destroy(&a);
-  g.max = env_int("BERTFILL_MAX_CONCURRENT", 0, 0, 1 << 20);
-  g.timeout_ms = env_int("BERTFILL_BUSY_TIMEOUT_MS", DEFAULT_TIMEOUT_MS, 0, 1 << 30);
+  guard.max = (int)bf_env_int("BERTFILL_MAX_CONCURRENT", 0, BFX_MAX_CONCURRENT_MAX, 0);
+  guard.timeout_ms = (int)bf_env_int("BERTFILL_BUSY_TIMEOUT_MS", 0, BFX_BUSY_TIMEOUT_MAX_MS,
+                                     BFX_DEFAULT_BUSY_TIMEOUT_MS);
   bf_blas_init(NULL, 0);   /* the automatic bound needs the thread count (0 if no BLAS) */
 }
 
+/* The guard's mutex, initialising the guard on first use. */
+static void guard_lock(void) {
+  pthread_once(&guard.once, guard_init);
+  pthread_mutex_lock(&guard.mu);
+}
+static void guard_unlock(void) { pthread_mutex_unlock(&guard.mu); }
+
 /* The bound in effect: as set, or cores / threads per run (at least 1). */
 static int eff_max(void) {
-  if (g.max > 0) return g.max;
-  int cores = bfx_ncores(), th = bf_blas_threads();
+  if (guard.max > 0) return guard.max;
+  int cores = bf_ncores(), th = bf_blas_threads();
   if (th <= 0 || th > cores) th = cores;   /* before OpenBLAS is loaded: one per core */
   int n = cores / th;
   return n > 0 ? n : 1;
 }
 
-static uint64_t mono_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-/* A run for a slot just taken (g.in_flight already counted), or NULL
+/* A run for a slot just taken (guard.in_flight already counted), or NULL
 ** (slot given back) when out of memory. */
 static bf_run *take_run(void) {
   bf_run *r = NULL;
-  pthread_mutex_lock(&g.mu);
-  if (g.npool > 0) r = g.pool[--g.npool];
-  pthread_mutex_unlock(&g.mu);
+  pthread_mutex_lock(&guard.mu);
+  if (guard.npool > 0) r = guard.pool[--guard.npool];
+  pthread_mutex_unlock(&guard.mu);
   if (!r && !(r = bf_run_new())) {
-    pthread_mutex_lock(&g.mu);
-    g.in_flight--;
-    pthread_cond_signal(&g.cv);
-    pthread_mutex_unlock(&g.mu);
+    pthread_mutex_lock(&guard.mu);
+    guard.in_flight--;
+    pthread_cond_signal(&guard.cv);
+    pthread_mutex_unlock(&guard.mu);
   }
   return r;
 }
 
-bf_run *bfx_guard_acquire_until(uint64_t deadline_ns, uint64_t *waited_ns, char **err, int *busy) {
-  pthread_once(&g.once, guard_init);
-  uint64_t t0 = mono_ns();
-  *err = NULL;
-  *busy = 0;
-  pthread_mutex_lock(&g.mu);
-  if (g.in_flight >= eff_max()) {
-    struct timespec ts = { (time_t)(deadline_ns / 1000000000ull), (long)(deadline_ns % 1000000000ull) };
-    while (g.in_flight >= eff_max()) {
-      int rc = pthread_cond_timedwait(&g.cv, &g.mu, &ts);
-      if (rc == ETIMEDOUT && g.in_flight >= eff_max()) {
-        int n = g.in_flight;
-        pthread_mutex_unlock(&g.mu);
-        *waited_ns = mono_ns() - t0;
-        *busy = 1;
-        *err = sqlite3_mprintf("bertfill: busy: %d encoder runs in progress, waited %d ms",
-                               n, (int)(*waited_ns / 1000000));
+void bfx_guard_busy_error(bfx_err *e, int in_flight, uint64_t waited_ns) {
+  bfx_errf(e, SQLITE_ERROR, BF_CT_BUSY, "bertfill: busy: %d encoder runs in progress, waited %d ms",
+           in_flight, (int)(waited_ns / 1000000));
+}
+
+bf_run *bfx_guard_acquire_until(uint64_t deadline_ns, uint64_t *waited_ns, bfx_err *e) {
+  uint64_t t0 = bf_now_ns();
+  guard_lock();
+  if (guard.in_flight >= eff_max()) {
+    struct timespec ts = { (time_t)(deadline_ns / 1000000000ull),
+                           (long)(deadline_ns % 1000000000ull) };
+    while (guard.in_flight >= eff_max()) {
+      int rc = pthread_cond_timedwait(&guard.cv, &guard.mu, &ts);
+      if (rc == ETIMEDOUT && guard.in_flight >= eff_max()) {
+        int n = guard.in_flight;
+        guard_unlock();
+        *waited_ns = bf_now_ns() - t0;
+        bfx_guard_busy_error(e, n, *waited_ns);
         return NULL;
       }
     }
   }
-  g.in_flight++;
-  pthread_mutex_unlock(&g.mu);
-  *waited_ns = mono_ns() - t0;
-  return take_run();
+  guard.in_flight++;
+  guard_unlock();
+  *waited_ns = bf_now_ns() - t0;
+  bf_run *r = take_run();
+  if (!r) bfx_err_nomem(e);
+  return r;
 }
 
-bf_run *bfx_guard_acquire(uint64_t *waited_ns, char **err, int *busy) {
-  pthread_once(&g.once, guard_init);
-  pthread_mutex_lock(&g.mu);
-  uint64_t deadline = mono_ns() + (uint64_t)g.timeout_ms * 1000000ull;
-  pthread_mutex_unlock(&g.mu);
-  return bfx_guard_acquire_until(deadline, waited_ns, err, busy);
+bf_run *bfx_guard_acquire(uint64_t *waited_ns, bfx_err *e) {
+  return bfx_guard_acquire_until(bfx_guard_deadline_ns(bf_now_ns()), waited_ns, e);
 }
 
 bf_run *bfx_guard_try_acquire(int *nomem) {
-  pthread_once(&g.once, guard_init);
   *nomem = 0;
-  pthread_mutex_lock(&g.mu);
-  if (g.in_flight >= eff_max()) {
-    pthread_mutex_unlock(&g.mu);
+  guard_lock();
+  if (guard.in_flight >= eff_max()) {
+    guard_unlock();
     return NULL;
   }
-  g.in_flight++;
-  pthread_mutex_unlock(&g.mu);
+  guard.in_flight++;
+  guard_unlock();
   bf_run *r = take_run();
   if (!r) *nomem = 1;
   return r;
@@ -154,68 +133,62 @@ uint64_t bfx_guard_deadline_ns(uint64_t from_ns) {
 }
 
 void bfx_guard_release(bf_run *r) {
-  pthread_mutex_lock(&g.mu);
-  g.in_flight--;
-  if (r && g.npool < eff_max()) {
-    if (g.npool == g.cap) {
-      int cap = g.cap ? 2 * g.cap : 8;
-      bf_run **p = realloc(g.pool, (size_t)cap * sizeof *p);
-      if (p) { g.pool = p; g.cap = cap; }
+  pthread_mutex_lock(&guard.mu);
+  guard.in_flight--;
+  if (r && guard.npool < eff_max()) {
+    if (guard.npool == guard.cap) {
+      int cap = guard.cap ? 2 * guard.cap : 8;
+      bf_run **p = realloc(guard.pool, (size_t)cap * sizeof *p);
+      if (p) { guard.pool = p; guard.cap = cap; }
     }
-    if (g.npool < g.cap) { g.pool[g.npool++] = r; r = NULL; }
+    if (guard.npool < guard.cap) { guard.pool[guard.npool++] = r; r = NULL; }
   }
-  pthread_cond_signal(&g.cv);
-  pthread_mutex_unlock(&g.mu);
+  pthread_cond_signal(&guard.cv);
+  pthread_mutex_unlock(&guard.mu);
   if (r) bf_run_free(r);
 }
 
 int bfx_guard_max(void) {
-  pthread_once(&g.once, guard_init);
-  pthread_mutex_lock(&g.mu);
+  guard_lock();
   int n = eff_max();
-  pthread_mutex_unlock(&g.mu);
+  guard_unlock();
   return n;
 }
 
 int bfx_guard_max_auto(void) {
-  pthread_once(&g.once, guard_init);
-  pthread_mutex_lock(&g.mu);
-  int a = g.max == 0;
-  pthread_mutex_unlock(&g.mu);
+  guard_lock();
+  int a = guard.max == 0;
+  guard_unlock();
   return a;
 }
 
 void bfx_guard_set_max(int n) {
-  pthread_once(&g.once, guard_init);
   bf_run *extra[64];
   int nextra = 0;
-  pthread_mutex_lock(&g.mu);
-  g.max = n > 0 ? n : 0;
-  while (g.npool > eff_max() && nextra < 64) extra[nextra++] = g.pool[--g.npool];
-  pthread_cond_broadcast(&g.cv);
-  pthread_mutex_unlock(&g.mu);
+  guard_lock();
+  guard.max = n > 0 ? n : 0;
+  while (guard.npool > eff_max() && nextra < 64) extra[nextra++] = guard.pool[--guard.npool];
+  pthread_cond_broadcast(&guard.cv);
+  guard_unlock();
   for (int i = 0; i < nextra; i++) bf_run_free(extra[i]);
 }
 
 int bfx_guard_timeout_ms(void) {
-  pthread_once(&g.once, guard_init);
-  pthread_mutex_lock(&g.mu);
-  int ms = g.timeout_ms;
-  pthread_mutex_unlock(&g.mu);
+  guard_lock();
+  int ms = guard.timeout_ms;
+  guard_unlock();
   return ms;
 }
 
 void bfx_guard_set_timeout_ms(int ms) {
-  pthread_once(&g.once, guard_init);
-  pthread_mutex_lock(&g.mu);
-  g.timeout_ms = ms >= 0 ? ms : DEFAULT_TIMEOUT_MS;
-  pthread_mutex_unlock(&g.mu);
+  guard_lock();
+  guard.timeout_ms = ms >= 0 ? ms : BFX_DEFAULT_BUSY_TIMEOUT_MS;
+  guard_unlock();
 }
 
 int bfx_guard_in_flight(void) {
-  pthread_once(&g.once, guard_init);
-  pthread_mutex_lock(&g.mu);
-  int n = g.in_flight;
-  pthread_mutex_unlock(&g.mu);
+  guard_lock();
+  int n = guard.in_flight;
+  guard_unlock();
   return n;
 }

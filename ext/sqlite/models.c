@@ -1,5 +1,5 @@
 /*
-** sqlite_models.c — which model a connection uses, and the process-wide
+** models.c — which model a connection uses, and the process-wide
 ** registry that lets every connection share one loaded copy of a model.
 **
 ** Registry: loaded models keyed by the canonical path of their directory
@@ -9,7 +9,8 @@
 ** immutable after loading, so sharing needs no locking beyond the registry's
 ** own mutex.
 **
-** The model of a connection, resolved on its first use:
+** The model of a connection (conn.c asks for it on the connection's first
+** use):
 **   1. the directory given to SELECT bert_load('dir') on this connection;
 **   2. otherwise the directory in the environment variable BERTFILL_MODEL;
 **   3. otherwise the model shipped with bertfill, model/bertfill-zh-tiny,
@@ -30,7 +31,8 @@
 
 #include "sqlite3ext.h"
 SQLITE_EXTENSION_INIT3
-#include "layer.h"
+#include "models.h"
+#include "stats.h"
 
 #define DEFAULT_MODEL_NAME "model/bertfill-zh-tiny"
 
@@ -175,7 +177,8 @@ static int default_candidates(char out[][PATH_MAX], int max) {
     }
   }
 #ifdef BERTFILL_DEFAULT_MODEL
-  if (n < max && strlen(BERTFILL_DEFAULT_MODEL) < PATH_MAX) strcpy(out[n++], BERTFILL_DEFAULT_MODEL);
+  if (n < max && strlen(BERTFILL_DEFAULT_MODEL) < PATH_MAX)
+    strcpy(out[n++], BERTFILL_DEFAULT_MODEL);
 #endif
   return n;
 }
@@ -198,8 +201,8 @@ static int has_config(const char *dir) {
   return access(p, R_OK) == 0;
 }
 
-/* Resolve the model of c from the environment or the default location. */
-static bf_model *resolve_default(bfx_conn *c, const char **source, char **err) {
+/* The model named by the environment, or the default model. */
+static bf_model *resolve_default(const char **source, char **err) {
   const char *env = getenv("BERTFILL_MODEL");
   *err = NULL;
   if (env && *env) {
@@ -221,38 +224,36 @@ static bf_model *resolve_default(bfx_conn *c, const char **source, char **err) {
     }
   }
   char *where = bfx_default_model_paths();
-  *err = sqlite3_mprintf("bertfill: no model: the default model %s was not found (looked in %s).  " HOWTO,
+  *err = sqlite3_mprintf("bertfill: no model: the default model %s was not found "
+                         "(looked in %s).  " HOWTO,
                          DEFAULT_MODEL_NAME, where && where[0] ? where : "no location known");
   sqlite3_free(where);
   return NULL;
 }
 
-bf_model *bfx_model(bfx_conn *c, char **err) {
-  *err = NULL;
-  if (c->model) return c->model;
-  const char *source = NULL;
-  bf_model *m = resolve_default(c, &source, err);
-  if (m) { c->model = m; c->model_source = source; }
+/* A registry message (sqlite3_malloc'ed; NULL: out of memory) into e. */
+static void take_error(bfx_err *e, char *msg) {
+  if (!msg) bfx_err_nomem(e);
+  else bfx_errf(e, SQLITE_ERROR, BF_CT_ERR_MODEL, "%s", msg);
+  sqlite3_free(msg);
+}
+
+bf_model *bfx_model_get(const char *dir, bfx_err *e) {
+  char *err = NULL;
+  bf_model *m = registry_get(dir, &err);
+  if (!m) take_error(e, err);
   return m;
 }
 
-int bfx_model_set(bfx_conn *c, const char *dir, char **err) {
-  const char *source = "bert_load";
-  bf_model *m;
-  *err = NULL;
-  if (dir) m = registry_get(dir, err);
-  else m = resolve_default(c, &source, err);
-  if (!m) return *err ? SQLITE_ERROR : SQLITE_NOMEM;
-  bfx_model_drop(c);
-  c->model = m;
-  c->model_source = source;
-  return SQLITE_OK;
+bf_model *bfx_model_get_default(const char **source, bfx_err *e) {
+  char *err = NULL;
+  bf_model *m = resolve_default(source, &err);
+  if (!m) take_error(e, err);
+  return m;
 }
 
-void bfx_model_drop(bfx_conn *c) {
-  if (c->model) registry_put(c->model);
-  c->model = NULL;
-  c->model_source = NULL;
+void bfx_model_put(bf_model *m) {
+  if (m) registry_put(m);
 }
 
 char *bfx_model_describe(bf_model *m) {

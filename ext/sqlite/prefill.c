@@ -1,5 +1,5 @@
 /*
-** sqlite_prefill.c — bert_prefill(text), an aggregate that fills the memo
+** prefill.c — bert_prefill(text), an aggregate that fills the memo
 ** cache for a whole column at batch speed:
 **
 **   SELECT bert_prefill(text) FROM t;        -- number of texts computed
@@ -8,39 +8,43 @@
 ** Each text is tokenized; texts without a mask, texts already in the cache
 ** (the table in mode 'on', the LRU in mode 'memory') and repeats are
 ** skipped; the rest go through the encoder in batches of up to
-** PREFILL_MAX_SEQS sequences or PREFILL_MAX_TOKENS tokens per run (all
+** BFX_BATCH_MAX_SEQS sequences or BFX_BATCH_MAX_TOKENS tokens per run (all
 ** tokens of a batch go through each matrix product together), and the
 ** results are stored in the cache.  Texts that cannot be filled (invalid
 ** UTF-8, longer than the model's limit) are skipped here; bert_fill reports
 ** them.  Memory stays bounded: one batch at a time.
 **
 ** Progress goes to stderr, at most once a second, when stderr is a terminal
-** or BERTFILL_PROGRESS=1 (BERTFILL_PROGRESS=0 turns it off):
+** or BERTFILL_PROGRESS=1 (BERTFILL_PROGRESS=0 turns it off; the words of
+** bf_env_flag, util.h):
 **   bert_prefill: 1200 texts read, 1100 computed, 85 texts/s
 **   bert_prefill: done: 2000 texts read, 1850 computed, 150 cached or repeated, 0 skipped, 21.8 s
 **
 ** With bert_cache('off') there is nowhere to keep the results: error.
 */
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "sqlite3ext.h"
 SQLITE_EXTENSION_INIT3
-#include "layer.h"
+#include "prefill.h"
+#include "bounds.h"
 #include "cache.h"
+#include "conn.h"
+#include "encode.h"
+#include "errors.h"
+#include "lookup.h"
 #include "stats.h"
-
-#define PREFILL_MAX_SEQS 32
-#define PREFILL_MAX_TOKENS 2048
+#include "text.h"
+#include "util.h"
 
 typedef struct prefill {
   int started, failed, progress;
   bfx_conn *c;
   bf_model *m;                      /* retained until the final step */
   int k;                            /* candidates per mask to compute */
-  bf_tokens batch[PREFILL_MAX_SEQS + 1];   /* last slot: the text being read */
+  bf_tokens batch[BFX_BATCH_MAX_SEQS + 1];   /* last slot: the text being read */
   int nb, btokens;
   sqlite3_int64 read, computed, cached, skipped;
   uint64_t t_start, t_progress;
@@ -58,23 +62,20 @@ static void progress(prefill *p, int final) {
             (long long)p->cached, (long long)p->skipped, secs);
   else
     fprintf(stderr, "bert_prefill: %lld texts read, %lld computed, %.0f texts/s\n",
-            (long long)p->read, (long long)p->computed, secs > 0 ? (double)p->computed / secs : 0.0);
+            (long long)p->read, (long long)p->computed,
+            secs > 0 ? (double)p->computed / secs : 0.0);
 }
 
-static int progress_wanted(void) {
-  const char *s = getenv("BERTFILL_PROGRESS");
-  if (s && *s) return strcmp(s, "0") != 0;
-  return isatty(2);
-}
+static int progress_wanted(void) { return bf_env_flag("BERTFILL_PROGRESS", isatty(2)); }
 
-/* Encode the pending batch and store its results. */
-static int run_batch(sqlite3_context *ctx, prefill *p) {
+/* Encode the pending batch and store its results in the cache. */
+static int encode_and_store_batch(sqlite3_context *ctx, prefill *p) {
   if (p->nb == 0) return SQLITE_OK;
   size_t masks = 0;
   for (int i = 0; i < p->nb; i++) masks += (size_t)p->batch[i].n_masks;
   bf_cand *out = sqlite3_malloc64(masks * (size_t)p->k * sizeof *out);
-  bfx_err e = { 0, -1, "" };
-  if (!out) bfx_errf(&e, SQLITE_NOMEM, BF_CT_ERR_NOMEM, "out of memory");
+  bfx_err e = BFX_ERR_NONE;
+  if (!out) bfx_err_nomem(&e);
   else if (bfx_encode(p->m, p->nb, p->batch, p->k, out, NULL, &e) == SQLITE_OK) {
     /* All rows of a batch in one transaction when we are in autocommit
     ** mode: one commit (and fsync) per batch instead of one per text. */
@@ -98,14 +99,9 @@ static int run_batch(sqlite3_context *ctx, prefill *p) {
   p->btokens = 0;
   if (e.rc != SQLITE_OK) {
     p->failed = 1;
-    char *msg = e.rc == SQLITE_NOMEM ? NULL : sqlite3_mprintf("bert_prefill: %s", e.msg);
-    if (msg) {                              /* say where the error came from */
-      if (e.kind >= 0) bf_stats_add((bf_counter)e.kind, 1);
-      sqlite3_result_error(ctx, msg, -1);
-      sqlite3_free(msg);
-    } else {
-      bfx_error(ctx, &e);
-    }
+    bfx_err where = e;                      /* say where the error came from */
+    if (e.rc != SQLITE_NOMEM) bfx_errf(&where, e.rc, e.kind, "bert_prefill: %s", e.msg);
+    bfx_error(ctx, &where);
     return e.rc;
   }
   return SQLITE_OK;
@@ -129,11 +125,12 @@ static int already_cached(prefill *p, const bf_tokens *t) {
   return hit;
 }
 
-static void prefill_step(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+void bfx_prefill_step(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+  (void)argc;
   prefill *p = sqlite3_aggregate_context(ctx, sizeof *p);
   if (!p) { sqlite3_result_error_nomem(ctx); return; }
   if (p->failed) return;
-  bfx_err e = { 0, -1, "" };
+  bfx_err e = BFX_ERR_NONE;
   if (!p->started) {
     p->started = 1;
     p->c = sqlite3_user_data(ctx);
@@ -144,11 +141,9 @@ static void prefill_step(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
                            "bert_cache('memory')", -1);
       return;
     }
-    char *msg = NULL;
-    bf_model *m = bfx_model(p->c, &msg);
+    bf_model *m = bfx_conn_model(p->c, &e);
     if (!m) {
       p->failed = 1;
-      bfx_err_model(&e, NULL, msg, msg == NULL);
       bfx_error(ctx, &e);
       return;
     }
@@ -175,13 +170,14 @@ static void prefill_step(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
   int hit = already_cached(p, t);
   if (hit < 0) { p->failed = 1; sqlite3_result_error_nomem(ctx); return; }
   for (int i = 0; i < p->nb && !hit; i++)   /* a repeat within the batch */
-    hit = p->batch[i].n == t->n && memcmp(p->batch[i].ids, t->ids, (size_t)t->n * sizeof *t->ids) == 0;
+    hit = p->batch[i].n == t->n &&
+          memcmp(p->batch[i].ids, t->ids, (size_t)t->n * sizeof *t->ids) == 0;
   if (hit) { p->cached++; goto out; }
 
-  if (p->nb > 0 && p->btokens + t->n > PREFILL_MAX_TOKENS) {
+  if (p->nb > 0 && p->btokens + t->n > BFX_BATCH_MAX_TOKENS) {
     /* No room for this text: run the batch, then move the text to slot 0. */
     int at = p->nb;
-    if (run_batch(ctx, p) != SQLITE_OK) return;
+    if (encode_and_store_batch(ctx, p) != SQLITE_OK) return;
     bf_tokens tmp = p->batch[0];
     p->batch[0] = p->batch[at];
     p->batch[at] = tmp;
@@ -189,27 +185,21 @@ static void prefill_step(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
   }
   p->nb++;
   p->btokens += t->n;
-  if (p->nb == PREFILL_MAX_SEQS || p->btokens >= PREFILL_MAX_TOKENS)
-    if (run_batch(ctx, p) != SQLITE_OK) return;
+  if (p->nb == BFX_BATCH_MAX_SEQS || p->btokens >= BFX_BATCH_MAX_TOKENS)
+    if (encode_and_store_batch(ctx, p) != SQLITE_OK) return;
 out:
   progress(p, 0);
 }
 
-static void prefill_final(sqlite3_context *ctx) {
+void bfx_prefill_final(sqlite3_context *ctx) {
   prefill *p = sqlite3_aggregate_context(ctx, 0);
   if (!p) { sqlite3_result_int(ctx, 0); return; }
-  if (!p->failed && p->m) run_batch(ctx, p);
+  if (!p->failed && p->m) encode_and_store_batch(ctx, p);
   if (!p->failed) {
     if (p->read > 0) progress(p, 1);
     sqlite3_result_int64(ctx, p->computed);
   }
-  for (int i = 0; i <= PREFILL_MAX_SEQS; i++) bf_tokens_free(&p->batch[i]);
+  for (int i = 0; i <= BFX_BATCH_MAX_SEQS; i++) bf_tokens_free(&p->batch[i]);
   if (p->m) bf_model_release(p->m);
   p->m = NULL;
-}
-
-int bfx_register_prefill(sqlite3 *db, bfx_conn *c) {
-  bfx_conn_ref(c);              /* dropped by bfx_conn_unref (also on failure) */
-  return sqlite3_create_function_v2(db, "bert_prefill", 1, SQLITE_UTF8 | SQLITE_DIRECTONLY, c,
-                                    NULL, prefill_step, prefill_final, bfx_conn_unref);
 }

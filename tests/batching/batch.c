@@ -1,5 +1,5 @@
 /*
-** batch.c — dynamic batching (ext/sqlite_batcher.c) from the outside: many
+** batch.c — dynamic batching (ext/sqlite/batcher.c) from the outside: many
 ** threads, each with its own connection, calling bert_fill and
 ** fill_candidates at once, half of them on one model and half on another,
 ** with different k, and with bad texts in between; every result is compared

@@ -4,7 +4,7 @@
 ** with arguments of every type the fuzzer can think of (NULL, integers,
 ** floats, text, blobs, invalid UTF-8, huge strings, zeroblobs, k = 0 /
 ** negative / huge / fractional / text) on an in-memory database, with the
-** extension linked in (ext/sqlite_*.c, registered with sqlite3_auto_extension
+** extension linked in (ext/sqlite/*.c, registered with sqlite3_auto_extension
 ** so that SQLite hands it its API table as to a loaded extension) and the
 ** tiny test model ($BF_FUZZ_MODELS/tiny) as BERTFILL_MODEL.
 **

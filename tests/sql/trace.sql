@@ -1,5 +1,5 @@
 -- What the SQL layer hands to the per-call trace (bertfill_trace, written by
--- sqlite_stats.c): one row per bert_fill / fill_candidates call, with where
+-- ext/sqlite/trace.c): one row per bert_fill / fill_candidates call, with where
 -- the answer came from.
 -- model: tiny
 

@@ -1,0 +1,35 @@
+/*
+** bounds.h — the limits of the SQLite layer, one place for each: the size
+** of one merged encoder run, the candidates kept per mask, and the range of
+** every integer argument and setting (the SQL function and its environment
+** variable take the same range).
+*/
+#ifndef BERTFILL_SQLITE_BOUNDS_H
+#define BERTFILL_SQLITE_BOUNDS_H
+
+/* Candidates computed per mask for every cache entry, so that bert_fill
+** (k = 1) and fill_candidates (default k) share entries; fill_candidates'
+** k when none is given.  The upper bound of k is BF_MAX_K (bertfill.h). */
+#define BFX_MIN_K 5
+#define BFX_DEFAULT_K 5
+
+/* One encoder run over merged sequences holds at most this many sequences
+** and tokens: the batches of dynamic batching (batcher.c) and of
+** bert_prefill (prefill.c). */
+#define BFX_BATCH_MAX_SEQS 32
+#define BFX_BATCH_MAX_TOKENS 2048
+
+/* An integer argument is an integer, or a float with an integral value
+** within +-BFX_INT_ARG_FLOAT_BOUND (below 2^63, so the conversion is exact
+** and defined); then it must lie in the argument's own range below. */
+#define BFX_INT_ARG_FLOAT_BOUND 9e18
+
+/* Ranges of the settings. */
+#define BFX_THREADS_MAX 1024                     /* bert_threads (0: one per core) */
+#define BFX_MAX_CONCURRENT_MAX (1 << 20)         /* bert_max_concurrent, BERTFILL_MAX_CONCURRENT */
+#define BFX_BUSY_TIMEOUT_MAX_MS (1 << 30)        /* bert_busy_timeout, BERTFILL_BUSY_TIMEOUT_MS */
+#define BFX_DEFAULT_BUSY_TIMEOUT_MS 2000
+#define BFX_CACHE_LIMIT_MAX ((long long)1 << 40) /* bert_cache_limit, BERTFILL_CACHE_LIMIT */
+#define BFX_LRU_ENTRIES_MAX 100000000            /* bert_cache_lru */
+
+#endif

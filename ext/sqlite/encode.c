@@ -1,0 +1,52 @@
+/*
+** encode.c — one encoder run on a slot of the overload guard (see
+** encode.h).  Every encoder run of the SQLite layer goes through
+** bfx_encode_on, which counts it in the process-wide stats: runs, batches
+** (runs of more than one sequence), sequences, tokens, masks, and the
+** encode and topk stages.
+*/
+#include "sqlite3ext.h"
+SQLITE_EXTENSION_INIT3
+#include "encode.h"
+#include "guard.h"
+#include "stats.h"
+
+int bfx_encode(bf_model *m, int nseq, const bf_tokens *seqs, int k, bf_cand *out,
+               bfx_times *tm, bfx_err *e) {
+  uint64_t waited = 0;
+  bf_run *run = bfx_guard_acquire(&waited, e);
+  bf_stats_time(BF_ST_QUEUE, waited);
+  if (tm) tm->queue_ns += waited;
+  if (!run) return e->rc;
+  int rc = bfx_encode_on(m, run, nseq, seqs, k, out, tm, e);
+  bfx_guard_release(run);
+  return rc;
+}
+
+int bfx_encode_on(bf_model *m, bf_run *run, int nseq, const bf_tokens *seqs, int k,
+                  bf_cand *out, bfx_times *tm, bfx_err *e) {
+  char msg[256] = "";
+  int rc = bf_fill(m, run, nseq, seqs, k, out, msg, sizeof msg);
+  if (rc != BF_OK) {
+    bfx_err_engine(e, "bertfill", rc, msg);
+    return e->rc;
+  }
+  const bf_timings *t = bf_run_timings(run);
+  uint64_t enc = t->embed_ns + t->encode_ns + t->head_ns, topk = t->topk_ns;
+  int tokens = t->tokens, masks = t->masks;
+  if (tokens <= 0 || masks <= 0) {          /* count from the input when the engine does not */
+    tokens = masks = 0;
+    for (int i = 0; i < nseq; i++)
+      if (seqs[i].n_masks > 0) { tokens += seqs[i].n; masks += seqs[i].n_masks; }
+  }
+  bf_stats_add(BF_CT_ENCODER_RUNS, 1);
+  if (nseq > 1) bf_stats_add(BF_CT_BATCHES, 1);
+  bf_stats_add(BF_CT_SEQS, (uint64_t)nseq);
+  bf_stats_add(BF_CT_TOKENS, (uint64_t)tokens);
+  bf_stats_add(BF_CT_MASKS, (uint64_t)masks);
+  bf_stats_batch(nseq);
+  bf_stats_time(BF_ST_ENCODE, enc);
+  bf_stats_time(BF_ST_TOPK, topk);
+  if (tm) { tm->encode_ns += enc; tm->topk_ns += topk; }
+  return SQLITE_OK;
+}

@@ -1,0 +1,125 @@
+/*
+** lookup.c — the one path every SQL function takes from tokens to
+** candidates:
+**
+**   tokens -> LRU -> cache table -> encoder (batcher.c)
+**             (hit)   (hit)         (miss: store in the cache)
+**
+** Every step records its time and counters in the process-wide stats
+** (ext/engine/stats.h).
+*/
+#include <string.h>
+
+#include "sqlite3ext.h"
+SQLITE_EXTENSION_INIT3
+#include "lookup.h"
+#include "batcher.h"
+#include "bounds.h"
+#include "cache.h"
+#include "stats.h"
+#include "text.h"
+#include "util.h"
+
+void bfx_result_clear(bfx_result *r) {
+  sqlite3_free(r->c);
+  memset(r, 0, sizeof *r);
+}
+
+int bfx_store(bfx_conn *c, bf_model *m, const bf_tokens *t, int k, const bf_cand *cands,
+              bfx_times *tm, int count) {
+  if (c->cache_mode == BFX_CACHE_OFF || t->n_masks == 0) return -1;
+  const char *fp = bf_model_fingerprint(m);
+  if (!fp || !fp[0]) return -1;
+  uint64_t t0 = bf_now_ns();
+  int written = -1;
+  bfc_lru_put(fp, t->ids, t->n, t->n_masks, k, cands);
+  if (c->cache_mode == BFX_CACHE_ON) {
+    written = bfc_table_put(c->db, fp, t->ids, t->n, t->n_masks, k, cands, c->cache_limit,
+                            &c->writes_since_trim);
+    if (count) bf_stats_add(written ? BF_CT_CACHE_WRITES : BF_CT_CACHE_SKIPPED, 1);
+  }
+  uint64_t dt = bf_now_ns() - t0;
+  bf_stats_time(BF_ST_CACHE_WRITE, dt);
+  if (tm) tm->cache_write_ns += dt;
+  return written;
+}
+
+/* 1. the LRU, 2. the cache table: 1 on a hit (res filled), 0 on a miss,
+** -1 out of memory. */
+static int lookup_cache(bfx_conn *c, bf_model *m, const bf_tokens *t, int k, bfx_result *res) {
+  uint64_t t0 = bf_now_ns();
+  const char *fp = bf_model_fingerprint(m);
+  int have = 0, hit = 0;
+  bf_cand *cands = NULL;
+  if (fp && fp[0]) {
+    hit = bfc_lru_get(fp, t->ids, t->n, t->n_masks, k, &have, &cands);
+    if (hit == 1) {
+      res->source = "lru";
+      bf_stats_add(BF_CT_HIT_LRU, 1);
+    } else if (hit == 0 && c->cache_mode == BFX_CACHE_ON) {
+      int vocab = bf_model_config(m)->vocab_size;
+      hit = bfc_table_get(c->db, fp, t->ids, t->n, t->n_masks, k, vocab, &have, &cands);
+      if (hit == 1) {
+        res->source = "table";
+        bf_stats_add(BF_CT_HIT_TABLE, 1);
+        bfc_lru_put(fp, t->ids, t->n, t->n_masks, have, cands);
+      }
+    }
+  }
+  uint64_t dt = bf_now_ns() - t0;
+  bf_stats_time(BF_ST_CACHE_READ, dt);
+  res->times.cache_read_ns = dt;
+  if (hit == 1) {
+    res->c = cands;
+    res->k = have;
+  }
+  return hit;
+}
+
+int bfx_lookup_or_encode(const char *fname, bfx_conn *c, bf_model *m, const bf_tokens *t,
+                         int k, bfx_result *res, bfx_err *e) {
+  int vocab = bf_model_config(m)->vocab_size;
+  memset(res, 0, sizeof *res);
+  if (k > vocab) k = vocab;
+  res->k = k;
+  res->n_masks = t->n_masks;
+  res->source = "none";
+  if (t->n_masks == 0) return SQLITE_OK;
+  if (t->n > bfx_max_tokens(m)) {
+    bfx_errf(e, SQLITE_ERROR, BF_CT_ERR_TOOLONG,
+             "%s: the text is %d tokens long ([CLS] and [SEP] included) but the model "
+             "takes at most %d (max_position_embeddings)", fname, t->n, bfx_max_tokens(m));
+    return SQLITE_ERROR;
+  }
+
+  if (c->cache_mode != BFX_CACHE_OFF) {
+    int hit = lookup_cache(c, m, t, k, res);
+    if (hit < 0) {
+      bfx_err_nomem(e);
+      return SQLITE_NOMEM;
+    }
+    if (hit == 1) return SQLITE_OK;
+  }
+
+  /* 3. the encoder: at least BFX_MIN_K candidates so every function can
+  ** use the entry later. */
+  bf_stats_add(BF_CT_MISS, 1);
+  int keff = k > BFX_MIN_K ? k : BFX_MIN_K;
+  if (keff > vocab) keff = vocab;
+  size_t nc = (size_t)t->n_masks * (size_t)keff;
+  bf_cand *cands = sqlite3_malloc64(nc * sizeof *cands);
+  if (!cands) {
+    bfx_err_nomem(e);
+    return SQLITE_NOMEM;
+  }
+  int rc = bfx_batch_encode(m, t, keff, cands, &res->times, e);
+  if (rc != SQLITE_OK) {
+    sqlite3_free(cands);
+    return rc;
+  }
+  res->source = "encoder";
+  res->c = cands;
+  res->k = keff;
+  bfx_store(c, m, t, keff, cands, &res->times, 1);
+  return SQLITE_OK;
+}

@@ -1,0 +1,95 @@
+/*
+** text.c — text in and out of the SQL functions (see text.h).
+*/
+#include <string.h>
+
+#include "sqlite3ext.h"
+SQLITE_EXTENSION_INIT3
+#include "text.h"
+#include "bounds.h"
+#include "stats.h"
+#include "util.h"
+
+int bfx_arg_text(sqlite3_value *v, const char **p, int *n) {
+  *p = NULL;
+  *n = 0;
+  switch (sqlite3_value_type(v)) {
+    case SQLITE_NULL:
+      return 0;
+    case SQLITE_BLOB:                       /* raw bytes, validated as UTF-8 later */
+      *p = sqlite3_value_blob(v);
+      *n = sqlite3_value_bytes(v);
+      if (!*p) *p = "";
+      return 1;
+    default:                                /* text, or a number as SQLite writes it */
+      *p = (const char *)sqlite3_value_text(v);
+      *n = sqlite3_value_bytes(v);
+      return *p ? 1 : -1;                   /* NULL here: out of memory */
+  }
+}
+
+int bfx_arg_int(sqlite3_value *v, sqlite3_int64 lo, sqlite3_int64 hi, sqlite3_int64 *out) {
+  int t = sqlite3_value_numeric_type(v);
+  double d = sqlite3_value_double(v);
+  sqlite3_int64 x;
+  if (t == SQLITE_INTEGER)
+    x = sqlite3_value_int64(v);
+  else if (t == SQLITE_FLOAT && d >= -BFX_INT_ARG_FLOAT_BOUND && d <= BFX_INT_ARG_FLOAT_BOUND &&
+           d == (double)(sqlite3_int64)d)   /* the bound first: no UB cast of inf/huge */
+    x = (sqlite3_int64)d;
+  else
+    return 0;
+  if (x < lo || x > hi) return 0;
+  *out = x;
+  return 1;
+}
+
+int bfx_mask_offsets(const char *s, int n, int *off, int max) {
+  int count = 0;
+  for (int i = 0; i + BF_MASK_TEXT_LEN <= n;) {
+    if (memcmp(s + i, BF_MASK_TEXT, BF_MASK_TEXT_LEN) == 0) {
+      if (count < max) off[count] = i;
+      count++;
+      i += BF_MASK_TEXT_LEN;
+    } else {
+      i++;
+    }
+  }
+  return count;
+}
+
+int bfx_max_tokens(bf_model *m) { return bf_model_config(m)->max_position_embeddings; }
+
+int bfx_tokenize(const char *fname, bf_model *m, const char *s, int n, bf_tokens *t,
+                 uint64_t *ns, bfx_err *e) {
+  uint64_t t0 = bf_now_ns();
+  long bad = bf_utf8_invalid_at(s, (size_t)n, NULL, 0);
+  if (bad >= 0) {
+    bfx_errf(e, SQLITE_ERROR, BF_CT_ERR_INPUT,
+             "%s: invalid UTF-8 at byte %ld of the text (byte value 0x%02X)", fname, bad,
+             (unsigned char)s[bad]);
+    return SQLITE_ERROR;
+  }
+  char msg[256] = "";
+  int rc = bf_tokenize(bf_model_tokenizer(m), s, n, t, msg, sizeof msg);
+  uint64_t dt = bf_now_ns() - t0;
+  bf_stats_time(BF_ST_TOKENIZE, dt);
+  if (ns) *ns += dt;
+  if (rc != BF_OK) {
+    bfx_err_engine(e, fname, rc, msg);
+    return e->rc;
+  }
+  return SQLITE_OK;
+}
+
+void bfx_result_str(sqlite3_context *ctx, sqlite3_str *s) {
+  int rc = sqlite3_str_errcode(s);
+  int n = sqlite3_str_length(s);
+  char *z = sqlite3_str_finish(s);
+  if (rc != SQLITE_OK || !z) {
+    sqlite3_free(z);
+    sqlite3_result_error_nomem(ctx);
+    return;
+  }
+  sqlite3_result_text(ctx, z, n, sqlite3_free);
+}

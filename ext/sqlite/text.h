@@ -1,0 +1,40 @@
+/*
+** text.h — text in and out of the SQL functions: reading arguments (text
+** and integers), the positions of the literal "[MASK]"s, turning a text
+** into the model's tokens, and returning built text as a result.
+*/
+#ifndef BERTFILL_SQLITE_TEXT_H
+#define BERTFILL_SQLITE_TEXT_H
+
+#include <stdint.h>
+#include "sqlite3ext.h"
+#include "bertfill.h"
+#include "errors.h"
+
+/* The text of argument v as UTF-8 bytes: text as is, numbers as SQLite
+** converts them, blobs as raw bytes.  Returns 1, or 0 for NULL (*p = NULL),
+** or -1 when out of memory. */
+int bfx_arg_text(sqlite3_value *v, const char **p, int *n);
+
+/* 1 with *out when v is an integer from lo to hi (a float with an integral
+** value counts, within +-BFX_INT_ARG_FLOAT_BOUND, bounds.h); 0 otherwise.
+** The caller words the error. */
+int bfx_arg_int(sqlite3_value *v, sqlite3_int64 lo, sqlite3_int64 hi, sqlite3_int64 *out);
+
+/* Byte offsets of the literal "[MASK]" occurrences (left to right, not
+** overlapping); writes at most max, returns how many there are. */
+int bfx_mask_offsets(const char *s, int n, int *off, int max);
+
+/* Tokenize s[0..n) for model m, checking UTF-8 first (the error names the
+** offending byte).  fname prefixes messages; the time taken is added to
+** *ns (may be NULL) and to the tokenize stage. */
+int bfx_tokenize(const char *fname, bf_model *m, const char *s, int n, bf_tokens *t,
+                 uint64_t *ns, bfx_err *e);
+/* The model's limit on tokens per sequence ([CLS] and [SEP] included). */
+int bfx_max_tokens(bf_model *m);
+
+/* The text built in s as the result of ctx (s is finished), or out of
+** memory when building it failed. */
+void bfx_result_str(sqlite3_context *ctx, sqlite3_str *s);
+
+#endif

@@ -1,0 +1,273 @@
+/*
+** trace.c — the optional per-call trace of a connection.
+**
+**   SELECT bert_trace(1);                -- trace every bert_fill / fill_candidates call of
+**   SELECT bert_trace(1, 1000);          -- this connection into the table bertfill_trace
+**   SELECT bert_trace(0);                -- (keeping at most the newest 1000 rows; default
+**   SELECT bert_trace();                 -- 100000); returns the new / current state 1|0
+**   SELECT * FROM bertfill_trace ORDER BY total_ms DESC LIMIT 10;   -- the slowest calls
+**
+** bertfill_trace(id, ts, func, text, source, total_ms, queue_ms, tokenize_ms,
+** encode_ms, topk_ms, cache_read_ms, cache_write_ms, tokens, masks):
+** ts is UTC ('YYYY-MM-DD HH:MM:SS.SSS', what SQLite's date functions read);
+** source is where the answer came from: 'lru', 'table', 'encoder' or 'error';
+** text is the input as given (a BLOB when it is not valid UTF-8).
+** The table is created by bert_trace(1) (an error there if the database cannot
+** be written).  Writing a trace row never breaks the user's statement: if the
+** insert fails (read-only or locked database, table dropped, ...) the row is
+** skipped and counted in the 'trace_skipped' counter (bertfill_stats).  Trace
+** rows are ordinary rows of the user's transaction: they commit or roll back
+** with it.
+**
+** While a statement that names bertfill_trace runs on the connection (say
+** SELECT bert_fill(text) FROM bertfill_trace), calls are not traced: each
+** row appended to the table being scanned would be scanned in turn.
+*/
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "sqlite3ext.h"
+SQLITE_EXTENSION_INIT3
+#include "trace.h"
+#include "util.h"
+
+#define TRACE_TABLE "bertfill_trace"
+#define TRACE_DEFAULT_MAX_ROWS 100000
+
+static _Atomic uint64_t trace_skipped;   /* trace rows that could not be written */
+
+uint64_t bfx_trace_skipped(void) {
+  return atomic_load_explicit(&trace_skipped, memory_order_relaxed);
+}
+
+void bfx_trace_skipped_reset(void) {
+  atomic_store_explicit(&trace_skipped, 0, memory_order_relaxed);
+}
+
+/* ---- per-connection trace state ----
+** Whether db traces is asked on every bert_fill, from any thread, with only
+** the connection in hand, so the states live in a small process-wide
+** registry.  While no connection traces, the check is one relaxed load.  A
+** state is registered with bert_trace (bfx_trace_state_new) and removed
+** when SQLite drops that function (connection close, or the extension
+** registered again). */
+
+typedef struct trace_state {
+  sqlite3 *db;
+  int enabled;
+  sqlite3_int64 max_rows;
+  struct trace_state *next;
+} trace_state;
+
+static pthread_mutex_t registry_mu = PTHREAD_MUTEX_INITIALIZER;
+static trace_state *registry;
+static _Atomic int n_tracing;         /* connections with tracing on */
+static _Thread_local int t_in_record; /* guards against re-entry through triggers */
+
+static void reg_add(trace_state *st) {
+  pthread_mutex_lock(&registry_mu);
+  st->next = registry;
+  registry = st;
+  pthread_mutex_unlock(&registry_mu);
+}
+
+void bfx_trace_state_free(void *p) {
+  trace_state *st = p;
+  pthread_mutex_lock(&registry_mu);
+  for (trace_state **pp = &registry; *pp; pp = &(*pp)->next)
+    if (*pp == st) { *pp = st->next; break; }
+  if (st->enabled) atomic_fetch_sub_explicit(&n_tracing, 1, memory_order_relaxed);
+  pthread_mutex_unlock(&registry_mu);
+  sqlite3_free(st);
+}
+
+/* Newest state registered for db with tracing on; copies max_rows out. */
+static int reg_lookup(sqlite3 *db, sqlite3_int64 *max_rows) {
+  if (atomic_load_explicit(&n_tracing, memory_order_relaxed) == 0) return 0;
+  int on = 0;
+  pthread_mutex_lock(&registry_mu);
+  for (trace_state *st = registry; st; st = st->next)
+    if (st->db == db) {
+      on = st->enabled;
+      if (max_rows) *max_rows = st->max_rows;
+      break;
+    }
+  pthread_mutex_unlock(&registry_mu);
+  return on;
+}
+
+/* ---- one call ---- */
+
+typedef struct trace_rec {
+  const char *func;        /* "bert_fill", "fill_candidates", ... */
+  const char *text;        /* the input text (may be NULL) */
+  int text_len;            /* its length in bytes (it may hold NUL); < 0: NUL-terminated */
+  const char *source;      /* "lru", "table", "encoder", "error" */
+  uint64_t total_ns, queue_ns, tokenize_ns, encode_ns, topk_ns, cache_read_ns, cache_write_ns;
+  int tokens, masks;
+} trace_rec;
+
+static const char trace_schema[] =
+    "CREATE TABLE IF NOT EXISTS main." TRACE_TABLE "("
+    "id INTEGER PRIMARY KEY, ts TEXT NOT NULL, func TEXT, text TEXT, source TEXT,"
+    " total_ms REAL, queue_ms REAL, tokenize_ms REAL, encode_ms REAL, topk_ms REAL,"
+    " cache_read_ms REAL, cache_write_ms REAL, tokens INTEGER, masks INTEGER)";
+
+static void utc_now(char *buf, size_t n) {
+  struct timespec ts;
+  struct tm tm;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  gmtime_r(&ts.tv_sec, &tm);
+  size_t k = strftime(buf, n, "%Y-%m-%d %H:%M:%S", &tm);
+  snprintf(buf + k, n - k, ".%03d", (int)(ts.tv_nsec / 1000000));
+}
+
+/* 1 when a running statement of db names the trace table (see the top). */
+static int trace_table_in_use(sqlite3 *db) {
+  for (sqlite3_stmt *p = sqlite3_next_stmt(db, NULL); p; p = sqlite3_next_stmt(db, p)) {
+    const char *q;
+    if (sqlite3_stmt_busy(p) && (q = sqlite3_sql(p)) &&
+        sqlite3_strlike("%" TRACE_TABLE "%", q, 0) == 0)
+      return 1;
+  }
+  return 0;
+}
+
+static void skip_trace(void) {
+  atomic_fetch_add_explicit(&trace_skipped, 1, memory_order_relaxed);
+}
+
+static void trace_record(sqlite3 *db, const trace_rec *rec) {
+  sqlite3_int64 max_rows = TRACE_DEFAULT_MAX_ROWS;
+  if (!db || !rec || !reg_lookup(db, &max_rows)) return;
+  if (t_in_record) return;
+  if (trace_table_in_use(db)) { skip_trace(); return; }
+  t_in_record = 1;
+  /* Keep the user's last_insert_rowid(): the trace row is not theirs. */
+  sqlite3_int64 user_rowid = sqlite3_last_insert_rowid(db);
+  sqlite3_stmt *st = NULL;
+  int rc = sqlite3_prepare_v2(db,
+      "INSERT INTO main." TRACE_TABLE "(ts, func, text, source, total_ms, queue_ms,"
+      " tokenize_ms, encode_ms, topk_ms, cache_read_ms, cache_write_ms, tokens, masks)"
+      " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)", -1, &st, NULL);
+  if (rc == SQLITE_OK) {
+    char ts[40];
+    utc_now(ts, sizeof ts);
+    sqlite3_bind_text(st, 1, ts, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 2, rec->func ? rec->func : "", -1, SQLITE_STATIC);
+    if (rec->text) {   /* text that is not UTF-8 (the error case) is kept as a blob */
+      size_t n = rec->text_len >= 0 ? (size_t)rec->text_len : strlen(rec->text);
+      if (bf_utf8_invalid_at(rec->text, n, NULL, 0) < 0)
+        sqlite3_bind_text(st, 3, rec->text, (int)n, SQLITE_STATIC);
+      else
+        sqlite3_bind_blob(st, 3, rec->text, (int)n, SQLITE_STATIC);
+    }
+    if (rec->source) sqlite3_bind_text(st, 4, rec->source, -1, SQLITE_STATIC);
+    const uint64_t t[7] = {rec->total_ns, rec->queue_ns, rec->tokenize_ns, rec->encode_ns,
+                           rec->topk_ns, rec->cache_read_ns, rec->cache_write_ns};
+    for (int i = 0; i < 7; i++) sqlite3_bind_double(st, 5 + i, (double)t[i] / 1e6);  /* ms */
+    sqlite3_bind_int(st, 12, rec->tokens);
+    sqlite3_bind_int(st, 13, rec->masks);
+    rc = sqlite3_step(st);
+    rc = rc == SQLITE_DONE ? SQLITE_OK : rc;
+  }
+  sqlite3_int64 id = sqlite3_last_insert_rowid(db);
+  sqlite3_finalize(st);
+  if (rc == SQLITE_OK && max_rows > 0 && id > max_rows) {
+    /* Bounded: drop the rows that fell out of the window (a rowid range). */
+    if (sqlite3_prepare_v2(db, "DELETE FROM main." TRACE_TABLE " WHERE id <= ?1", -1, &st,
+                           NULL) == SQLITE_OK) {
+      sqlite3_bind_int64(st, 1, id - max_rows);
+      sqlite3_step(st);
+      sqlite3_finalize(st);
+    }
+  }
+  if (rc != SQLITE_OK) skip_trace();
+  sqlite3_set_last_insert_rowid(db, user_rowid);
+  t_in_record = 0;
+}
+
+/* bert_trace() / bert_trace(on) / bert_trace(on, max_rows) */
+void bfx_fn_trace(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+  trace_state *st = sqlite3_user_data(ctx);
+  sqlite3 *db = sqlite3_context_db_handle(ctx);
+  if (argc > 2) {
+    sqlite3_result_error(ctx, "bert_trace takes at most 2 arguments: bert_trace(on [, max_rows])",
+                         -1);
+    return;
+  }
+  if (argc == 0) {
+    sqlite3_result_int(ctx, st->enabled);
+    return;
+  }
+  if (sqlite3_value_type(argv[0]) == SQLITE_NULL) {
+    sqlite3_result_error(ctx,
+                         "bert_trace(on): on must be 1 (start tracing) or 0 (stop), not NULL", -1);
+    return;
+  }
+  int on = sqlite3_value_int(argv[0]) != 0;
+  sqlite3_int64 max_rows = st->max_rows;
+  if (argc >= 2) {
+    if (sqlite3_value_type(argv[1]) != SQLITE_INTEGER || sqlite3_value_int64(argv[1]) < 1) {
+      sqlite3_result_error(ctx, "bert_trace(on, max_rows): max_rows must be a positive integer "
+                                "(the newest rows kept in " TRACE_TABLE ")", -1);
+      return;
+    }
+    max_rows = sqlite3_value_int64(argv[1]);
+  }
+  if (on && !st->enabled) {
+    char *err = NULL;
+    if (sqlite3_exec(db, trace_schema, NULL, NULL, &err) != SQLITE_OK) {
+      char *msg = sqlite3_mprintf("bert_trace: cannot create the trace table " TRACE_TABLE
+                                  ": %s", err ? err : sqlite3_errmsg(db));
+      sqlite3_free(err);
+      if (msg) sqlite3_result_error(ctx, msg, -1);
+      else sqlite3_result_error_nomem(ctx);
+      sqlite3_free(msg);
+      return;
+    }
+  }
+  pthread_mutex_lock(&registry_mu);
+  if (on != st->enabled) atomic_fetch_add_explicit(&n_tracing, on ? 1 : -1, memory_order_relaxed);
+  st->enabled = on;
+  st->max_rows = max_rows;
+  pthread_mutex_unlock(&registry_mu);
+  sqlite3_result_int(ctx, on);
+}
+
+void *bfx_trace_state_new(sqlite3 *db) {
+  trace_state *st = sqlite3_malloc(sizeof *st);
+  if (!st) return NULL;
+  memset(st, 0, sizeof *st);
+  st->db = db;
+  st->max_rows = TRACE_DEFAULT_MAX_ROWS;
+  reg_add(st);
+  return st;
+}
+
+void bfx_trace_call(sqlite3 *db, const char *func, const char *text, int text_len,
+                    const bfx_result *r, uint64_t t0, uint64_t tok_ns, int tokens,
+                    int is_error) {
+  if (!db || !reg_lookup(db, NULL)) return;
+  trace_rec rec;
+  memset(&rec, 0, sizeof rec);
+  rec.func = func;
+  rec.text = text;          /* bytes as given, NUL bytes included */
+  rec.text_len = text ? text_len : -1;
+  rec.source = is_error ? "error" : (r && r->source ? r->source : "none");
+  rec.total_ns = bf_now_ns() - t0;
+  rec.tokenize_ns = tok_ns;
+  if (r) {
+    rec.queue_ns = r->times.queue_ns;
+    rec.encode_ns = r->times.encode_ns;
+    rec.topk_ns = r->times.topk_ns;
+    rec.cache_read_ns = r->times.cache_read_ns;
+    rec.cache_write_ns = r->times.cache_write_ns;
+    rec.masks = r->n_masks;
+  }
+  rec.tokens = tokens;
+  trace_record(db, &rec);
+}
