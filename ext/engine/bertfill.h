@@ -36,15 +36,15 @@ extern "C" {
 ** user into err (always NUL-terminated when errlen > 0). */
 enum {
   BF_OK = 0,
-  BF_ERR_INPUT = 1,    /* bad text: invalid UTF-8, bad argument */
-  BF_ERR_TOOLONG = 2,  /* more tokens than max_position_embeddings */
-  BF_ERR_NOMEM = 3,    /* an allocation failed */
-  BF_ERR_MODEL = 4,    /* model directory missing or malformed */
-  BF_ERR_IO = 5,       /* a file could not be read */
-  BF_ERR_BLAS = 6      /* OpenBLAS could not be loaded */
+  BF_ERR_INPUT = 1,   /* bad text: invalid UTF-8, bad argument */
+  BF_ERR_TOOLONG = 2, /* more tokens than max_position_embeddings */
+  BF_ERR_NOMEM = 3,   /* an allocation failed */
+  BF_ERR_MODEL = 4,   /* model directory missing or malformed */
+  BF_ERR_IO = 5,      /* a file could not be read */
+  BF_ERR_BLAS = 6     /* OpenBLAS could not be loaded */
 };
 
-#define BF_MAX_K 1000  /* upper bound on k for top-k */
+#define BF_MAX_K 1000 /* upper bound on k for top-k */
 
 /* The blank a user writes in a text, and its length in bytes. */
 #define BF_MASK_TEXT "[MASK]"
@@ -67,10 +67,10 @@ typedef struct bf_tokenizer bf_tokenizer;
 
 /* A token sequence as the model sees it: [CLS] ... [SEP]. */
 typedef struct bf_tokens {
-  int32_t *ids;   /* n token ids */
-  int n;          /* number of tokens, [CLS] and [SEP] included */
-  int cap;        /* allocated capacity of ids (owned by the struct) */
-  int n_masks;    /* how many ids are the [MASK] id */
+  int32_t *ids; /* n token ids */
+  int n;        /* number of tokens, [CLS] and [SEP] included */
+  int cap;      /* allocated capacity of ids (owned by the struct) */
+  int n_masks;  /* how many ids are the [MASK] id */
 } bf_tokens;
 
 /* Load vocab.txt (+ tokenizer_config.json / tokenizer.json when present)
@@ -82,15 +82,15 @@ void bf_tokenizer_free(bf_tokenizer *tok);
 ** (reused; grows as needed), adding [CLS] and [SEP].  Returns BF_OK, or
 ** BF_ERR_INPUT for invalid UTF-8, BF_ERR_NOMEM.  No length limit here: the
 ** caller (bf_fill) checks against the model's max_position_embeddings. */
-int bf_tokenize(const bf_tokenizer *tok, const char *text, long len,
-                bf_tokens *out, char *err, size_t errlen);
+int bf_tokenize(const bf_tokenizer *tok, const char *text, long len, bf_tokens *out, char *err,
+                size_t errlen);
 void bf_tokens_free(bf_tokens *t);
 
 int bf_tokenizer_vocab_size(const bf_tokenizer *tok);
 const char *bf_tokenizer_token(const bf_tokenizer *tok, int32_t id); /* NULL if out of range */
 int32_t bf_tokenizer_mask_id(const bf_tokenizer *tok);
-int bf_tokenizer_lowercase(const bf_tokenizer *tok);      /* do_lower_case in effect */
-int bf_tokenizer_strip_accents(const bf_tokenizer *tok);  /* strip_accents in effect */
+int bf_tokenizer_lowercase(const bf_tokenizer *tok);     /* do_lower_case in effect */
+int bf_tokenizer_strip_accents(const bf_tokenizer *tok); /* strip_accents in effect */
 
 /* ---- model ---- */
 typedef struct bf_model bf_model;
@@ -101,12 +101,12 @@ typedef struct bf_model bf_model;
 ** and the problem. */
 bf_model *bf_model_load(const char *dir, char *err, size_t errlen);
 void bf_model_retain(bf_model *m);
-void bf_model_release(bf_model *m);   /* frees at zero */
+void bf_model_release(bf_model *m); /* frees at zero */
 
 const bf_config *bf_model_config(const bf_model *m);
 const bf_tokenizer *bf_model_tokenizer(const bf_model *m);
 const char *bf_model_dir(const bf_model *m);
-const char *bf_model_dtype(const bf_model *m);  /* "F32", "F16" or "BF16" as stored */
+const char *bf_model_dtype(const bf_model *m); /* "F32", "F16" or "BF16" as stored */
 /* Token string for display: vocabulary entry with a leading "##" removed. */
 const char *bf_model_token(const bf_model *m, int32_t id);
 /* A 16-hex-digit fingerprint of config, vocabulary and every weight byte;
@@ -128,8 +128,8 @@ int bf_model_is_current(const bf_model *m);
 
 /* ---- forward pass ---- */
 typedef struct bf_cand {
-  int32_t id;     /* token id */
-  float prob;     /* softmax probability over the whole vocabulary */
+  int32_t id; /* token id */
+  float prob; /* softmax probability over the whole vocabulary */
 } bf_cand;
 
 /* Scratch memory and stage timings for one thread. */
@@ -153,8 +153,8 @@ const bf_timings *bf_run_timings(const bf_run *r);
 ** and the limit), BF_ERR_INPUT (k out of 1..BF_MAX_K, ids out of range,
 ** n_masks that disagrees with the ids), BF_ERR_NOMEM, BF_ERR_MODEL (the
 ** weights file changed on disk since loading, or the model produced NaN). */
-int bf_fill(const bf_model *m, bf_run *r, int nseq, const bf_tokens *seqs,
-            int k, bf_cand *out, char *err, size_t errlen);
+int bf_fill(const bf_model *m, bf_run *r, int nseq, const bf_tokens *seqs, int k, bf_cand *out,
+            char *err, size_t errlen);
 
 /* ---- BLAS ---- */
 /* Load OpenBLAS at run time (choosing fast kernels for CPUs the installed
@@ -162,14 +162,14 @@ int bf_fill(const bf_model *m, bf_run *r, int nseq, const bf_tokens *seqs,
 ** would fall back to Prescott).  Idempotent, thread-safe; called by
 ** bf_model_load.  */
 int bf_blas_init(char *err, size_t errlen);
-const char *bf_blas_core(void);       /* e.g. "SkylakeX"; "" before init */
-const char *bf_blas_config(void);     /* openblas_get_config() */
+const char *bf_blas_core(void);   /* e.g. "SkylakeX"; "" before init */
+const char *bf_blas_config(void); /* openblas_get_config() */
 int bf_blas_threads(void);
 /* Which code does the encoder's matrix products: "avx512" (bertfill's own
 ** kernels, ext/engine/gemm.c: any CPU with AVX-512 unless BERTFILL_NO_AVX512
 ** is on) or "openblas". */
 const char *bf_gemm_kernels(void);
-void bf_blas_set_threads(int n);      /* <= 0: number of cores */
+void bf_blas_set_threads(int n); /* <= 0: number of cores */
 
 #ifdef __cplusplus
 }

@@ -37,8 +37,8 @@
 enum { RowMajor = 101, NoTrans = 111, Trans = 112 };
 
 typedef void (*sgemm_fn)(int order, int ta, int tb, int M, int N, int K, float alpha,
-                         const float *A, int lda, const float *B, int ldb, float beta,
-                         float *C, int ldc);
+                         const float *A, int lda, const float *B, int ldb, float beta, float *C,
+                         int ldc);
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static void *lib;
@@ -58,17 +58,17 @@ static char config[256] = "";
 static int cpu_has_avx512_skx(void) {
   unsigned a, b, c, d;
   if (!__get_cpuid(1, &a, &b, &c, &d)) return 0;
-  if (!(c & (1u << 27))) return 0;              /* OSXSAVE */
+  if (!(c & (1u << 27))) return 0; /* OSXSAVE */
   unsigned xlo, xhi;
   __asm__ volatile("xgetbv" : "=a"(xlo), "=d"(xhi) : "c"(0));
-  if ((xlo & 0xE6) != 0xE6) return 0;           /* SSE, AVX, opmask, ZMM state enabled */
+  if ((xlo & 0xE6) != 0xE6) return 0; /* SSE, AVX, opmask, ZMM state enabled */
   if (__get_cpuid_max(0, NULL) < 7) return 0;
   __cpuid_count(7, 0, a, b, c, d);
   unsigned need = (1u << 16) | (1u << 17) | (1u << 30) | (1u << 31); /* F, DQ, BW, VL */
   return (b & need) == need;
 }
 #else
-static int cpu_has_avx512_skx(void) { return 0; }  /* not x86: OpenBLAS decides */
+static int cpu_has_avx512_skx(void) { return 0; } /* not x86: OpenBLAS decides */
 #endif
 
 static void blas_load(void) {
@@ -88,7 +88,8 @@ static void blas_load(void) {
     const char *why = dlerror();
     snprintf(init_err, sizeof init_err,
              "OpenBLAS not found: install libopenblas0 (Debian: apt-get install "
-             "libopenblas0-pthread) (%s)", why ? why : "dlopen failed");
+             "libopenblas0-pthread) (%s)",
+             why ? why : "dlopen failed");
     return;
   }
   p_sgemm = (sgemm_fn)dlsym(lib, "cblas_sgemm");
@@ -109,8 +110,7 @@ static void blas_load(void) {
     const char *s = p_config();
     snprintf(config, sizeof config, "%s", s ? s : "");
   }
-  if (!getenv("OPENBLAS_NUM_THREADS") && !getenv("GOTO_NUM_THREADS") &&
-      !getenv("OMP_NUM_THREADS"))
+  if (!getenv("OPENBLAS_NUM_THREADS") && !getenv("GOTO_NUM_THREADS") && !getenv("OMP_NUM_THREADS"))
     bf_blas_set_threads(0);
 }
 
@@ -127,18 +127,15 @@ int bf_blas_init(char *err, size_t errlen) {
 const char *bf_blas_core(void) { return p_sgemm ? core : ""; }
 const char *bf_blas_config(void) { return p_sgemm ? config : ""; }
 
-int bf_blas_threads(void) {
-  return (p_sgemm && p_get_threads) ? p_get_threads() : 0;
-}
+int bf_blas_threads(void) { return (p_sgemm && p_get_threads) ? p_get_threads() : 0; }
 
 void bf_blas_set_threads(int n) {
   if (n <= 0) n = bf_ncores();
   if (p_set_threads) p_set_threads(n);
 }
 
-void bf_sgemm(int transA, int transB, int M, int N, int K, float alpha,
-              const float *A, int lda, const float *B, int ldb, float beta,
-              float *C, int ldc) {
+void bf_sgemm(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
+              const float *B, int ldb, float beta, float *C, int ldc) {
   if (!p_sgemm) {
     /* Only reachable if a caller skipped bf_blas_init (bf_model_load calls
     ** it and fails when OpenBLAS is missing).  Never compute garbage. */
@@ -148,6 +145,6 @@ void bf_sgemm(int transA, int transB, int M, int N, int K, float alpha,
       abort();
     }
   }
-  p_sgemm(RowMajor, transA ? Trans : NoTrans, transB ? Trans : NoTrans, M, N, K, alpha,
-          A, lda, B, ldb, beta, C, ldc);
+  p_sgemm(RowMajor, transA ? Trans : NoTrans, transB ? Trans : NoTrans, M, N, K, alpha, A, lda, B,
+          ldb, beta, C, ldc);
 }

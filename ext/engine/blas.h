@@ -10,8 +10,7 @@
 
 /* C[M,N] = alpha * op(A)[M,K] * op(B)[K,N] + beta * C, row-major.
 ** transA / transB: 0 = as stored, 1 = transposed. */
-void bf_sgemm(int transA, int transB, int M, int N, int K, float alpha,
-              const float *A, int lda, const float *B, int ldb, float beta,
-              float *C, int ldc);
+void bf_sgemm(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
+              const float *B, int ldb, float beta, float *C, int ldc);
 
 #endif

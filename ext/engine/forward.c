@@ -43,27 +43,32 @@
 #define HEAD_CHUNK 128
 
 /* A growable scratch buffer. */
-typedef struct buf { void *p; size_t cap; } buf;
+typedef struct buf {
+  void *p;
+  size_t cap;
+} buf;
 
 /* Where one sequence of the batch is: its tokens are rows [row, row + len)
 ** of x, its masks rows [mask, mask + nmask) of xm (all masks in order). */
-typedef struct seq_span { int row, len, mask, nmask; } seq_span;
+typedef struct seq_span {
+  int row, len, mask, nmask;
+} seq_span;
 
 struct bf_run {
-  buf x;       /* [T,H]  hidden state */
-  buf q, k, v; /* [T,H]  queries, keys, values */
-  buf ctx;     /* [T,H]  attention context (heads side by side) */
-  buf tmp;     /* [T,H]  output of a dense layer, before the residual */
-  buf ffn;     /* [T,I]  intermediate activations */
-  buf att;     /* scratch of one attention head per thread (see head_gemm) */
-  buf seq;     /* [nrun] seq_span of each sequence that has masks */
-  buf xm;      /* [M,H]  output of the last layer at the masks */
-  buf mrow;    /* [M]    row of x for each mask, in order */
-  buf hm;      /* [HEAD_CHUNK,H]  MLM head activations */
-  buf logits;  /* [HEAD_CHUNK,V] */
-  buf heap;    /* [k]    top-k selection */
-  bf_pool *pool;      /* helper threads of the parallel loops; NULL until needed */
-  gemm_scratch gemm;  /* buffers of the GEMM kernels, kept between calls */
+  buf x;             /* [T,H]  hidden state */
+  buf q, k, v;       /* [T,H]  queries, keys, values */
+  buf ctx;           /* [T,H]  attention context (heads side by side) */
+  buf tmp;           /* [T,H]  output of a dense layer, before the residual */
+  buf ffn;           /* [T,I]  intermediate activations */
+  buf att;           /* scratch of one attention head per thread (see head_gemm) */
+  buf seq;           /* [nrun] seq_span of each sequence that has masks */
+  buf xm;            /* [M,H]  output of the last layer at the masks */
+  buf mrow;          /* [M]    row of x for each mask, in order */
+  buf hm;            /* [HEAD_CHUNK,H]  MLM head activations */
+  buf logits;        /* [HEAD_CHUNK,V] */
+  buf heap;          /* [k]    top-k selection */
+  bf_pool *pool;     /* helper threads of the parallel loops; NULL until needed */
+  gemm_scratch gemm; /* buffers of the GEMM kernels, kept between calls */
   bf_timings t;
 };
 
@@ -100,12 +105,12 @@ static void *buf_reserve(buf *b, size_t n, size_t sz) {
 static int have_avx512(void) { return gemm_have_avx512(); }
 
 static inline AVX512 __m512 exp16(__m512 x) {
-  x = _mm512_max_ps(_mm512_set1_ps(-87.0f), x);  /* NaN stays NaN (2nd operand) */
+  x = _mm512_max_ps(_mm512_set1_ps(-87.0f), x); /* NaN stays NaN (2nd operand) */
   x = _mm512_min_ps(_mm512_set1_ps(88.0f), x);
   __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)),
                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);   /* x - n ln2, ln2 in */
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);       /* two parts */
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x); /* x - n ln2, ln2 in */
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);     /* two parts */
   __m512 p = _mm512_set1_ps(1.0f / 5040);
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720));
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
@@ -114,7 +119,7 @@ static inline AVX512 __m512 exp16(__m512 x) {
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  return _mm512_scalef_ps(p, n);  /* p * 2^n */
+  return _mm512_scalef_ps(p, n); /* p * 2^n */
 }
 
 /* y[i] = gelu(y[i] + bias[i]) = z/2 (1 + erf(z/sqrt 2)) for i < n. */
@@ -133,7 +138,7 @@ AVX512 static void gelu_row_avx512(float *y, const float *bias, int n) {
     q = _mm512_fmadd_ps(q, t, _mm512_set1_ps(0.254829592f));
     q = _mm512_mul_ps(q, t);
     __m512 e = exp16(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_mul_ps(a, a)));
-    __m512 erf_a = _mm512_fnmadd_ps(q, e, one);                       /* erf(|u|) */
+    __m512 erf_a = _mm512_fnmadd_ps(q, e, one); /* erf(|u|) */
     __m512i sign = _mm512_and_epi32(_mm512_castps_si512(u), _mm512_set1_epi32(INT32_MIN));
     __m512 erf_u = _mm512_castsi512_ps(_mm512_or_epi32(_mm512_castps_si512(erf_a), sign));
     __m512 g = _mm512_mul_ps(_mm512_mul_ps(z, _mm512_set1_ps(0.5f)), _mm512_add_ps(one, erf_u));
@@ -148,7 +153,7 @@ AVX512 static int max_finite_avx512(const float *x, int n, float *max) {
   for (int i = 0; i < n; i += 16) {
     __mmask16 m = tail16(n - i);
     __m512 v = _mm512_mask_loadu_ps(mx, m, x + i);
-    __m512 d = _mm512_sub_ps(v, v);  /* 0 if finite, NaN if not */
+    __m512 d = _mm512_sub_ps(v, v); /* 0 if finite, NaN if not */
     bad |= _mm512_cmp_ps_mask(d, d, _CMP_UNORD_Q) & m;
     mx = _mm512_max_ps(mx, v);
   }
@@ -165,7 +170,8 @@ AVX512 static double exp_sum_avx512(float *dst, const float *x, int n, float mx)
     __m512 e = _mm512_maskz_mov_ps(m, exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), vmx)));
     if (dst) _mm512_mask_storeu_ps(dst + i, m, e);
     s0 = _mm512_add_pd(s0, _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
-    s1 = _mm512_add_pd(s1, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1))));
+    s1 = _mm512_add_pd(s1, _mm512_cvtps_pd(
+                             _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1))));
   }
   return _mm512_reduce_add_pd(_mm512_add_pd(s0, s1));
 }
@@ -176,17 +182,21 @@ AVX512 static void layernorm_avx512(float *x, const float *g, const float *b, in
   for (int i = 0; i < n; i += 16) {
     __m512 v = _mm512_maskz_loadu_ps(tail16(n - i), x + i);
     s0 = _mm512_add_pd(s0, _mm512_cvtps_pd(_mm512_castps512_ps256(v)));
-    s1 = _mm512_add_pd(s1, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))));
+    s1 = _mm512_add_pd(s1, _mm512_cvtps_pd(
+                             _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))));
   }
   double mean = _mm512_reduce_add_pd(_mm512_add_pd(s0, s1)) / n;
   __m512d vm = _mm512_set1_pd(mean);
-  s0 = _mm512_setzero_pd(); s1 = _mm512_setzero_pd();
+  s0 = _mm512_setzero_pd();
+  s1 = _mm512_setzero_pd();
   for (int i = 0; i < n; i += 16) {
     __mmask16 m = tail16(n - i);
     __m512 v = _mm512_maskz_loadu_ps(m, x + i);
     __m512d d0 = _mm512_maskz_sub_pd((__mmask8)m, _mm512_cvtps_pd(_mm512_castps512_ps256(v)), vm);
     __m512d d1 = _mm512_maskz_sub_pd((__mmask8)(m >> 8),
-        _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))), vm);
+                                     _mm512_cvtps_pd(_mm256_castpd_ps(
+                                       _mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))),
+                                     vm);
     s0 = _mm512_fmadd_pd(d0, d0, s0);
     s1 = _mm512_fmadd_pd(d1, d1, s1);
   }
@@ -216,12 +226,18 @@ AVX512 static void add_avx512(float *x, const float *a, const float *b, int n) {
 /* In place: x[n] = LayerNorm(x[n]) * g + b, mean and variance in double. */
 static void layernorm(float *x, const float *g, const float *b, int n, float eps) {
 #ifdef BF_HAVE_AVX512
-  if (have_avx512()) { layernorm_avx512(x, g, b, n, eps); return; }
+  if (have_avx512()) {
+    layernorm_avx512(x, g, b, n, eps);
+    return;
+  }
 #endif
   double mean = 0, var = 0;
   for (int i = 0; i < n; i++) mean += x[i];
   mean /= n;
-  for (int i = 0; i < n; i++) { double d = x[i] - mean; var += d * d; }
+  for (int i = 0; i < n; i++) {
+    double d = x[i] - mean;
+    var += d * d;
+  }
   var /= n;
   float m = (float)mean, rstd = (float)(1.0 / sqrt(var + eps));
   for (int i = 0; i < n; i++) x[i] = (x[i] - m) * rstd * g[i] + b[i];
@@ -230,10 +246,15 @@ static void layernorm(float *x, const float *g, const float *b, int n, float eps
 /* x[i] += a[i] + b[i] for i < n; b may be NULL. */
 static void add(float *x, const float *a, const float *b, int n) {
 #ifdef BF_HAVE_AVX512
-  if (have_avx512()) { add_avx512(x, a, b, n); return; }
+  if (have_avx512()) {
+    add_avx512(x, a, b, n);
+    return;
+  }
 #endif
-  if (b) for (int i = 0; i < n; i++) x[i] += a[i] + b[i];
-  else   for (int i = 0; i < n; i++) x[i] += a[i];
+  if (b)
+    for (int i = 0; i < n; i++) x[i] += a[i] + b[i];
+  else
+    for (int i = 0; i < n; i++) x[i] += a[i];
 }
 
 /* y[t] += bias for each of T rows of width n. */
@@ -244,7 +265,10 @@ static void add_bias(float *y, const float *bias, int T, int n) {
 /* y[i] = gelu(y[i] + bias[i]) = z/2 (1 + erf(z/sqrt 2)), the exact (erf) form, for i < n. */
 static void gelu_row(float *y, const float *bias, int n) {
 #ifdef BF_HAVE_AVX512
-  if (have_avx512()) { gelu_row_avx512(y, bias, n); return; }
+  if (have_avx512()) {
+    gelu_row_avx512(y, bias, n);
+    return;
+  }
 #endif
   for (int i = 0; i < n; i++) {
     float z = y[i] + bias[i];
@@ -288,9 +312,10 @@ static double exp_sum(float *dst, const float *x, int n, float mx) {
 static void softmax(float *p, int n) {
   float mx = p[0];
 #ifdef BF_HAVE_AVX512
-  if (!have_avx512() || !max_finite_avx512(p, n, &mx))  /* NaN/Inf: the plain loop */
+  if (!have_avx512() || !max_finite_avx512(p, n, &mx)) /* NaN/Inf: the plain loop */
 #endif
-  for (int i = 1; i < n; i++) if (p[i] > mx) mx = p[i];
+    for (int i = 1; i < n; i++)
+      if (p[i] > mx) mx = p[i];
   float inv = (float)(1.0 / exp_sum(p, p, n, mx));
   for (int i = 0; i < n; i++) p[i] *= inv;
 }
@@ -320,7 +345,7 @@ static void matmul_n(bf_run *r, const float *x, int T, int in, int nout, const g
 
 /* y[T,out] = x[T,in] W^T */
 static void matmul(bf_run *r, float *y, const float *x, const float *W, int T, int out, int in) {
-  gemm_out o = { y, W, out };
+  gemm_out o = {y, W, out};
   matmul_n(r, x, T, in, 1, &o);
 }
 
@@ -340,14 +365,14 @@ static int head_gemm(const float *q, int Lq, const float *k, const float *v, int
     memcpy(K + (size_t)j * d, k + (size_t)j * H, d * sizeof(float));
     for (int c = 0; c < d; c++) VT[(size_t)c * L + j] = v[(size_t)j * H + c];
   }
-  gemm_out s = { S, K, L };
+  gemm_out s = {S, K, L};
   if (gemm_xwt(NULL, NULL, 1, Q, Lq, d, 1, &s) != GEMM_OK) return 0;
   for (int i = 0; i < Lq; i++) {
     float *row = S + (size_t)i * L;
     for (int j = 0; j < L; j++) row[j] *= scale;
     softmax(row, L);
   }
-  gemm_out o = { C, VT, d };
+  gemm_out o = {C, VT, d};
   if (gemm_xwt(NULL, NULL, 1, S, Lq, L, 1, &o) != GEMM_OK) return 0;
   for (int i = 0; i < Lq; i++) memcpy(ctx + (size_t)i * H, C + (size_t)i * d, d * sizeof(float));
   return 1;
@@ -381,10 +406,10 @@ static void head_plain(const float *q, int Lq, const float *k, const float *v, i
 typedef struct att_job {
   bf_run *r;
   const seq_span *seq;
-  int at_masks;          /* queries: 0 all tokens, 1 the masks only */
+  int at_masks; /* queries: 0 all tokens, 1 the masks only */
   int nh, d, H;
   float scale;
-  size_t per_thread;     /* floats of scratch per thread */
+  size_t per_thread; /* floats of scratch per thread */
 } att_job;
 
 static void att_unit(void *arg, int u, int tid) {
@@ -405,7 +430,7 @@ static void att_unit(void *arg, int u, int tid) {
 static void attention(bf_run *r, const bf_config *c, const seq_span *seq, int nseq, int at_masks,
                       size_t per_thread) {
   int nh = c->num_attention_heads, d = c->hidden_size / nh;
-  att_job j = { r, seq, at_masks, nh, d, c->hidden_size, 1.0f / sqrtf((float)d), per_thread };
+  att_job j = {r, seq, at_masks, nh, d, c->hidden_size, 1.0f / sqrtf((float)d), per_thread};
   bf_pool_run(run_pool(r), run_threads(), nseq * nh, att_unit, &j);
 }
 
@@ -441,8 +466,8 @@ static void rows_unit(void *arg, int u, int tid) {
 
 static void rows_run(bf_run *r, int kind, int T, int n, float *x, float *y, const float *bias,
                      const float *g, const float *b, float eps) {
-  rows_job j = { kind, T, n, 0, x, y, bias, g, b, eps };
-  j.chunk = n >= 16384 ? 1 : 16384 / n;  /* ~16k floats per unit */
+  rows_job j = {kind, T, n, 0, x, y, bias, g, b, eps};
+  j.chunk = n >= 16384 ? 1 : 16384 / n; /* ~16k floats per unit */
   int units = (T + j.chunk - 1) / j.chunk;
   bf_pool_run(units > 1 ? run_pool(r) : NULL, run_threads(), units, rows_unit, &j);
 }
@@ -465,15 +490,15 @@ static void encoder_layer(bf_run *r, const bf_config *c, const bf_layer *w, cons
   float eps = c->layer_norm_eps;
   float *x = r->x.p, *q = r->q.p, *k = r->k.p, *v = r->v.p;
   float *ctx = r->ctx.p, *tmp = r->tmp.p, *ffn = r->ffn.p;
-  int R = T;  /* rows that go on: all tokens, or the masks */
+  int R = T; /* rows that go on: all tokens, or the masks */
 
   if (!xm) {
-    gemm_out qkv[3] = { { q, w->q_w, H }, { k, w->k_w, H }, { v, w->v_w, H } };
-    matmul_n(r, x, T, H, 3, qkv);  /* one job: q, k and v share x */
+    gemm_out qkv[3] = {{q, w->q_w, H}, {k, w->k_w, H}, {v, w->v_w, H}};
+    matmul_n(r, x, T, H, 3, qkv); /* one job: q, k and v share x */
   } else {
     R = M;
     for (int i = 0; i < M; i++) memcpy(xm + (size_t)i * H, x + mrow[i] * H, H * sizeof(float));
-    gemm_out kv[2] = { { k, w->k_w, H }, { v, w->v_w, H } };
+    gemm_out kv[2] = {{k, w->k_w, H}, {v, w->v_w, H}};
     matmul_n(r, x, T, H, 2, kv);
     matmul(r, q, xm, w->q_w, M, H, H);
     x = xm;
@@ -495,7 +520,10 @@ static void encoder_layer(bf_run *r, const bf_config *c, const bf_layer *w, cons
 /* ----------------------------------------------------------------- top-k */
 
 /* A candidate under selection: better = higher logit, then lower id. */
-typedef struct topk_entry { float logit; int32_t id; } topk_entry;
+typedef struct topk_entry {
+  float logit;
+  int32_t id;
+} topk_entry;
 
 static int worse(topk_entry a, topk_entry b) {
   return a.logit < b.logit || (a.logit == b.logit && a.id > b.id);
@@ -508,7 +536,9 @@ static void sift_down(topk_entry *h, int n, int i) {
     if (l < n && worse(h[l], h[m])) m = l;
     if (rr < n && worse(h[rr], h[m])) m = rr;
     if (m == i) return;
-    topk_entry t = h[i]; h[i] = h[m]; h[m] = t;
+    topk_entry t = h[i];
+    h[i] = h[m];
+    h[m] = t;
     i = m;
   }
 }
@@ -529,10 +559,11 @@ static int topk_row(const float *logits, int V, int k, topk_entry *h, bf_cand *o
   /* The k best by a size-k min-heap: O(V log k), never a sort of V. */
   int n = 0;
   for (int i = 0; i < V; i++) {
-    topk_entry e = { logits[i], i };
+    topk_entry e = {logits[i], i};
     if (n < k) {
       h[n++] = e;
-      if (n == k) for (int j = k / 2 - 1; j >= 0; j--) sift_down(h, k, j);
+      if (n == k)
+        for (int j = k / 2 - 1; j >= 0; j--) sift_down(h, k, j);
     } else if (e.logit >= h[0].logit && worse(h[0], e)) {
       h[0] = e;
       sift_down(h, k, 0);
@@ -548,23 +579,19 @@ static int topk_row(const float *logits, int V, int k, topk_entry *h, bf_cand *o
 
 /* -------------------------------------------------------------- bf_fill */
 
-bf_run *bf_run_new(void) {
-  return calloc(1, sizeof(bf_run));
-}
+bf_run *bf_run_new(void) { return calloc(1, sizeof(bf_run)); }
 
 void bf_run_free(bf_run *r) {
   if (!r) return;
-  buf *all[] = { &r->x, &r->q, &r->k, &r->v, &r->ctx, &r->tmp, &r->ffn, &r->att,
-                 &r->seq, &r->xm, &r->mrow, &r->hm, &r->logits, &r->heap };
+  buf *all[] = {&r->x,   &r->q,   &r->k,  &r->v,    &r->ctx, &r->tmp,    &r->ffn,
+                &r->att, &r->seq, &r->xm, &r->mrow, &r->hm,  &r->logits, &r->heap};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]->p);
   bf_pool_free(r->pool);
   gemm_scratch_free(&r->gemm);
   free(r);
 }
 
-const char *bf_gemm_kernels(void) {
-  return gemm_have_avx512() ? "avx512" : "openblas";
-}
+const char *bf_gemm_kernels(void) { return gemm_have_avx512() ? "avx512" : "openblas"; }
 
 const bf_timings *bf_run_timings(const bf_run *r) {
   static const bf_timings none;
@@ -573,9 +600,9 @@ const bf_timings *bf_run_timings(const bf_run *r) {
 
 /* The part of a bf_fill batch that runs: the sequences that have masks. */
 typedef struct batch {
-  size_t T, M;      /* their tokens and masks */
-  int nrun;         /* how many they are */
-  int longest;      /* tokens of the longest */
+  size_t T, M; /* their tokens and masks */
+  int nrun;    /* how many they are */
+  int longest; /* tokens of the longest */
   int32_t mask_id;
 } batch;
 
@@ -660,13 +687,12 @@ static int reserve_scratch(bf_run *r, const bf_config *c, const batch *b, int k)
   size_t V = (size_t)c->vocab_size, Mc = M < HEAD_CHUNK ? M : HEAD_CHUNK;
   return buf_reserve(&r->x, T * H, sizeof(float)) && buf_reserve(&r->q, T * H, sizeof(float)) &&
          buf_reserve(&r->k, T * H, sizeof(float)) && buf_reserve(&r->v, T * H, sizeof(float)) &&
-         buf_reserve(&r->ctx, T * H, sizeof(float)) &&
-         buf_reserve(&r->tmp, T * H, sizeof(float)) &&
+         buf_reserve(&r->ctx, T * H, sizeof(float)) && buf_reserve(&r->tmp, T * H, sizeof(float)) &&
          buf_reserve(&r->ffn, T * I, sizeof(float)) &&
          buf_reserve(&r->att, (size_t)run_threads() * att_floats(c, b->longest), sizeof(float)) &&
          buf_reserve(&r->seq, (size_t)b->nrun, sizeof(seq_span)) &&
-         buf_reserve(&r->xm, M * H, sizeof(float)) &&
-         buf_reserve(&r->mrow, M, sizeof(size_t)) && buf_reserve(&r->hm, Mc * H, sizeof(float)) &&
+         buf_reserve(&r->xm, M * H, sizeof(float)) && buf_reserve(&r->mrow, M, sizeof(size_t)) &&
+         buf_reserve(&r->hm, Mc * H, sizeof(float)) &&
          buf_reserve(&r->logits, Mc * V, sizeof(float)) &&
          buf_reserve(&r->heap, (size_t)k, sizeof(topk_entry));
 }
@@ -684,13 +710,13 @@ static void embed(bf_run *r, const bf_model *m, int nseq, const bf_tokens *seqs,
   for (int s = 0, j = 0; s < nseq; s++) {
     const bf_tokens *t = &seqs[s];
     if (t->n_masks == 0) continue;
-    seq[j++] = (seq_span){ .row = (int)row, .len = t->n, .mask = (int)mi, .nmask = t->n_masks };
+    seq[j++] = (seq_span){.row = (int)row, .len = t->n, .mask = (int)mi, .nmask = t->n_masks};
     for (int p = 0; p < t->n; p++, row++) {
       float *xr = x + row * H;
       const float *we = m->word_emb + (size_t)t->ids[p] * H;
       const float *pe = m->pos_emb + (size_t)p * H;
-      const float *te = m->type_emb;  /* token type 0 */
-      memcpy(xr, we, H * sizeof(float));  /* (word + type) + position, PyTorch's order */
+      const float *te = m->type_emb;     /* token type 0 */
+      memcpy(xr, we, H * sizeof(float)); /* (word + type) + position, PyTorch's order */
       add(xr, te, NULL, H);
       add(xr, pe, NULL, H);
       layernorm(xr, m->emb_ln_g, m->emb_ln_b, H, eps);
@@ -740,8 +766,8 @@ static int topk_rows(bf_run *r, int V, int n, int k, bf_cand *out, char *err, si
   return BF_OK;
 }
 
-int bf_fill(const bf_model *m, bf_run *r, int nseq, const bf_tokens *seqs,
-            int k, bf_cand *out, char *err, size_t errlen) {
+int bf_fill(const bf_model *m, bf_run *r, int nseq, const bf_tokens *seqs, int k, bf_cand *out,
+            char *err, size_t errlen) {
   if (err && errlen > 0) err[0] = 0;
   if (!m || !r) {
     bf_errf(err, errlen, "bf_fill: no model or no run");
@@ -750,13 +776,15 @@ int bf_fill(const bf_model *m, bf_run *r, int nseq, const bf_tokens *seqs,
   memset(&r->t, 0, sizeof r->t);
   batch b;
   int rc = check_inputs(m, nseq, seqs, k, out, &b, err, errlen);
-  if (rc != BF_OK || b.M == 0) return rc;  /* an error, or no mask: nothing to run */
+  if (rc != BF_OK || b.M == 0) return rc; /* an error, or no mask: nothing to run */
   if (!reserve_scratch(r, &m->cfg, &b, k)) {
-    bf_errf(err, errlen, "out of memory for the scratch buffers of %zu tokens in %d sequences",
-            b.T, b.nrun);
+    bf_errf(err, errlen, "out of memory for the scratch buffers of %zu tokens in %d sequences", b.T,
+            b.nrun);
     return BF_ERR_NOMEM;
   }
-  r->t.tokens = (int)b.T; r->t.masks = (int)b.M; r->t.seqs = b.nrun;
+  r->t.tokens = (int)b.T;
+  r->t.masks = (int)b.M;
+  r->t.seqs = b.nrun;
 
   uint64_t t0 = bf_now_ns();
   embed(r, m, nseq, seqs, &b);

@@ -42,9 +42,9 @@ int gemm_have_avx512(void) {
   static atomic_int known = -1;
   int v = atomic_load(&known);
   if (v < 0) {
-    int off = bf_env_flag("BERTFILL_NO_AVX512", 0);  /* the portable path (tests, debugging) */
+    int off = bf_env_flag("BERTFILL_NO_AVX512", 0); /* the portable path (tests, debugging) */
     __builtin_cpu_init();
-    v = __builtin_cpu_supports("avx512f") ? 1 : 0;  /* also checks the OS saves zmm state */
+    v = __builtin_cpu_supports("avx512f") ? 1 : 0; /* also checks the OS saves zmm state */
     if (off) v = 0;
     atomic_store(&known, v);
   }
@@ -52,13 +52,14 @@ int gemm_have_avx512(void) {
 }
 
 /* ---- dot kernel ---- */
-#define TILE_R 3  /* rows of W per tile */
-#define TILE_J 8  /* tokens per tile: 24 accumulators + 3 rows of W + 1 token in registers */
-#define DOT_UNIT (8 * TILE_R)  /* least columns per unit of work */
+#define TILE_R 3 /* rows of W per tile */
+#define TILE_J 8 /* tokens per tile: 24 accumulators + 3 rows of W + 1 token in registers */
+#define DOT_UNIT (8 * TILE_R) /* least columns per unit of work */
 
 /* y[j*ldy + i] = dot(w[i*K ...], x[j*K ...]) for i < R rows of W, j < J tokens
 ** (R and J are constants after inlining, so acc[][] lives in registers). */
-INLINE AVX512 void dot_tile(float *y, int ldy, const float *x, const float *w, int K, const int R, const int J) {
+INLINE AVX512 void dot_tile(float *y, int ldy, const float *x, const float *w, int K, const int R,
+                            const int J) {
   __m512 acc[TILE_R][TILE_J], wv[TILE_R];
 #pragma GCC unroll 8
   for (int i = 0; i < R; i++)
@@ -68,8 +69,9 @@ INLINE AVX512 void dot_tile(float *y, int ldy, const float *x, const float *w, i
     __mmask16 m = tail16(K - k);
 #pragma GCC unroll 8
     for (int i = 0; i < R; i++) wv[i] = _mm512_maskz_loadu_ps(m, w + (size_t)i * K + k);
-#pragma GCC unroll 8  /* the next tile's rows of W, which follow these in memory */
-    for (int i = 0; i < R; i++) _mm_prefetch((const char *)(w + (size_t)(R + i) * K + k), _MM_HINT_T0);
+#pragma GCC unroll 8 /* the next tile's rows of W, which follow these in memory */
+    for (int i = 0; i < R; i++)
+      _mm_prefetch((const char *)(w + (size_t)(R + i) * K + k), _MM_HINT_T0);
 #pragma GCC unroll 8
     for (int j = 0; j < J; j++) {
       __m512 xv = _mm512_maskz_loadu_ps(m, x + (size_t)j * K + k);
@@ -84,28 +86,33 @@ INLINE AVX512 void dot_tile(float *y, int ldy, const float *x, const float *w, i
 }
 
 /* Columns [o0, o1) of y[T,N] = x[T,K] W[N,K]^T. */
-AVX512 static void dot_cols(float *y, const float *x, const float *W, int T, int N, int K, int o0, int o1) {
+AVX512 static void dot_cols(float *y, const float *x, const float *W, int T, int N, int K, int o0,
+                            int o1) {
   int o = o0;
   for (; o + TILE_R <= o1; o += TILE_R) {
     const float *w = W + (size_t)o * K;
     int t = 0;
-    for (; t + TILE_J <= T; t += TILE_J) dot_tile(y + (size_t)t * N + o, N, x + (size_t)t * K, w, K, TILE_R, TILE_J);
-    for (; t + 4 <= T; t += 4) dot_tile(y + (size_t)t * N + o, N, x + (size_t)t * K, w, K, TILE_R, 4);
-    for (; t < T; t++)         dot_tile(y + (size_t)t * N + o, N, x + (size_t)t * K, w, K, TILE_R, 1);
+    for (; t + TILE_J <= T; t += TILE_J)
+      dot_tile(y + (size_t)t * N + o, N, x + (size_t)t * K, w, K, TILE_R, TILE_J);
+    for (; t + 4 <= T; t += 4)
+      dot_tile(y + (size_t)t * N + o, N, x + (size_t)t * K, w, K, TILE_R, 4);
+    for (; t < T; t++) dot_tile(y + (size_t)t * N + o, N, x + (size_t)t * K, w, K, TILE_R, 1);
   }
   for (; o < o1; o++) {
     const float *w = W + (size_t)o * K;
     int t = 0;
-    for (; t + TILE_J <= T; t += TILE_J) dot_tile(y + (size_t)t * N + o, N, x + (size_t)t * K, w, K, 1, TILE_J);
+    for (; t + TILE_J <= T; t += TILE_J)
+      dot_tile(y + (size_t)t * N + o, N, x + (size_t)t * K, w, K, 1, TILE_J);
     for (; t + 4 <= T; t += 4) dot_tile(y + (size_t)t * N + o, N, x + (size_t)t * K, w, K, 1, 4);
-    for (; t < T; t++)         dot_tile(y + (size_t)t * N + o, N, x + (size_t)t * K, w, K, 1, 1);
+    for (; t < T; t++) dot_tile(y + (size_t)t * N + o, N, x + (size_t)t * K, w, K, 1, 1);
   }
 }
 
 /* ---- panel kernel ---- */
-#define PANEL_NZ 3               /* zmm of output columns per strip (48 columns, 8 rows of x per tile: measured best of 2, 3, 4) */
-#define PANEL (16 * PANEL_NZ)    /* output columns per strip */
-#define MR (24 / PANEL_NZ)       /* rows of x per register tile: 24 accumulators */
+#define PANEL_NZ \
+  3 /* zmm of output columns per strip (48 columns, 8 rows of x per tile: measured best of 2, 3, 4) */
+#define PANEL (16 * PANEL_NZ) /* output columns per strip */
+#define MR (24 / PANEL_NZ)    /* rows of x per register tile: 24 accumulators */
 _Static_assert(MR == 8, "panel_strip's switch lists tiles of 1..8 rows");
 
 /* In place: r[i] (row i of a 16x16 block) becomes column i. */
@@ -144,7 +151,8 @@ AVX512 static void pack_panel(float *Wp, const float *W, int K, int n0, int nr) 
 #pragma GCC unroll 16
       for (int j = 0; j < 16; j++) {
         int row = h * 16 + j;
-        r[j] = row < nr ? _mm512_maskz_loadu_ps(m, W + (size_t)(n0 + row) * K + k) : _mm512_setzero_ps();
+        r[j] = row < nr ? _mm512_maskz_loadu_ps(m, W + (size_t)(n0 + row) * K + k)
+                        : _mm512_setzero_ps();
       }
       transpose16(r);
       int kn = K - k < 16 ? K - k : 16;
@@ -157,8 +165,8 @@ AVX512 static void pack_panel(float *Wp, const float *W, int K, int n0, int nr) 
 ** are contiguous), spread over the arithmetic of the current strip so that
 ** memory and arithmetic overlap: one cache line every (mask + 1) steps of k. */
 typedef struct prefetch {
-  const char *next;    /* next line */
-  long left;           /* lines still to prefetch */
+  const char *next; /* next line */
+  long left;        /* lines still to prefetch */
   int mask;
 } prefetch;
 
@@ -194,29 +202,31 @@ INLINE AVX512 void panel_tile(const int R, const float *x, int ldx, const float 
 #pragma GCC unroll 8
   for (int i = 0; i < R; i++)
 #pragma GCC unroll 4
-    for (int z = 0; z < PANEL_NZ; z++) _mm512_mask_storeu_ps(y + (size_t)i * ldy + 16 * z, m[z], c[i][z]);
+    for (int z = 0; z < PANEL_NZ; z++)
+      _mm512_mask_storeu_ps(y + (size_t)i * ldy + 16 * z, m[z], c[i][z]);
 }
 
 /* Strip [n0, n0 + nr) of y[T,N] = x[T,K] W[N,K]^T, through the panel Wp;
 ** meanwhile rows [next, next + PANEL) of W (if next < N) are prefetched. */
-AVX512 static void panel_strip(float *Wp, float *y, const float *x, const float *W,
-                               int T, int N, int K, int n0, int nr, int next) {
+AVX512 static void panel_strip(float *Wp, float *y, const float *x, const float *W, int T, int N,
+                               int K, int n0, int nr, int next) {
   pack_panel(Wp, W, K, n0, nr);
   __mmask16 m[PANEL_NZ];
   for (int z = 0; z < PANEL_NZ; z++) m[z] = tail16(nr - 16 * z);
-  prefetch pf = { 0 };
+  prefetch pf = {0};
   if (next < N) {
     int rows = N - next < PANEL ? N - next : PANEL, tiles = (T + MR - 1) / MR;
     pf.next = (const char *)(W + (size_t)next * K);
     pf.left = ((long)rows * K * (long)sizeof(float) + 63) / 64;
-    long steps = (long)tiles * K;  /* steps of k in this strip: one line every 2^s of them */
+    long steps = (long)tiles * K; /* steps of k in this strip: one line every 2^s of them */
     for (int s = 0; s < 4 && (steps >> (s + 1)) >= pf.left; s++) pf.mask = (pf.mask << 1) | 1;
   }
   for (int t = 0; t < T; t += MR) {
     const float *xt = x + (size_t)t * K;
     float *yt = y + (size_t)t * N + n0;
     switch (T - t < MR ? T - t : MR) {
-#define TILE(r) case r: panel_tile(r, xt, K, Wp, K, yt, N, m, &pf); break;
+#define TILE(r) \
+  case r: panel_tile(r, xt, K, Wp, K, yt, N, m, &pf); break;
       TILE(1) TILE(2) TILE(3) TILE(4) TILE(5) TILE(6) TILE(7) TILE(8)
 #undef TILE
     }
@@ -226,13 +236,15 @@ AVX512 static void panel_strip(float *Wp, float *y, const float *x, const float 
 /* ---- one job: nout products of the same x, split into units of work ---- */
 
 /* A unit of work: columns [c0, c1) of output o, rows [t0, t1) of x. */
-typedef struct gemm_unit { int o, c0, c1, t0, t1; } gemm_unit;
+typedef struct gemm_unit {
+  int o, c0, c1, t0, t1;
+} gemm_unit;
 
 typedef struct gemm_job {
-  gemm_scratch *s;          /* panel[tid]: the panel buffer of each thread */
+  gemm_scratch *s; /* panel[tid]: the panel buffer of each thread */
   const float *x;
   int T, K, nout, nt;
-  int panel;                /* 1: panel kernel, 0: dot kernel */
+  int panel; /* 1: panel kernel, 0: dot kernel */
   gemm_out out[GEMM_MAX_OUT];
   const gemm_unit *units;
   int nunits;
@@ -266,11 +278,11 @@ AVX512 static void run_unit(void *arg, int u, int tid) {
 **   - panel kernel: one strip of PANEL columns each, but the last nt strips
 **     of the job are cut into two halves of the rows (each half packs the
 **     strip again, which costs far less than a thread waiting). */
-static int plan_units(gemm_unit *units, int max_units, const gemm_out *out, int nout,
-                      int T, int panel, int nt) {
+static int plan_units(gemm_unit *units, int max_units, const gemm_out *out, int nout, int T,
+                      int panel, int nt) {
   int n = 0;
   if (panel) {
-    int split_from = 0;  /* strips from this index on (counted over the whole job) are split */
+    int split_from = 0; /* strips from this index on (counted over the whole job) are split */
     int strips = 0;
     for (int o = 0; o < nout; o++) strips += (out[o].n + PANEL - 1) / PANEL;
     if (nt > 1 && T >= 2 * MR) split_from = strips - nt < 0 ? 0 : strips - nt;
@@ -281,12 +293,12 @@ static int plan_units(gemm_unit *units, int max_units, const gemm_out *out, int 
         int c1 = c0 + PANEL < out[o].n ? c0 + PANEL : out[o].n;
         if (s < split_from) {
           if (n >= max_units) return -1;
-          units[n++] = (gemm_unit){ o, c0, c1, 0, T };
+          units[n++] = (gemm_unit){o, c0, c1, 0, T};
         } else {
-          int mid = (T / 2 + MR - 1) / MR * MR;  /* a multiple of the register tile */
+          int mid = (T / 2 + MR - 1) / MR * MR; /* a multiple of the register tile */
           if (n + 2 > max_units) return -1;
-          units[n++] = (gemm_unit){ o, c0, c1, 0, mid };
-          units[n++] = (gemm_unit){ o, c0, c1, mid, T };
+          units[n++] = (gemm_unit){o, c0, c1, 0, mid};
+          units[n++] = (gemm_unit){o, c0, c1, mid, T};
         }
       }
     return n;
@@ -300,22 +312,25 @@ static int plan_units(gemm_unit *units, int max_units, const gemm_out *out, int 
       if (size < DOT_UNIT) size = DOT_UNIT;
       int c1 = out[o].n - c0 <= size ? out[o].n : c0 + (int)size;
       if (n >= max_units) return -1;
-      units[n++] = (gemm_unit){ o, c0, c1, 0, T };
+      units[n++] = (gemm_unit){o, c0, c1, 0, T};
       done += c1 - c0;
       c0 = c1;
     }
   return n;
 }
 
-int gemm_xwt(bf_pool *p, gemm_scratch *s, int nthreads, const float *x, int T, int K,
-             int nout, const gemm_out *out) {
+int gemm_xwt(bf_pool *p, gemm_scratch *s, int nthreads, const float *x, int T, int K, int nout,
+             const gemm_out *out) {
   if (!gemm_have_avx512()) return GEMM_NO_KERNEL;
   if (nout < 1 || nout > GEMM_MAX_OUT || T < 1 || K < 1) return GEMM_NO_KERNEL;
   if (nthreads < 1) nthreads = 1;
   if (nthreads > BF_POOL_MAX_THREADS) nthreads = BF_POOL_MAX_THREADS;
   long work = 0, cols = 0;
-  for (int o = 0; o < nout; o++) { work += (long)out[o].n * K; cols += out[o].n; }
-  if (work < 65536 || !p || !s) nthreads = 1;  /* too little to be worth waking anyone */
+  for (int o = 0; o < nout; o++) {
+    work += (long)out[o].n * K;
+    cols += out[o].n;
+  }
+  if (work < 65536 || !p || !s) nthreads = 1; /* too little to be worth waking anyone */
   int panel = T > GEMM_DOT_MAX_T;
 
   /* panel buffers: one per thread that may take part (kept in s), or one of
@@ -336,10 +351,13 @@ int gemm_xwt(bf_pool *p, gemm_scratch *s, int nthreads, const float *x, int T, i
     }
   }
 
-  if (nthreads == 1) {  /* this thread does it all, strip after strip */
+  if (nthreads == 1) { /* this thread does it all, strip after strip */
     float *wp = s ? s->panel[0] : solo;
     for (int o = 0; o < nout; o++) {
-      if (!panel) { dot_cols(out[o].y, x, out[o].w, T, out[o].n, K, 0, out[o].n); continue; }
+      if (!panel) {
+        dot_cols(out[o].y, x, out[o].w, T, out[o].n, K, 0, out[o].n);
+        continue;
+      }
       for (int c0 = 0; c0 < out[o].n; c0 += PANEL) {
         int c1 = c0 + PANEL < out[o].n ? c0 + PANEL : out[o].n;
         panel_strip(wp, out[o].y, x, out[o].w, T, out[o].n, K, c0, c1 - c0, c1);
@@ -361,7 +379,13 @@ int gemm_xwt(bf_pool *p, gemm_scratch *s, int nthreads, const float *x, int T, i
   }
   gemm_job j;
   memset(&j, 0, sizeof j);
-  j.s = s; j.x = x; j.T = T; j.K = K; j.nout = nout; j.nt = nthreads; j.panel = panel;
+  j.s = s;
+  j.x = x;
+  j.T = T;
+  j.K = K;
+  j.nout = nout;
+  j.nt = nthreads;
+  j.panel = panel;
   for (int o = 0; o < nout; o++) j.out[o] = out[o];
   j.units = s->units;
   j.nunits = plan_units(s->units, (int)most, out, nout, T, panel, nthreads);
@@ -372,9 +396,16 @@ int gemm_xwt(bf_pool *p, gemm_scratch *s, int nthreads, const float *x, int T, i
 
 #else /* no AVX-512 kernels in this build */
 int gemm_have_avx512(void) { return 0; }
-int gemm_xwt(bf_pool *p, gemm_scratch *s, int nthreads, const float *x, int T, int K,
-             int nout, const gemm_out *out) {
-  (void)p; (void)s; (void)nthreads; (void)x; (void)T; (void)K; (void)nout; (void)out;
+int gemm_xwt(bf_pool *p, gemm_scratch *s, int nthreads, const float *x, int T, int K, int nout,
+             const gemm_out *out) {
+  (void)p;
+  (void)s;
+  (void)nthreads;
+  (void)x;
+  (void)T;
+  (void)K;
+  (void)nout;
+  (void)out;
   return GEMM_NO_KERNEL;
 }
 #endif

@@ -31,31 +31,35 @@
 #include <stddef.h>
 #include "pool.h"
 
-#define GEMM_DOT_MAX_T 16   /* up to this many rows of x: the dot kernel */
-#define GEMM_MAX_OUT 3      /* outputs sharing one x in one gemm_xwt call (q, k, v) */
+#define GEMM_DOT_MAX_T 16 /* up to this many rows of x: the dot kernel */
+#define GEMM_MAX_OUT 3    /* outputs sharing one x in one gemm_xwt call (q, k, v) */
 
 enum { GEMM_OK = 0, GEMM_NO_KERNEL = 1, GEMM_NOMEM = 2 };
 
 /* One output of gemm_xwt: y[T, n] = x[T, K] w[n, K]^T. */
-typedef struct gemm_out { float *y; const float *w; int n; } gemm_out;
+typedef struct gemm_out {
+  float *y;
+  const float *w;
+  int n;
+} gemm_out;
 
 /* The buffers gemm_xwt keeps between calls (zero-initialise; one per pool):
 ** the packed panel of W of each thread, and the table of units of a job. */
 typedef struct gemm_scratch {
   float *panel[BF_POOL_MAX_THREADS];
-  size_t panel_cap[BF_POOL_MAX_THREADS];  /* floats */
+  size_t panel_cap[BF_POOL_MAX_THREADS]; /* floats */
   struct gemm_unit *units;
   size_t units_cap;
 } gemm_scratch;
-void gemm_scratch_free(gemm_scratch *s);  /* frees the buffers; s itself stays */
+void gemm_scratch_free(gemm_scratch *s); /* frees the buffers; s itself stays */
 
 /* All nout (1..GEMM_MAX_OUT) products of one x, as one job of the pool p
 ** on up to nthreads threads.  p and s may be NULL: then the calling thread
 ** does it all, with a panel buffer of this call's own.  GEMM_OK,
 ** GEMM_NO_KERNEL (no AVX-512: use BLAS), or GEMM_NOMEM (the buffers could
 ** not be allocated: use BLAS). */
-int gemm_xwt(bf_pool *p, gemm_scratch *s, int nthreads, const float *x, int T, int K,
-             int nout, const gemm_out *out);
+int gemm_xwt(bf_pool *p, gemm_scratch *s, int nthreads, const float *x, int T, int K, int nout,
+             const gemm_out *out);
 
 /* 1 if the CPU has AVX-512 (and the OS keeps its registers), unless the
 ** environment variable BERTFILL_NO_AVX512 is on (util.h's rule) when first

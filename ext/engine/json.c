@@ -25,7 +25,8 @@ typedef struct {
   const unsigned char *start, *p, *end;
   int depth;
   int oom;
-  char *err; size_t errlen;
+  char *err;
+  size_t errlen;
   int failed;
 } parser;
 
@@ -36,33 +37,40 @@ static void fail_at(parser *ps, const unsigned char *at, const char *fmt, ...) {
   /* line and column (in bytes, 1-based) of the offending position */
   size_t line = 1, col = 1;
   for (const unsigned char *q = ps->start; q < at; q++) {
-    if (*q == '\n') { line++; col = 1; } else col++;
+    if (*q == '\n') {
+      line++;
+      col = 1;
+    } else col++;
   }
-  int n = snprintf(ps->err, ps->errlen, "line %zu, column %zu (byte %zu): ",
-                   line, col, (size_t)(at - ps->start));
+  int n = snprintf(ps->err, ps->errlen, "line %zu, column %zu (byte %zu): ", line, col,
+                   (size_t)(at - ps->start));
   if (n < 0 || (size_t)n >= ps->errlen) return;
-  va_list ap; va_start(ap, fmt);
+  va_list ap;
+  va_start(ap, fmt);
   vsnprintf(ps->err + n, ps->errlen - (size_t)n, fmt, ap);
   va_end(ap);
 }
 
 static void fail_oom(parser *ps) {
   if (ps->failed) return;
-  ps->failed = 1; ps->oom = 1;
+  ps->failed = 1;
+  ps->oom = 1;
   bf_errf(ps->err, ps->errlen, "out of memory while parsing JSON");
 }
 
 /* Describe the byte at p for error messages. */
 static const char *what_at(parser *ps, const unsigned char *p, char buf[16]) {
   if (p >= ps->end) return "end of input";
-  if (*p >= 0x20 && *p < 0x7f) { snprintf(buf, 16, "'%c'", *p); return buf; }
+  if (*p >= 0x20 && *p < 0x7f) {
+    snprintf(buf, 16, "'%c'", *p);
+    return buf;
+  }
   snprintf(buf, 16, "byte 0x%02x", *p);
   return buf;
 }
 
 static void skip_ws(parser *ps) {
-  while (ps->p < ps->end &&
-         (*ps->p == ' ' || *ps->p == '\t' || *ps->p == '\n' || *ps->p == '\r'))
+  while (ps->p < ps->end && (*ps->p == ' ' || *ps->p == '\t' || *ps->p == '\n' || *ps->p == '\r'))
     ps->p++;
 }
 
@@ -73,7 +81,9 @@ void json_free(json_value *v) {
       json_free(v->items[i]);
       if (v->keys) free(v->keys[i]);
     }
-    free(v->items); free(v->keys); free(v->keylens);
+    free(v->items);
+    free(v->keys);
+    free(v->keylens);
   }
   free(v->str);
   free(v);
@@ -81,7 +91,10 @@ void json_free(json_value *v) {
 
 static json_value *new_value(parser *ps, json_type t) {
   json_value *v = calloc(1, sizeof *v);
-  if (!v) { fail_oom(ps); return NULL; }
+  if (!v) {
+    fail_oom(ps);
+    return NULL;
+  }
   v->type = t;
   return v;
 }
@@ -94,7 +107,7 @@ static json_value *new_value(parser *ps, json_type t) {
 static int utf8_valid_len(const unsigned char *p, const unsigned char *end) {
   unsigned c = p[0];
   if (c < 0x80) return 1;
-  int n = c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;  /* the length its lead byte says, if it is one */
+  int n = c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4; /* the length its lead byte says, if it is one */
   if (end - p < n) return 0;
   return bf_utf8_invalid_at((const char *)p, (size_t)n, NULL, 0) < 0 ? n : 0;
 }
@@ -118,13 +131,22 @@ static int hex4(const unsigned char *p, unsigned *out) {
 ** raw length suffices. */
 static char *parse_string(parser *ps, size_t *outlen) {
   const unsigned char *open = ps->p;
-  ps->p++;  /* the opening quote */
+  ps->p++; /* the opening quote */
   /* find the closing quote first to size the buffer */
   const unsigned char *q = ps->p;
-  while (q < ps->end && *q != '"') { if (*q == '\\') q++; q++; }
-  if (q >= ps->end) { fail_at(ps, open, "unterminated string"); return NULL; }
+  while (q < ps->end && *q != '"') {
+    if (*q == '\\') q++;
+    q++;
+  }
+  if (q >= ps->end) {
+    fail_at(ps, open, "unterminated string");
+    return NULL;
+  }
   unsigned char *buf = malloc((size_t)(q - ps->p) + 1), *o = buf;
-  if (!buf) { fail_oom(ps); return NULL; }
+  if (!buf) {
+    fail_oom(ps);
+    return NULL;
+  }
   while (ps->p < ps->end && *ps->p != '"') {
     unsigned c = *ps->p;
     if (c < 0x20) {
@@ -133,7 +155,10 @@ static char *parse_string(parser *ps, size_t *outlen) {
     }
     if (c == '\\') {
       const unsigned char *esc = ps->p;
-      if (ps->end - ps->p < 2) { fail_at(ps, esc, "unterminated escape"); goto bad; }
+      if (ps->end - ps->p < 2) {
+        fail_at(ps, esc, "unterminated escape");
+        goto bad;
+      }
       unsigned e = ps->p[1];
       ps->p += 2;
       switch (e) {
@@ -148,11 +173,13 @@ static char *parse_string(parser *ps, size_t *outlen) {
         case 'u': {
           unsigned cp;
           if (ps->end - ps->p < 4 || !hex4(ps->p, &cp)) {
-            fail_at(ps, esc, "bad \\u escape (need 4 hex digits)"); goto bad;
+            fail_at(ps, esc, "bad \\u escape (need 4 hex digits)");
+            goto bad;
           }
           ps->p += 4;
           if (cp >= 0xDC00 && cp <= 0xDFFF) {
-            fail_at(ps, esc, "lone low surrogate \\u%04X", cp); goto bad;
+            fail_at(ps, esc, "lone low surrogate \\u%04X", cp);
+            goto bad;
           }
           if (cp >= 0xD800 && cp <= 0xDBFF) {
             unsigned lo;
@@ -176,11 +203,15 @@ static char *parse_string(parser *ps, size_t *outlen) {
       continue;
     }
     int n = utf8_valid_len(ps->p, ps->end);
-    if (!n) { fail_at(ps, ps->p, "invalid UTF-8 inside a string"); goto bad; }
+    if (!n) {
+      fail_at(ps, ps->p, "invalid UTF-8 inside a string");
+      goto bad;
+    }
     memcpy(o, ps->p, (size_t)n);
-    o += n; ps->p += n;
+    o += n;
+    ps->p += n;
   }
-  ps->p++;  /* closing quote */
+  ps->p++; /* closing quote */
   *o = 0;
   *outlen = (size_t)(o - buf);
   return (char *)buf;
@@ -198,24 +229,41 @@ static void make_c_locale(void) { c_locale = newlocale(LC_NUMERIC_MASK, "C", (lo
 static json_value *parse_number(parser *ps) {
   const unsigned char *s = ps->p, *p = s, *e = ps->end;
   int neg = 0, integral = 1;
-  if (p < e && *p == '-') { neg = 1; p++; }
-  if (p >= e || *p < '0' || *p > '9') { fail_at(ps, s, "bad number"); return NULL; }
+  if (p < e && *p == '-') {
+    neg = 1;
+    p++;
+  }
+  if (p >= e || *p < '0' || *p > '9') {
+    fail_at(ps, s, "bad number");
+    return NULL;
+  }
   if (*p == '0') {
     p++;
-    if (p < e && *p >= '0' && *p <= '9') { fail_at(ps, s, "number with a leading zero"); return NULL; }
+    if (p < e && *p >= '0' && *p <= '9') {
+      fail_at(ps, s, "number with a leading zero");
+      return NULL;
+    }
   } else {
     while (p < e && *p >= '0' && *p <= '9') p++;
   }
   const unsigned char *int_end = p;
   if (p < e && *p == '.') {
-    integral = 0; p++;
-    if (p >= e || *p < '0' || *p > '9') { fail_at(ps, s, "bad number: digit expected after '.'"); return NULL; }
+    integral = 0;
+    p++;
+    if (p >= e || *p < '0' || *p > '9') {
+      fail_at(ps, s, "bad number: digit expected after '.'");
+      return NULL;
+    }
     while (p < e && *p >= '0' && *p <= '9') p++;
   }
   if (p < e && (*p == 'e' || *p == 'E')) {
-    integral = 0; p++;
+    integral = 0;
+    p++;
     if (p < e && (*p == '+' || *p == '-')) p++;
-    if (p >= e || *p < '0' || *p > '9') { fail_at(ps, s, "bad number: digit expected in exponent"); return NULL; }
+    if (p >= e || *p < '0' || *p > '9') {
+      fail_at(ps, s, "bad number: digit expected in exponent");
+      return NULL;
+    }
     while (p < e && *p >= '0' && *p <= '9') p++;
   }
   size_t n = (size_t)(p - s);
@@ -232,12 +280,19 @@ static json_value *parse_number(parser *ps) {
     return v;
   }
   char small[64], *tmp = n < sizeof small ? small : malloc(n + 1);
-  if (!tmp) { fail_oom(ps); return NULL; }
-  memcpy(tmp, s, n); tmp[n] = 0;
+  if (!tmp) {
+    fail_oom(ps);
+    return NULL;
+  }
+  memcpy(tmp, s, n);
+  tmp[n] = 0;
   pthread_once(&c_locale_once, make_c_locale);
   double d = c_locale ? strtod_l(tmp, NULL, c_locale) : strtod(tmp, NULL);
   if (tmp != small) free(tmp);
-  if (!isfinite(d)) { fail_at(ps, s, "number out of range"); return NULL; }
+  if (!isfinite(d)) {
+    fail_at(ps, s, "number out of range");
+    return NULL;
+  }
   json_value *v = new_value(ps, JSON_NUMBER);
   if (!v) return NULL;
   v->num = d;
@@ -248,7 +303,10 @@ static json_value *parse_number(parser *ps) {
     int ok = 1;
     for (; dg < int_end; dg++) {
       unsigned dd = *dg - '0';
-      if (acc > (lim - dd) / 10) { ok = 0; break; }
+      if (acc > (lim - dd) / 10) {
+        ok = 0;
+        break;
+      }
       acc = acc * 10 + dd;
     }
     if (ok) {
@@ -256,7 +314,7 @@ static json_value *parse_number(parser *ps) {
       v->i = neg ? (acc == (uint64_t)INT64_MAX + 1 ? INT64_MIN : -(int64_t)acc) : (int64_t)acc;
     }
   } else if (d == floor(d) && fabs(d) <= 9007199254740992.0) {
-    v->is_int = 1;           /* 768.0 or 7.68e2: an exact integer */
+    v->is_int = 1; /* 768.0 or 7.68e2: an exact integer */
     v->i = (int64_t)d;
   }
   ps->p = p;
@@ -267,25 +325,37 @@ static json_value *parse_number(parser *ps) {
 
 static json_value *parse_value(parser *ps);
 
-static int push_item(parser *ps, json_value *c, size_t *cap, json_value *item,
-                     char *key, size_t keylen) {
+static int push_item(parser *ps, json_value *c, size_t *cap, json_value *item, char *key,
+                     size_t keylen) {
   if (c->len == *cap) {
     size_t nc = *cap ? *cap * 2 : 8;
     json_value **ni = realloc(c->items, nc * sizeof *ni);
-    if (!ni) { fail_oom(ps); return 0; }
+    if (!ni) {
+      fail_oom(ps);
+      return 0;
+    }
     c->items = ni;
     if (c->type == JSON_OBJECT) {
       char **nk = realloc(c->keys, nc * sizeof *nk);
-      if (!nk) { fail_oom(ps); return 0; }
+      if (!nk) {
+        fail_oom(ps);
+        return 0;
+      }
       c->keys = nk;
       size_t *nl = realloc(c->keylens, nc * sizeof *nl);
-      if (!nl) { fail_oom(ps); return 0; }
+      if (!nl) {
+        fail_oom(ps);
+        return 0;
+      }
       c->keylens = nl;
     }
     *cap = nc;
   }
   c->items[c->len] = item;
-  if (c->type == JSON_OBJECT) { c->keys[c->len] = key; c->keylens[c->len] = keylen; }
+  if (c->type == JSON_OBJECT) {
+    c->keys[c->len] = key;
+    c->keylens[c->len] = keylen;
+  }
   c->len++;
   return 1;
 }
@@ -303,13 +373,19 @@ static json_value *parse_container(parser *ps, int is_obj) {
   char wb[16];
   ps->p++;
   skip_ws(ps);
-  if (ps->p < ps->end && *ps->p == close) { ps->p++; ps->depth--; return c; }
+  if (ps->p < ps->end && *ps->p == close) {
+    ps->p++;
+    ps->depth--;
+    return c;
+  }
   for (;;) {
-    char *key = NULL; size_t keylen = 0;
+    char *key = NULL;
+    size_t keylen = 0;
     skip_ws(ps);
     if (is_obj) {
       if (ps->p >= ps->end || *ps->p != '"') {
-        fail_at(ps, ps->p, "expected a member name (string) in object, found %s", what_at(ps, ps->p, wb));
+        fail_at(ps, ps->p, "expected a member name (string) in object, found %s",
+                what_at(ps, ps->p, wb));
         goto bad;
       }
       key = parse_string(ps, &keylen);
@@ -317,29 +393,42 @@ static json_value *parse_container(parser *ps, int is_obj) {
       skip_ws(ps);
       if (ps->p >= ps->end || *ps->p != ':') {
         fail_at(ps, ps->p, "expected ':' after member name, found %s", what_at(ps, ps->p, wb));
-        free(key); goto bad;
+        free(key);
+        goto bad;
       }
       ps->p++;
       skip_ws(ps);
     }
     json_value *item = parse_value(ps);
-    if (!item) { free(key); goto bad; }
-    if (!push_item(ps, c, &cap, item, key, keylen)) { json_free(item); free(key); goto bad; }
+    if (!item) {
+      free(key);
+      goto bad;
+    }
+    if (!push_item(ps, c, &cap, item, key, keylen)) {
+      json_free(item);
+      free(key);
+      goto bad;
+    }
     skip_ws(ps);
     if (ps->p < ps->end && *ps->p == ',') {
       ps->p++;
       skip_ws(ps);
       if (ps->p < ps->end && *ps->p == close) {
-        fail_at(ps, ps->p, "trailing comma before '%c'", close); goto bad;
+        fail_at(ps, ps->p, "trailing comma before '%c'", close);
+        goto bad;
       }
       continue;
     }
-    if (ps->p < ps->end && *ps->p == close) { ps->p++; break; }
+    if (ps->p < ps->end && *ps->p == close) {
+      ps->p++;
+      break;
+    }
     if (ps->p >= ps->end)
-      fail_at(ps, open, "unterminated %s (input ends before its '%c')", is_obj ? "object" : "array", close);
+      fail_at(ps, open, "unterminated %s (input ends before its '%c')", is_obj ? "object" : "array",
+              close);
     else
-      fail_at(ps, ps->p, "expected ',' or '%c' in %s, found %s", close,
-              is_obj ? "object" : "array", what_at(ps, ps->p, wb));
+      fail_at(ps, ps->p, "expected ',' or '%c' in %s, found %s", close, is_obj ? "object" : "array",
+              what_at(ps, ps->p, wb));
     goto bad;
   }
   ps->depth--;
@@ -364,7 +453,10 @@ static json_value *parse_literal(parser *ps, const char *word, json_type t, int 
 static json_value *parse_value(parser *ps) {
   char wb[16];
   skip_ws(ps);
-  if (ps->p >= ps->end) { fail_at(ps, ps->p, "expected a value, found end of input"); return NULL; }
+  if (ps->p >= ps->end) {
+    fail_at(ps, ps->p, "expected a value, found end of input");
+    return NULL;
+  }
   switch (*ps->p) {
     case '{': return parse_container(ps, 1);
     case '[': return parse_container(ps, 0);
@@ -373,8 +465,12 @@ static json_value *parse_value(parser *ps) {
       char *s = parse_string(ps, &len);
       if (!s) return NULL;
       json_value *v = new_value(ps, JSON_STRING);
-      if (!v) { free(s); return NULL; }
-      v->str = s; v->len = len;
+      if (!v) {
+        free(s);
+        return NULL;
+      }
+      v->str = s;
+      v->len = len;
       return v;
     }
     case 't': return parse_literal(ps, "true", JSON_BOOL, 1);
@@ -391,9 +487,13 @@ json_value *json_parse(const char *text, size_t len, char *err, size_t errlen) {
   parser ps = {0};
   ps.start = ps.p = (const unsigned char *)text;
   ps.end = ps.start + len;
-  ps.err = err; ps.errlen = errlen;
+  ps.err = err;
+  ps.errlen = errlen;
   if (err && errlen) err[0] = 0;
-  if (!text) { bf_errf(err, errlen, "no JSON text"); return NULL; }
+  if (!text) {
+    bf_errf(err, errlen, "no JSON text");
+    return NULL;
+  }
   /* a UTF-8 byte order mark is not JSON (RFC 8259 §8.1: MUST NOT add one) */
   json_value *v = parse_value(&ps);
   if (!v) return NULL;
@@ -408,7 +508,8 @@ json_value *json_parse(const char *text, size_t len, char *err, size_t errlen) {
 }
 
 int json_read_file(const char *path, unsigned char **out, size_t *len, char *err, size_t errlen) {
-  *out = NULL; *len = 0;
+  *out = NULL;
+  *len = 0;
   if (err && errlen) err[0] = 0;
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
@@ -423,8 +524,8 @@ int json_read_file(const char *path, unsigned char **out, size_t *len, char *err
     return -1;
   }
   if ((uint64_t)st.st_size > JSON_MAX_FILE) {
-    bf_errf(err, errlen, "%s: file too large (%lld bytes; limit %u)", path,
-            (long long)st.st_size, JSON_MAX_FILE);
+    bf_errf(err, errlen, "%s: file too large (%lld bytes; limit %u)", path, (long long)st.st_size,
+            JSON_MAX_FILE);
     close(fd);
     return -1;
   }
@@ -448,7 +549,8 @@ int json_read_file(const char *path, unsigned char **out, size_t *len, char *err
     return -1;
   }
   buf[n] = 0;
-  *out = buf; *len = n;
+  *out = buf;
+  *len = n;
   return 1;
 }
 

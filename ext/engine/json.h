@@ -39,11 +39,9 @@
 #include <stdint.h>
 
 #define JSON_MAX_DEPTH 64
-#define JSON_MAX_FILE (512u << 20)   /* json_parse_file refuses larger files */
+#define JSON_MAX_FILE (512u << 20) /* json_parse_file refuses larger files */
 
-typedef enum {
-  JSON_NULL, JSON_BOOL, JSON_NUMBER, JSON_STRING, JSON_ARRAY, JSON_OBJECT
-} json_type;
+typedef enum { JSON_NULL, JSON_BOOL, JSON_NUMBER, JSON_STRING, JSON_ARRAY, JSON_OBJECT } json_type;
 
 typedef struct json_value json_value;
 struct json_value {

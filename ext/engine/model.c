@@ -54,10 +54,10 @@ static int file_exists(const char *dir, const char *name) {
 }
 
 /* Read a whole small file.  1: read, 0: does not exist, -1: error (err set). */
-static int read_small_file(const char *path, unsigned char **out, size_t *len,
-                           char *err, size_t errlen) {
+static int read_small_file(const char *path, unsigned char **out, size_t *len, char *err,
+                           size_t errlen) {
   int rc = json_read_file(path, out, len, err, errlen);
-  if (rc == 0 && err && errlen) err[0] = 0;  /* absent: the caller decides */
+  if (rc == 0 && err && errlen) err[0] = 0; /* absent: the caller decides */
   return rc;
 }
 
@@ -69,14 +69,21 @@ static int read_small_file(const char *path, unsigned char **out, size_t *len,
 #define P4 0x85EBCA77C2B2AE63ull
 
 static inline uint64_t rotl64(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
-static inline uint64_t rd64(const unsigned char *p) { uint64_t w; memcpy(&w, p, 8); return w; }
+static inline uint64_t rd64(const unsigned char *p) {
+  uint64_t w;
+  memcpy(&w, p, 8);
+  return w;
+}
 /* each step is a bijection of the lane for a fixed word and of the word
 ** for a fixed lane, so one changed word always changes the lane */
 static inline uint64_t step(uint64_t lane, uint64_t w) { return rotl64(lane ^ (w * P1), 31) * P2; }
-static inline uint64_t fmix64(uint64_t k) {   /* bijective finaliser (MurmurHash3) */
-  k ^= k >> 33; k *= 0xff51afd7ed558ccdull;
-  k ^= k >> 33; k *= 0xc4ceb9fe1a85ec53ull;
-  k ^= k >> 33; return k;
+static inline uint64_t fmix64(uint64_t k) { /* bijective finaliser (MurmurHash3) */
+  k ^= k >> 33;
+  k *= 0xff51afd7ed558ccdull;
+  k ^= k >> 33;
+  k *= 0xc4ceb9fe1a85ec53ull;
+  k ^= k >> 33;
+  return k;
 }
 
 static uint64_t fp_hash(const unsigned char *p, size_t n, uint64_t seed) {
@@ -118,16 +125,16 @@ static int cfg_int(const json_value *cfg, const char *path, const char *key, int
     return -1;
   }
   if (v < lo || v > hi) {
-    bf_errf(err, errlen, "%s: \"%s\" is %lld, outside the supported range %lld..%lld",
-            path, key, (long long)v, (long long)lo, (long long)hi);
+    bf_errf(err, errlen, "%s: \"%s\" is %lld, outside the supported range %lld..%lld", path, key,
+            (long long)v, (long long)lo, (long long)hi);
     return -1;
   }
   *out = (int)v;
   return 0;
 }
 
-static int config_from_json(const json_value *cfg, const char *path, bf_config *c,
-                       char *err, size_t errlen) {
+static int config_from_json(const json_value *cfg, const char *path, bf_config *c, char *err,
+                            size_t errlen) {
   if (cfg->type != JSON_OBJECT) {
     bf_errf(err, errlen, "%s: expected a JSON object, found %s", path, json_type_a(cfg->type));
     return -1;
@@ -135,8 +142,8 @@ static int config_from_json(const json_value *cfg, const char *path, bf_config *
   const char *s;
   int rc = json_get_string(cfg, "model_type", &s);
   if (rc == JSON_OK && strcmp(s, "bert") != 0) {
-    bf_errf(err, errlen, "%s: model_type is \"%.40s\"; bertfill runs BERT models (\"bert\")",
-            path, s);
+    bf_errf(err, errlen, "%s: model_type is \"%.40s\"; bertfill runs BERT models (\"bert\")", path,
+            s);
     return -1;
   }
   rc = json_get_string(cfg, "hidden_act", &s);
@@ -145,8 +152,10 @@ static int config_from_json(const json_value *cfg, const char *path, bf_config *
     return -1;
   }
   if (rc == JSON_OK && strcmp(s, "gelu") != 0 && strcmp(s, "gelu_python") != 0) {
-    bf_errf(err, errlen, "%s: hidden_act \"%.40s\" is not supported (only the exact erf GELU: "
-            "\"gelu\")", path, s);
+    bf_errf(err, errlen,
+            "%s: hidden_act \"%.40s\" is not supported (only the exact erf GELU: "
+            "\"gelu\")",
+            path, s);
     return -1;
   }
   rc = json_get_string(cfg, "position_embedding_type", &s);
@@ -163,14 +172,17 @@ static int config_from_json(const json_value *cfg, const char *path, bf_config *
   if (cfg_int(cfg, path, "vocab_size", 0, 0, 5, 4000000, &c->vocab_size, err, errlen) ||
       cfg_int(cfg, path, "hidden_size", 0, 0, 1, 65536, &c->hidden_size, err, errlen) ||
       cfg_int(cfg, path, "num_hidden_layers", 0, 0, 1, 1000, &c->num_hidden_layers, err, errlen) ||
-      cfg_int(cfg, path, "num_attention_heads", 0, 0, 1, 65536, &c->num_attention_heads, err, errlen) ||
-      cfg_int(cfg, path, "intermediate_size", 0, 0, 1, 1 << 20, &c->intermediate_size, err, errlen) ||
-      cfg_int(cfg, path, "max_position_embeddings", 0, 0, 3, 1 << 20, &c->max_position_embeddings, err, errlen) ||
+      cfg_int(cfg, path, "num_attention_heads", 0, 0, 1, 65536, &c->num_attention_heads, err,
+              errlen) ||
+      cfg_int(cfg, path, "intermediate_size", 0, 0, 1, 1 << 20, &c->intermediate_size, err,
+              errlen) ||
+      cfg_int(cfg, path, "max_position_embeddings", 0, 0, 3, 1 << 20, &c->max_position_embeddings,
+              err, errlen) ||
       cfg_int(cfg, path, "type_vocab_size", 1, 2, 1, 1 << 16, &c->type_vocab_size, err, errlen))
     return -1;
   if (c->hidden_size % c->num_attention_heads != 0) {
-    bf_errf(err, errlen, "%s: hidden_size %d is not divisible by num_attention_heads %d",
-            path, c->hidden_size, c->num_attention_heads);
+    bf_errf(err, errlen, "%s: hidden_size %d is not divisible by num_attention_heads %d", path,
+            c->hidden_size, c->num_attention_heads);
     return -1;
   }
   double eps = 1e-12;
@@ -192,9 +204,10 @@ static int config_from_json(const json_value *cfg, const char *path, bf_config *
 typedef struct loader {
   bf_model *m;
   st_file st;
-  const char *dtype0;    /* dtype of the first tensor used */
+  const char *dtype0; /* dtype of the first tensor used */
   int mixed;
-  char *err; size_t errlen;
+  char *err;
+  size_t errlen;
 } loader;
 
 /* m frees p at release. */
@@ -203,7 +216,8 @@ static int own(bf_model *m, void *p) {
     int nc = m->cap_owned ? m->cap_owned * 2 : 16;
     void **no = realloc(m->owned, (size_t)nc * sizeof *no);
     if (!no) return -1;
-    m->owned = no; m->cap_owned = nc;
+    m->owned = no;
+    m->cap_owned = nc;
   }
   m->owned[m->n_owned++] = p;
   return 0;
@@ -221,13 +235,13 @@ static const float *as_f32(loader *L, const st_tensor *t) {
   if (posix_memalign((void **)&out, 64, bytes) != 0) out = NULL;
   if (!out || own(L->m, out) != 0) {
     free(out);
-    bf_errf(L->err, L->errlen, "%s: out of memory converting tensor '%s' (%zu values)",
-            L->st.path, t->name, n);
+    bf_errf(L->err, L->errlen, "%s: out of memory converting tensor '%s' (%zu values)", L->st.path,
+            t->name, n);
     return NULL;
   }
   const unsigned char *src = t->data;
   if (t->dtype == ST_F32) {
-    memcpy(out, src, n * sizeof(float));          /* misaligned in the file */
+    memcpy(out, src, n * sizeof(float)); /* misaligned in the file */
   } else if (t->dtype == ST_F16) {
     st_f16_to_f32_n(src, out, n);
   } else {
@@ -300,9 +314,9 @@ static const float *ln_tensor(loader *L, const char *base, int is_bias, int bert
   return get_tensor(L, names, k, 1, H, 0, "[hidden_size]", 0, NULL);
 }
 
-static const char *NO_HEAD_HINT =
-    "; is this a BertModel checkpoint without the masked-LM head? bertfill needs "
-    "BertForMaskedLM weights (cls.predictions.*)";
+static const char *NO_HEAD_HINT = "; is this a BertModel checkpoint without the masked-LM head? "
+                                  "bertfill needs "
+                                  "BertForMaskedLM weights (cls.predictions.*)";
 
 /* Step 6: every tensor the forward pass uses, found, checked against
 ** config.json and placed as F32 (see the top of this file). */
@@ -323,21 +337,25 @@ static int load_tensors(loader *L) {
     return -1;
 
   m->layers = calloc((size_t)c->num_hidden_layers, sizeof *m->layers);
-  if (!m->layers) { bf_errf(L->err, L->errlen, "out of memory"); return -1; }
+  if (!m->layers) {
+    bf_errf(L->err, L->errlen, "out of memory");
+    return -1;
+  }
   for (int l = 0; l < c->num_hidden_layers; l++) {
     bf_layer *y = &m->layers[l];
     char p[128], nm[192];
-#define LIN(field_w, field_b, sub, o, i, what_w, what_b)                                   \
-    snprintf(nm, sizeof nm, "%s%s.weight", p, sub);                                        \
-    if (!(y->field_w = bert_tensor(L, nm, 2, o, i, what_w))) return -1;                    \
-    snprintf(nm, sizeof nm, "%s%s.bias", p, sub);                                          \
-    if (!(y->field_b = bert_tensor(L, nm, 1, o, 0, what_b))) return -1;
+#define LIN(field_w, field_b, sub, o, i, what_w, what_b) \
+  snprintf(nm, sizeof nm, "%s%s.weight", p, sub); \
+  if (!(y->field_w = bert_tensor(L, nm, 2, o, i, what_w))) return -1; \
+  snprintf(nm, sizeof nm, "%s%s.bias", p, sub); \
+  if (!(y->field_b = bert_tensor(L, nm, 1, o, 0, what_b))) return -1;
     snprintf(p, sizeof p, "encoder.layer.%d.", l);
     LIN(q_w, q_b, "attention.self.query", H, H, "[hidden_size, hidden_size]", "[hidden_size]")
     LIN(k_w, k_b, "attention.self.key", H, H, "[hidden_size, hidden_size]", "[hidden_size]")
     LIN(v_w, v_b, "attention.self.value", H, H, "[hidden_size, hidden_size]", "[hidden_size]")
     LIN(ao_w, ao_b, "attention.output.dense", H, H, "[hidden_size, hidden_size]", "[hidden_size]")
-    LIN(i_w, i_b, "intermediate.dense", I, H, "[intermediate_size, hidden_size]", "[intermediate_size]")
+    LIN(i_w, i_b, "intermediate.dense", I, H, "[intermediate_size, hidden_size]",
+        "[intermediate_size]")
     LIN(o_w, o_b, "output.dense", H, I, "[hidden_size, intermediate_size]", "[hidden_size]")
 #undef LIN
     snprintf(nm, sizeof nm, "%sattention.output.LayerNorm", p);
@@ -350,12 +368,15 @@ static int load_tensors(loader *L) {
 
   /* an extra layer beyond num_hidden_layers means config and weights disagree */
   char extra[96];
-  snprintf(extra, sizeof extra, "encoder.layer.%d.attention.self.query.weight", c->num_hidden_layers);
+  snprintf(extra, sizeof extra, "encoder.layer.%d.attention.self.query.weight",
+           c->num_hidden_layers);
   char extra_b[112];
   snprintf(extra_b, sizeof extra_b, "bert.%s", extra);
   if (st_find(&L->st, extra) || st_find(&L->st, extra_b)) {
-    bf_errf(L->err, L->errlen, "%s: has weights for encoder layer %d but config.json says "
-            "num_hidden_layers is %d", L->st.path, c->num_hidden_layers, c->num_hidden_layers);
+    bf_errf(L->err, L->errlen,
+            "%s: has weights for encoder layer %d but config.json says "
+            "num_hidden_layers is %d",
+            L->st.path, c->num_hidden_layers, c->num_hidden_layers);
     return -1;
   }
 
@@ -371,8 +392,8 @@ static int load_tensors(loader *L) {
   const char *decw[] = {"cls.predictions.decoder.weight"};
   m->dec_w = get_tensor(L, decw, 1, 2, V, H, "[vocab_size, hidden_size]", 1, NULL);
   if (!m->dec_w) {
-    if (st_find(&L->st, decw[0])) return -1;     /* present but bad: error set */
-    m->dec_w = m->word_emb;                       /* tied */
+    if (st_find(&L->st, decw[0])) return -1; /* present but bad: error set */
+    m->dec_w = m->word_emb;                  /* tied */
   }
   const char *bias[] = {"cls.predictions.bias", "cls.predictions.decoder.bias"};
   if (!(m->dec_b = get_tensor(L, bias, 2, 1, V, 0, "[vocab_size]", 0, NO_HEAD_HINT))) return -1;
@@ -388,7 +409,10 @@ static void model_free(bf_model *m) {
   for (int i = 0; i < m->n_owned; i++) free(m->owned[i]);
   free(m->owned);
   free(m->layers);
-  if (m->map) { munmap(m->map, m->map_len); if (m->map_fd >= 0) close(m->map_fd); }
+  if (m->map) {
+    munmap(m->map, m->map_len);
+    if (m->map_fd >= 0) close(m->map_fd);
+  }
   pthread_mutex_destroy(&m->fp_mu);
   free(m->dir);
   free(m);
@@ -406,8 +430,10 @@ static int check_dir(const char *dir, char *err, size_t errlen) {
     return -1;
   }
   if (!S_ISDIR(st.st_mode)) {
-    bf_errf(err, errlen, "%s: not a directory (give the model directory holding config.json, "
-            "vocab.txt and model.safetensors)", dir);
+    bf_errf(err, errlen,
+            "%s: not a directory (give the model directory holding config.json, "
+            "vocab.txt and model.safetensors)",
+            dir);
     return -1;
   }
   return 0;
@@ -420,25 +446,39 @@ static bf_model *model_new(const char *dir) {
   pthread_mutex_init(&m->fp_mu, NULL);
   atomic_init(&m->refcount, 1);
   m->dir = strdup(dir);
-  if (!m->dir) { model_free(m); return NULL; }
+  if (!m->dir) {
+    model_free(m);
+    return NULL;
+  }
   return m;
 }
 
 /* Step 3: config.json into m->cfg (and into the fingerprint). */
 static int load_config(bf_model *m, const char *dir, char *err, size_t errlen) {
   char *path = bf_path_join(dir, "config.json");
-  if (!path) { bf_errf(err, errlen, "out of memory"); return -1; }
+  if (!path) {
+    bf_errf(err, errlen, "out of memory");
+    return -1;
+  }
   unsigned char *text = NULL;
   size_t len = 0;
   int rc = read_small_file(path, &text, &len, err, errlen);
   if (rc == 0)
-    bf_errf(err, errlen, "%s: missing (a Hugging Face model directory needs config.json, "
-            "vocab.txt and model.safetensors)", path);
-  if (rc <= 0) { free(path); return -1; }
+    bf_errf(err, errlen,
+            "%s: missing (a Hugging Face model directory needs config.json, "
+            "vocab.txt and model.safetensors)",
+            path);
+  if (rc <= 0) {
+    free(path);
+    return -1;
+  }
   m->fp_files = fp_hash(text, len, 1);
   json_value *cfg = json_parse_file_text(path, (const char *)text, len, err, errlen);
   free(text);
-  if (!cfg) { free(path); return -1; }
+  if (!cfg) {
+    free(path);
+    return -1;
+  }
   rc = config_from_json(cfg, path, &m->cfg, err, errlen);
   json_free(cfg);
   free(path);
@@ -453,7 +493,10 @@ static int load_tokenizer(bf_model *m, const char *dir, char *err, size_t errlen
   static const char *tok_files[] = {"vocab.txt", "tokenizer_config.json", "tokenizer.json"};
   for (int i = 0; i < 3; i++) {
     char *p = bf_path_join(dir, tok_files[i]);
-    if (!p) { bf_errf(err, errlen, "out of memory"); return -1; }
+    if (!p) {
+      bf_errf(err, errlen, "out of memory");
+      return -1;
+    }
     unsigned char *text = NULL;
     size_t len = 0;
     int rc = read_small_file(p, &text, &len, err, errlen);
@@ -483,29 +526,38 @@ static int map_weights(loader *L, const char *dir) {
   size_t errlen = L->errlen;
   char *path = bf_path_join(dir, "model.safetensors");
   int have = path ? file_exists(dir, "model.safetensors") : -1;
-  if (have < 0) { free(path); bf_errf(err, errlen, "out of memory"); return -1; }
+  if (have < 0) {
+    free(path);
+    bf_errf(err, errlen, "out of memory");
+    return -1;
+  }
   if (!have) {
     if (file_exists(dir, "model.safetensors.index.json") > 0)
-      bf_errf(err, errlen, "%s: missing; the model is split into several safetensors files "
+      bf_errf(err, errlen,
+              "%s: missing; the model is split into several safetensors files "
               "(model.safetensors.index.json), which bertfill does not read: merge them into one "
-              "model.safetensors", path);
+              "model.safetensors",
+              path);
     else if (file_exists(dir, "pytorch_model.bin") > 0)
-      bf_errf(err, errlen, "%s: missing; pytorch_model.bin is not supported (it is a pickle): "
+      bf_errf(err, errlen,
+              "%s: missing; pytorch_model.bin is not supported (it is a pickle): "
               "convert it with  python3 -c \"import torch; "
               "from safetensors.torch import save_file; "
               "sd = torch.load('pytorch_model.bin', map_location='cpu'); "
               "save_file({k: v.contiguous() for k, v in sd.items()}, 'model.safetensors', "
-              "metadata={'format': 'pt'})\"", path);
-    else
-      bf_errf(err, errlen, "%s: missing (the weights must be in safetensors format)", path);
+              "metadata={'format': 'pt'})\"",
+              path);
+    else bf_errf(err, errlen, "%s: missing (the weights must be in safetensors format)", path);
     free(path);
     return -1;
   }
   int rc = st_open(&L->st, path, err, errlen);
   free(path);
   if (rc != 0) return -1;
-  m->map = L->st.map; m->map_len = L->st.map_len;
-  m->map_fd = L->st.fd; m->map_mtime_ns = L->st.mtime_ns;
+  m->map = L->st.map;
+  m->map_len = L->st.map_len;
+  m->map_fd = L->st.fd;
+  m->map_mtime_ns = L->st.mtime_ns;
   return 0;
 }
 
@@ -513,7 +565,10 @@ static int map_weights(loader *L, const char *dir) {
 ** each entry with a leading "##" removed. */
 static int make_display_strings(bf_model *m, char *err, size_t errlen) {
   m->display = malloc((size_t)m->cfg.vocab_size * sizeof *m->display);
-  if (!m->display) { bf_errf(err, errlen, "out of memory"); return -1; }
+  if (!m->display) {
+    bf_errf(err, errlen, "out of memory");
+    return -1;
+  }
   for (int i = 0; i < m->cfg.vocab_size; i++) {
     const char *s = bf_tokenizer_token(m->tok, i);
     if (!s) s = "";
@@ -528,21 +583,27 @@ bf_model *bf_model_load(const char *dir, char *err, size_t errlen) {
   if (check_dir(dir, err, errlen) != 0) return NULL;
   if (bf_blas_init(err, errlen) != BF_OK) return NULL;
   bf_model *m = model_new(dir);
-  if (!m) { bf_errf(err, errlen, "out of memory"); return NULL; }
+  if (!m) {
+    bf_errf(err, errlen, "out of memory");
+    return NULL;
+  }
   loader L = {.m = m, .err = err, .errlen = errlen};
   L.st.fd = -1;
   if (load_config(m, dir, err, errlen) != 0 || load_tokenizer(m, dir, err, errlen) != 0 ||
-      map_weights(&L, dir) != 0 ||
-      load_tensors(&L) != 0 ||
+      map_weights(&L, dir) != 0 || load_tensors(&L) != 0 ||
       make_display_strings(m, err, errlen) != 0) {
-    if (L.st.map == m->map) { m->map = NULL; m->map_fd = -1; }  /* st_close unmaps and closes */
+    if (L.st.map == m->map) {
+      m->map = NULL;
+      m->map_fd = -1;
+    } /* st_close unmaps and closes */
     st_close(&L.st);
     model_free(m);
     return NULL;
   }
   snprintf(m->dtype, sizeof m->dtype, "%s", L.mixed ? "mixed" : L.dtype0);
   /* the header table is no longer needed; keep only the mapping */
-  L.st.map = NULL; L.st.fd = -1;
+  L.st.map = NULL;
+  L.st.fd = -1;
   st_close(&L.st);
   return m;
 }
@@ -569,14 +630,15 @@ const char *bf_model_token(const bf_model *m, int32_t id) {
 int bf_model_check(const bf_model *m, char *err, size_t errlen) {
   struct stat st;
   if (!m || !m->map || m->map_fd < 0) return BF_OK;
-  if (fstat(m->map_fd, &st) != 0) return BF_OK;   /* cannot tell: keep going */
+  if (fstat(m->map_fd, &st) != 0) return BF_OK; /* cannot tell: keep going */
   int64_t mtime = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
   if ((size_t)st.st_size == m->map_len && mtime == m->map_mtime_ns) return BF_OK;
   if ((size_t)st.st_size != m->map_len)
     bf_errf(err, errlen,
             "%s/model.safetensors changed on disk after it was loaded (%zu bytes then, %lld now): "
             "the model must be loaded again (replace model files with a new file and rename, "
-            "never in place)", m->dir, m->map_len, (long long)st.st_size);
+            "never in place)",
+            m->dir, m->map_len, (long long)st.st_size);
   else
     bf_errf(err, errlen,
             "%s/model.safetensors was rewritten in place after it was loaded: the model must be "

@@ -17,21 +17,21 @@
 #include "bertfill.h"
 
 typedef struct bf_layer {
-  const float *q_w, *q_b;           /* [H,H], [H]  attention.self.query */
-  const float *k_w, *k_b;           /* attention.self.key */
-  const float *v_w, *v_b;           /* attention.self.value */
-  const float *ao_w, *ao_b;         /* [H,H], [H]  attention.output.dense */
-  const float *aln_g, *aln_b;       /* [H]         attention.output.LayerNorm */
-  const float *i_w, *i_b;           /* [I,H], [I]  intermediate.dense */
-  const float *o_w, *o_b;           /* [H,I], [H]  output.dense */
-  const float *oln_g, *oln_b;       /* [H]         output.LayerNorm */
+  const float *q_w, *q_b;     /* [H,H], [H]  attention.self.query */
+  const float *k_w, *k_b;     /* attention.self.key */
+  const float *v_w, *v_b;     /* attention.self.value */
+  const float *ao_w, *ao_b;   /* [H,H], [H]  attention.output.dense */
+  const float *aln_g, *aln_b; /* [H]         attention.output.LayerNorm */
+  const float *i_w, *i_b;     /* [I,H], [I]  intermediate.dense */
+  const float *o_w, *o_b;     /* [H,I], [H]  output.dense */
+  const float *oln_g, *oln_b; /* [H]         output.LayerNorm */
 } bf_layer;
 
 struct bf_model {
   bf_config cfg;
   bf_tokenizer *tok;
   char *dir;
-  char dtype[8];                    /* "F32", "F16", "BF16" as stored */
+  char dtype[8]; /* "F32", "F16", "BF16" as stored */
 
   /* embeddings */
   const float *word_emb;            /* [V,H] */
@@ -39,27 +39,29 @@ struct bf_model {
   const float *type_emb;            /* [T,H] */
   const float *emb_ln_g, *emb_ln_b; /* [H] */
 
-  bf_layer *layers;                 /* [num_hidden_layers] */
+  bf_layer *layers; /* [num_hidden_layers] */
 
   /* MLM head: cls.predictions */
-  const float *head_w, *head_b;         /* [H,H], [H]  transform.dense */
-  const float *head_ln_g, *head_ln_b;   /* [H]         transform.LayerNorm */
-  const float *dec_w;                   /* [V,H]  decoder.weight (== word_emb when tied) */
-  const float *dec_b;                   /* [V]    cls.predictions.bias (or decoder.bias) */
+  const float *head_w, *head_b;       /* [H,H], [H]  transform.dense */
+  const float *head_ln_g, *head_ln_b; /* [H]         transform.LayerNorm */
+  const float *dec_w;                 /* [V,H]  decoder.weight (== word_emb when tied) */
+  const float *dec_b;                 /* [V]    cls.predictions.bias (or decoder.bias) */
 
   /* display strings: vocab entries with a leading "##" removed */
-  char **display;                   /* [V] */
+  char **display; /* [V] */
 
   /* storage */
-  void *map; size_t map_len;        /* mmap of model.safetensors */
-  int map_fd;                       /* its descriptor, kept to notice changes (bf_model_check) */
-  int64_t map_mtime_ns;             /* its modification time when mapped */
-  void **owned; int n_owned, cap_owned; /* converted tensors, freed at release */
+  void *map;
+  size_t map_len;       /* mmap of model.safetensors */
+  int map_fd;           /* its descriptor, kept to notice changes (bf_model_check) */
+  int64_t map_mtime_ns; /* its modification time when mapped */
+  void **owned;
+  int n_owned, cap_owned; /* converted tensors, freed at release */
 
   atomic_int refcount;
   pthread_mutex_t fp_mu;
-  char fingerprint[17];             /* "" until computed */
-  uint64_t fp_files;                /* hash of config.json, vocab.txt and the tokenizer
+  char fingerprint[17]; /* "" until computed */
+  uint64_t fp_files;    /* hash of config.json, vocab.txt and the tokenizer
                                        JSON files as read at load (model.c) */
 };
 

@@ -18,22 +18,26 @@
 #include "pool.h"
 #include "util.h"
 
-typedef struct helper_arg { struct bf_pool *p; int tid; unsigned seen; } helper_arg;
+typedef struct helper_arg {
+  struct bf_pool *p;
+  int tid;
+  unsigned seen;
+} helper_arg;
 
 struct bf_pool {
-  int n;                          /* helper threads started (the caller is one more) */
+  int n; /* helper threads started (the caller is one more) */
   pthread_t th[BF_POOL_MAX_THREADS];
   helper_arg args[BF_POOL_MAX_THREADS];
   pthread_mutex_t mu;
   pthread_cond_t cv;
-  atomic_uint gen;                /* bumped once per job */
-  atomic_int pending;             /* helpers still on the current job */
+  atomic_uint gen;    /* bumped once per job */
+  atomic_int pending; /* helpers still on the current job */
   atomic_int quit;
-  pid_t pid;                      /* process that started the helpers */
+  pid_t pid; /* process that started the helpers */
   /* the current job */
-  int nt;                         /* threads taking part, caller included */
+  int nt; /* threads taking part, caller included */
   int nunits;
-  atomic_int next;                /* next unit to take */
+  atomic_int next; /* next unit to take */
   bf_unit_fn fn;
   void *arg;
 };
@@ -79,7 +83,10 @@ static void *helper_main(void *arg) {
 bf_pool *bf_pool_new(void) {
   bf_pool *p = calloc(1, sizeof *p);
   if (!p) return NULL;
-  if (pthread_mutex_init(&p->mu, NULL) != 0) { free(p); return NULL; }
+  if (pthread_mutex_init(&p->mu, NULL) != 0) {
+    free(p);
+    return NULL;
+  }
   if (pthread_cond_init(&p->cv, NULL) != 0) {
     pthread_mutex_destroy(&p->mu);
     free(p);
@@ -91,7 +98,7 @@ bf_pool *bf_pool_new(void) {
 
 void bf_pool_free(bf_pool *p) {
   if (!p) return;
-  if (p->pid == getpid()) {  /* after fork() the helpers are the parent's: leave them */
+  if (p->pid == getpid()) { /* after fork() the helpers are the parent's: leave them */
     pthread_mutex_lock(&p->mu);
     atomic_store(&p->quit, 1);
     pthread_cond_broadcast(&p->cv);
@@ -106,10 +113,12 @@ void bf_pool_free(bf_pool *p) {
 /* Threads (caller included) that can take part: starts helpers up to want-1. */
 static int pool_grow(bf_pool *p, int want) {
   if (want > BF_POOL_MAX_THREADS) want = BF_POOL_MAX_THREADS;
-  if (want <= 1 || !p || p->pid != getpid()) return 1;  /* a child after fork(): no helpers */
+  if (want <= 1 || !p || p->pid != getpid()) return 1; /* a child after fork(): no helpers */
   while (p->n < want - 1) {
     helper_arg *a = &p->args[p->n];
-    a->p = p; a->tid = p->n + 1; a->seen = atomic_load(&p->gen);
+    a->p = p;
+    a->tid = p->n + 1;
+    a->seen = atomic_load(&p->gen);
     if (pthread_create(&p->th[p->n], NULL, helper_main, a) != 0) break;
     p->n++;
   }
@@ -124,7 +133,10 @@ void bf_pool_run(bf_pool *p, int nthreads, int nunits, bf_unit_fn fn, void *arg)
     for (int u = 0; u < nunits; u++) fn(arg, u, 0);
     return;
   }
-  p->nt = nt; p->nunits = nunits; p->fn = fn; p->arg = arg;
+  p->nt = nt;
+  p->nunits = nunits;
+  p->fn = fn;
+  p->arg = arg;
   atomic_store(&p->next, 0);
   atomic_store(&p->pending, p->n);
   pthread_mutex_lock(&p->mu);
@@ -134,7 +146,6 @@ void bf_pool_run(bf_pool *p, int nthreads, int nunits, bf_unit_fn fn, void *arg)
   take_units(p, 0);
   for (int spins = 1; atomic_load(&p->pending) > 0; spins++) {
     cpu_relax();
-    if (spins % 64 == 0) sched_yield();  /* a helper may be waiting for this core */
+    if (spins % 64 == 0) sched_yield(); /* a helper may be waiting for this core */
   }
 }
-

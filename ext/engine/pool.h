@@ -25,7 +25,7 @@ typedef struct bf_pool bf_pool;
 
 /* A pool with no helper threads yet (they start on first use); NULL on OOM. */
 bf_pool *bf_pool_new(void);
-void bf_pool_free(bf_pool *p);   /* joins the helpers; NULL is fine */
+void bf_pool_free(bf_pool *p); /* joins the helpers; NULL is fine */
 
 /* fn(arg, unit, tid) for every unit in [0, nunits), shared dynamically by up
 ** to nthreads threads (the caller is tid 0; helpers are started as needed and

@@ -16,11 +16,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static const struct { const char *name; st_dtype dt; size_t size; } DTYPES[] = {
-  {"F32", ST_F32, 4},   {"F16", ST_F16, 2},   {"BF16", ST_BF16, 2},
-  {"F64", ST_F64, 8},   {"I64", ST_I64, 8},   {"I32", ST_I32, 4},
-  {"I16", ST_I16, 2},   {"I8", ST_I8, 1},     {"U64", ST_U64, 8},
-  {"U32", ST_U32, 4},   {"U16", ST_U16, 2},   {"U8", ST_U8, 1},
+static const struct {
+  const char *name;
+  st_dtype dt;
+  size_t size;
+} DTYPES[] = {
+  {"F32", ST_F32, 4},   {"F16", ST_F16, 2},         {"BF16", ST_BF16, 2},       {"F64", ST_F64, 8},
+  {"I64", ST_I64, 8},   {"I32", ST_I32, 4},         {"I16", ST_I16, 2},         {"I8", ST_I8, 1},
+  {"U64", ST_U64, 8},   {"U32", ST_U32, 4},         {"U16", ST_U16, 2},         {"U8", ST_U8, 1},
   {"BOOL", ST_BOOL, 1}, {"F8_E4M3", ST_F8_E4M3, 1}, {"F8_E5M2", ST_F8_E5M2, 1},
 };
 
@@ -40,7 +43,10 @@ static int cmp_name(const void *a, const void *b) {
 }
 
 /* Where the data of tensor idx lies in the data area. */
-typedef struct { size_t begin, end; int idx; } byte_range;
+typedef struct {
+  size_t begin, end;
+  int idx;
+} byte_range;
 static int cmp_range(const void *a, const void *b) {
   const byte_range *x = a, *y = b;
   if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
@@ -53,18 +59,18 @@ void st_close(st_file *f) {
   for (int i = 0; i < f->n; i++) free(f->tensors[i].name);
   free(f->tensors);
   if (f->map) munmap(f->map, f->map_len);
-  if (f->map && f->fd >= 0) close(f->fd);  /* fd is valid only along with the mapping */
+  if (f->map && f->fd >= 0) close(f->fd); /* fd is valid only along with the mapping */
   free(f->path);
   memset(f, 0, sizeof *f);
   f->fd = -1;
 }
 
 /* Parse one header entry into t.  0 or -1 with err. */
-static int parse_entry(const char *path, const char *name, const json_value *v,
-                       const st_file *f, st_tensor *t, char *err, size_t errlen) {
+static int parse_entry(const char *path, const char *name, const json_value *v, const st_file *f,
+                       st_tensor *t, char *err, size_t errlen) {
   if (v->type != JSON_OBJECT) {
-    bf_errf(err, errlen, "%s: bad header: entry for tensor '%s' is %s, not an object", path,
-            name, json_type_a(v->type));
+    bf_errf(err, errlen, "%s: bad header: entry for tensor '%s' is %s, not an object", path, name,
+            json_type_a(v->type));
     return -1;
   }
   const char *dt;
@@ -89,8 +95,8 @@ static int parse_entry(const char *path, const char *name, const json_value *v,
     return -1;
   }
   if (json_len(shape) > ST_MAX_DIMS) {
-    bf_errf(err, errlen, "%s: tensor '%s' has %zu dimensions (at most %d supported)", path,
-            name, json_len(shape), ST_MAX_DIMS);
+    bf_errf(err, errlen, "%s: tensor '%s' has %zu dimensions (at most %d supported)", path, name,
+            json_len(shape), ST_MAX_DIMS);
     return -1;
   }
   t->ndim = (int)json_len(shape);
@@ -108,7 +114,11 @@ static int parse_entry(const char *path, const char *name, const json_value *v,
     if (d->i != 0 && n > UINT64_MAX / (uint64_t)d->i) overflow = 1;
     else n *= (uint64_t)d->i;
   }
-  for (int i = 0; i < t->ndim; i++) if (t->shape[i] == 0) { n = 0; overflow = 0; }
+  for (int i = 0; i < t->ndim; i++)
+    if (t->shape[i] == 0) {
+      n = 0;
+      overflow = 0;
+    }
   t->n_elems = n;
 
   const json_value *off = json_get(v, "data_offsets");
@@ -118,8 +128,8 @@ static int parse_entry(const char *path, const char *name, const json_value *v,
     return -1;
   }
   const json_value *b = json_at(off, 0), *e = json_at(off, 1);
-  if (b->type != JSON_NUMBER || !b->is_int || b->i < 0 ||
-      e->type != JSON_NUMBER || !e->is_int || e->i < 0) {
+  if (b->type != JSON_NUMBER || !b->is_int || b->i < 0 || e->type != JSON_NUMBER || !e->is_int ||
+      e->i < 0) {
     bf_errf(err, errlen, "%s: bad header: tensor '%s' data_offsets are not non-negative integers",
             path, name);
     return -1;
@@ -177,8 +187,10 @@ static int map_file(st_file *f, const char *path, char *err, size_t errlen) {
     return -1;
   }
   if (size < 8) {
-    bf_errf(err, errlen, "%s: truncated: %zu bytes is too short for a safetensors file "
-            "(needs an 8-byte header length first)", path, size);
+    bf_errf(err, errlen,
+            "%s: truncated: %zu bytes is too short for a safetensors file "
+            "(needs an 8-byte header length first)",
+            path, size);
     close(fd);
     return -1;
   }
@@ -189,11 +201,15 @@ static int map_file(st_file *f, const char *path, char *err, size_t errlen) {
     bf_errf(err, errlen, "%s: cannot mmap %zu bytes: %s", path, size, strerror(merr));
     return -1;
   }
-  f->map = map; f->map_len = size;
+  f->map = map;
+  f->map_len = size;
   f->fd = fd;
   f->mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
   f->path = strdup(path);
-  if (!f->path) { bf_errf(err, errlen, "%s: out of memory", path); return -1; }
+  if (!f->path) {
+    bf_errf(err, errlen, "%s: out of memory", path);
+    return -1;
+  }
   return 0;
 }
 
@@ -204,8 +220,10 @@ static int find_data_area(st_file *f, const char *path, char *err, size_t errlen
   uint64_t hlen = 0;
   for (int i = 7; i >= 0; i--) hlen = (hlen << 8) | p[i];
   if (hlen > ST_MAX_HEADER) {
-    bf_errf(err, errlen, "%s: header too large: header length says %llu bytes (limit %u); "
-            "not a safetensors file or corrupt", path, (unsigned long long)hlen, ST_MAX_HEADER);
+    bf_errf(err, errlen,
+            "%s: header too large: header length says %llu bytes (limit %u); "
+            "not a safetensors file or corrupt",
+            path, (unsigned long long)hlen, ST_MAX_HEADER);
     return -1;
   }
   if (hlen > f->map_len - 8) {
@@ -237,7 +255,10 @@ static int parse_header(st_file *f, const char *path, char *err, size_t errlen) 
   for (size_t i = 0; i < json_len(h); i++)
     if (strcmp(json_key(h, i, NULL), "__metadata__") != 0) nt++;
   f->tensors = calloc(nt ? nt : 1, sizeof *f->tensors);
-  if (!f->tensors) { bf_errf(err, errlen, "%s: out of memory", path); goto done; }
+  if (!f->tensors) {
+    bf_errf(err, errlen, "%s: out of memory", path);
+    goto done;
+  }
   for (size_t i = 0; i < json_len(h); i++) {
     size_t kl;
     const char *name = json_key(h, i, &kl);
@@ -257,7 +278,10 @@ static int parse_header(st_file *f, const char *path, char *err, size_t errlen) 
     st_tensor *t = &f->tensors[f->n];
     if (parse_entry(path, name, v, f, t, err, errlen) != 0) goto done;
     t->name = strdup(name);
-    if (!t->name) { bf_errf(err, errlen, "%s: out of memory", path); goto done; }
+    if (!t->name) {
+      bf_errf(err, errlen, "%s: out of memory", path);
+      goto done;
+    }
     f->n++;
   }
   rc = 0;
@@ -282,7 +306,10 @@ static int sort_names(st_file *f, const char *path, char *err, size_t errlen) {
 static int check_overlaps(const st_file *f, const char *path, char *err, size_t errlen) {
   if (f->n <= 1) return 0;
   byte_range *r = malloc((size_t)f->n * sizeof *r);
-  if (!r) { bf_errf(err, errlen, "%s: out of memory", path); return -1; }
+  if (!r) {
+    bf_errf(err, errlen, "%s: out of memory", path);
+    return -1;
+  }
   for (int i = 0; i < f->n; i++) r[i] = (byte_range){f->tensors[i].begin, f->tensors[i].end, i};
   qsort(r, (size_t)f->n, sizeof *r, cmp_range);
   const st_tensor *prev = NULL;
@@ -292,8 +319,8 @@ static int check_overlaps(const st_file *f, const char *path, char *err, size_t 
     if (t->begin == t->end) continue;
     if (prev && t->begin < prev->end) {
       bf_errf(err, errlen,
-              "%s: overlapping offsets: tensor '%s' [%zu,%zu] overlaps tensor '%s' [%zu,%zu]",
-              path, t->name, t->begin, t->end, prev->name, prev->begin, prev->end);
+              "%s: overlapping offsets: tensor '%s' [%zu,%zu] overlaps tensor '%s' [%zu,%zu]", path,
+              t->name, t->begin, t->end, prev->name, prev->begin, prev->end);
       rc = -1;
     }
     prev = t;
@@ -321,17 +348,22 @@ const st_tensor *st_find(const st_file *f, const char *name) {
     int mid = lo + (hi - lo) / 2;
     int c = strcmp(name, f->tensors[mid].name);
     if (c == 0) return &f->tensors[mid];
-    if (c < 0) hi = mid - 1; else lo = mid + 1;
+    if (c < 0) hi = mid - 1;
+    else lo = mid + 1;
   }
   return NULL;
 }
 
-static float bits_f32(uint32_t u) { float x; memcpy(&x, &u, 4); return x; }
+static float bits_f32(uint32_t u) {
+  float x;
+  memcpy(&x, &u, 4);
+  return x;
+}
 
 float st_f16_to_f32(uint16_t h) {
   uint32_t sign = (uint32_t)(h & 0x8000) << 16;
   uint32_t exp = (h >> 10) & 0x1F, man = h & 0x3FF;
-  if (exp == 0x1F)                       /* inf / nan (payload kept) */
+  if (exp == 0x1F) /* inf / nan (payload kept) */
     return bits_f32(sign | 0x7F800000u | (man << 13));
   if (exp == 0) {
     if (man == 0) return bits_f32(sign); /* +-0 */
@@ -353,8 +385,8 @@ static void f16_n_scalar(const unsigned char *src, float *dst, size_t n) {
 
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
 #include <immintrin.h>
-__attribute__((target("avx,f16c")))
-static void f16_n_f16c(const unsigned char *src, float *dst, size_t n) {
+__attribute__((target("avx,f16c"))) static void f16_n_f16c(const unsigned char *src, float *dst,
+                                                           size_t n) {
   size_t i = 0;
   for (; i + 8 <= n; i += 8) {
     __m128i h = _mm_loadu_si128((const __m128i *)(const void *)(src + 2 * i));
@@ -371,17 +403,22 @@ static int have_f16c(void) {
   if (!(c & bit_OSXSAVE) || !(c & bit_AVX) || !(c & bit_F16C)) return 0;
   unsigned lo, hi;
   __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-  return (lo & 6) == 6;   /* the OS saves the XMM and YMM registers */
+  return (lo & 6) == 6; /* the OS saves the XMM and YMM registers */
 }
 #else
-static void f16_n_f16c(const unsigned char *src, float *dst, size_t n) { f16_n_scalar(src, dst, n); }
+static void f16_n_f16c(const unsigned char *src, float *dst, size_t n) {
+  f16_n_scalar(src, dst, n);
+}
 static int have_f16c(void) { return 0; }
 #endif
 
 void st_f16_to_f32_n(const void *src, float *dst, size_t n) {
-  static int cached = -1;  /* every thread computes the same value */
+  static int cached = -1; /* every thread computes the same value */
   int f16c = __atomic_load_n(&cached, __ATOMIC_RELAXED);
-  if (f16c < 0) { f16c = have_f16c(); __atomic_store_n(&cached, f16c, __ATOMIC_RELAXED); }
+  if (f16c < 0) {
+    f16c = have_f16c();
+    __atomic_store_n(&cached, f16c, __ATOMIC_RELAXED);
+  }
   if (f16c) f16_n_f16c(src, dst, n);
   else f16_n_scalar(src, dst, n);
 }
@@ -391,7 +428,7 @@ void st_bf16_to_f32_n(const void *src, float *dst, size_t n) {
   uint32_t *d = (uint32_t *)(void *)dst;
   for (size_t i = 0; i < n; i++) {
     uint16_t h;
-    memcpy(&h, s + 2 * i, 2);            /* little-endian host (x86, arm64) */
+    memcpy(&h, s + 2 * i, 2); /* little-endian host (x86, arm64) */
     d[i] = (uint32_t)h << 16;
   }
 }

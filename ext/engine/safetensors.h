@@ -36,36 +36,49 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define ST_MAX_HEADER (100u * 1000u * 1000u)  /* bytes of JSON header */
+#define ST_MAX_HEADER (100u * 1000u * 1000u) /* bytes of JSON header */
 #define ST_MAX_DIMS 8
 
 typedef enum {
-  ST_F32, ST_F16, ST_BF16,                         /* the ones the engine converts */
-  ST_F64, ST_I64, ST_I32, ST_I16, ST_I8, ST_U64, ST_U32, ST_U16, ST_U8,
-  ST_BOOL, ST_F8_E4M3, ST_F8_E5M2
+  ST_F32,
+  ST_F16,
+  ST_BF16, /* the ones the engine converts */
+  ST_F64,
+  ST_I64,
+  ST_I32,
+  ST_I16,
+  ST_I8,
+  ST_U64,
+  ST_U32,
+  ST_U16,
+  ST_U8,
+  ST_BOOL,
+  ST_F8_E4M3,
+  ST_F8_E5M2
 } st_dtype;
 
 typedef struct st_tensor {
   char *name;
   st_dtype dtype;
-  const char *dtype_name;   /* "F32", "I64", ... (static string) */
-  size_t elem_size;         /* bytes per element */
+  const char *dtype_name; /* "F32", "I64", ... (static string) */
+  size_t elem_size;       /* bytes per element */
   int ndim;
   int64_t shape[ST_MAX_DIMS];
   uint64_t n_elems;
-  size_t begin, end;        /* byte offsets in the data area */
-  const void *data;         /* begin, inside the mapping */
+  size_t begin, end; /* byte offsets in the data area */
+  const void *data;  /* begin, inside the mapping */
 } st_tensor;
 
 typedef struct st_file {
-  char *path;               /* as given to st_open (used in messages) */
-  void *map; size_t map_len;/* the whole file, PROT_READ, MAP_SHARED */
-  int fd;                   /* kept open (O_CLOEXEC) to notice changes on disk; -1 if none */
-  int64_t mtime_ns;         /* modification time when mapped */
-  size_t header_len;        /* N */
-  const unsigned char *data;/* start of the data area */
+  char *path; /* as given to st_open (used in messages) */
+  void *map;
+  size_t map_len;            /* the whole file, PROT_READ, MAP_SHARED */
+  int fd;                    /* kept open (O_CLOEXEC) to notice changes on disk; -1 if none */
+  int64_t mtime_ns;          /* modification time when mapped */
+  size_t header_len;         /* N */
+  const unsigned char *data; /* start of the data area */
   size_t data_len;
-  st_tensor *tensors;       /* sorted by name */
+  st_tensor *tensors; /* sorted by name */
   int n;
 } st_file;
 

@@ -30,16 +30,18 @@
 
 #include <stdatomic.h>
 
-#define H_MIN_EXP 6            /* 2^6 = 64 ns: below is the underflow bucket */
-#define H_MAX_EXP 37           /* 2^37 ns ~ 137 s: at or above is the overflow bucket */
-#define H_SUB_BITS 3           /* 8 sub-buckets per octave */
+#define H_MIN_EXP 6  /* 2^6 = 64 ns: below is the underflow bucket */
+#define H_MAX_EXP 37 /* 2^37 ns ~ 137 s: at or above is the overflow bucket */
+#define H_SUB_BITS 3 /* 8 sub-buckets per octave */
 #define H_SUB (1 << H_SUB_BITS)
 #define H_NBUCKETS (1 + (H_MAX_EXP - H_MIN_EXP) * H_SUB + 1)
 
-#define B_EXACT 8              /* batch sizes 1..8 exactly */
-#define B_NBUCKETS (B_EXACT + 8)  /* + 9-16, ..., 513-1024, 1025+ */
+#define B_EXACT 8                /* batch sizes 1..8 exactly */
+#define B_NBUCKETS (B_EXACT + 8) /* + 9-16, ..., 513-1024, 1025+ */
 
-typedef struct { _Alignas(64) _Atomic uint64_t v; } padded_counter;
+typedef struct {
+  _Alignas(64) _Atomic uint64_t v;
+} padded_counter;
 
 typedef struct {
   _Alignas(64) _Atomic uint64_t count;
@@ -51,20 +53,18 @@ typedef struct {
 static padded_counter g_counter[BF_CT__N];
 static stage_hist g_stage[BF_ST__N];
 static _Alignas(64) _Atomic uint64_t g_batch[B_NBUCKETS];
-static _Atomic uint64_t g_epoch_ns;     /* load time or last reset */
+static _Atomic uint64_t g_epoch_ns; /* load time or last reset */
 
 static const char *const stage_names[BF_ST__N] = {
   "call", "queue", "tokenize", "encode", "topk", "cache_read", "cache_write",
 };
 static const char *const counter_names[BF_CT__N] = {
-  "calls", "hit_lru", "hit_table", "miss", "encoder_runs", "batches", "seqs",
-  "tokens", "masks", "cache_writes", "cache_skipped", "err_input",
-  "err_toolong", "err_model", "err_nomem", "err_other", "busy",
+  "calls",       "hit_lru",   "hit_table", "miss",         "encoder_runs",  "batches",
+  "seqs",        "tokens",    "masks",     "cache_writes", "cache_skipped", "err_input",
+  "err_toolong", "err_model", "err_nomem", "err_other",    "busy",
 };
 
-const char *bf_stage_name(bf_stage s) {
-  return (s >= 0 && s < BF_ST__N) ? stage_names[s] : "?";
-}
+const char *bf_stage_name(bf_stage s) { return (s >= 0 && s < BF_ST__N) ? stage_names[s] : "?"; }
 const char *bf_counter_name(bf_counter c) {
   return (c >= 0 && c < BF_CT__N) ? counter_names[c] : "?";
 }
@@ -83,7 +83,7 @@ uint64_t bf_stats_since_reset_ns(void) {
 
 /* ---- histogram math ---- */
 
-static int floor_log2(uint64_t x) { return 63 - __builtin_clzll(x); }  /* x > 0 */
+static int floor_log2(uint64_t x) { return 63 - __builtin_clzll(x); } /* x > 0 */
 
 int bf_hist_bucket(uint64_t ns) {
   if (ns < ((uint64_t)1 << H_MIN_EXP)) return 0;
@@ -117,21 +117,22 @@ void bf_stats_time(bf_stage s, uint64_t ns) {
   atomic_fetch_add_explicit(&h->total_ns, ns, memory_order_relaxed);
   atomic_fetch_add_explicit(&h->bucket[bf_hist_bucket(ns)], 1, memory_order_relaxed);
   uint64_t m = atomic_load_explicit(&h->max_ns, memory_order_relaxed);
-  while (ns > m &&
-         !atomic_compare_exchange_weak_explicit(&h->max_ns, &m, ns,
-                                                memory_order_relaxed, memory_order_relaxed)) {
-  }
+  while (ns > m && !atomic_compare_exchange_weak_explicit(&h->max_ns, &m, ns, memory_order_relaxed,
+                                                          memory_order_relaxed)) {}
 }
 
 static int batch_bucket(int nseq) {
   if (nseq <= B_EXACT) return nseq - 1;
-  int b = B_EXACT + (floor_log2((uint64_t)(nseq - 1)) - 3);  /* 9-16 -> 8, 17-32 -> 9 ... */
+  int b = B_EXACT + (floor_log2((uint64_t)(nseq - 1)) - 3); /* 9-16 -> 8, 17-32 -> 9 ... */
   return b < B_NBUCKETS ? b : B_NBUCKETS - 1;
 }
 
 static void batch_range(int b, int *lo, int *hi) {
-  if (b < B_EXACT) { *lo = *hi = b + 1; return; }
-  int e = b - B_EXACT + 3;                 /* 8 -> 9..16 */
+  if (b < B_EXACT) {
+    *lo = *hi = b + 1;
+    return;
+  }
+  int e = b - B_EXACT + 3; /* 8 -> 9..16 */
   *lo = (1 << e) + 1;
   *hi = (b == B_NBUCKETS - 1) ? 0x7fffffff : (1 << (e + 1));
 }
@@ -152,8 +153,7 @@ void bf_stats_reset(void) {
     for (int i = 0; i < H_NBUCKETS; i++)
       atomic_store_explicit(&h->bucket[i], 0, memory_order_relaxed);
   }
-  for (int b = 0; b < B_NBUCKETS; b++)
-    atomic_store_explicit(&g_batch[b], 0, memory_order_relaxed);
+  for (int b = 0; b < B_NBUCKETS; b++) atomic_store_explicit(&g_batch[b], 0, memory_order_relaxed);
   atomic_store_explicit(&g_epoch_ns, bf_now_ns(), memory_order_relaxed);
 }
 
@@ -223,7 +223,10 @@ int bf_stats_batch_buckets(int *lo, int *hi, uint64_t *count, int max) {
   for (int b = 0; b < B_NBUCKETS; b++) {
     uint64_t c = atomic_load_explicit(&g_batch[b], memory_order_relaxed);
     if (c == 0) continue;
-    if (max <= 0) { n++; continue; }   /* counting only */
+    if (max <= 0) {
+      n++;
+      continue;
+    } /* counting only */
     if (n >= max) break;
     batch_range(b, &lo[n], &hi[n]);
     count[n] = c;

@@ -8,16 +8,16 @@
 #ifndef BERTFILL_STATS_H
 #define BERTFILL_STATS_H
 #include <stdint.h>
-#include "util.h"  /* bf_now_ns */
+#include "util.h" /* bf_now_ns */
 
 typedef enum bf_stage {
-  BF_ST_CALL = 0,      /* whole bert_fill / fill_candidates call */
-  BF_ST_QUEUE,         /* waiting for an encoder slot (overload guard) */
+  BF_ST_CALL = 0, /* whole bert_fill / fill_candidates call */
+  BF_ST_QUEUE,    /* waiting for an encoder slot (overload guard) */
   BF_ST_TOKENIZE,
-  BF_ST_ENCODE,        /* embeddings + encoder layers + MLM head */
-  BF_ST_TOPK,          /* softmax + top-k */
-  BF_ST_CACHE_READ,    /* LRU + cache table lookup */
-  BF_ST_CACHE_WRITE,   /* cache table insert */
+  BF_ST_ENCODE,      /* embeddings + encoder layers + MLM head */
+  BF_ST_TOPK,        /* softmax + top-k */
+  BF_ST_CACHE_READ,  /* LRU + cache table lookup */
+  BF_ST_CACHE_WRITE, /* cache table insert */
   BF_ST__N
 } bf_stage;
 
@@ -35,24 +35,24 @@ typedef enum bf_counter {
   BF_CT_CACHE_SKIPPED, /* cache writes skipped (read-only, busy, ...) */
   BF_CT_ERR_INPUT,     /* invalid UTF-8, bad arguments */
   BF_CT_ERR_TOOLONG,
-  BF_CT_ERR_MODEL,     /* no model / model could not be loaded */
+  BF_CT_ERR_MODEL, /* no model / model could not be loaded */
   BF_CT_ERR_NOMEM,
   BF_CT_ERR_OTHER,
-  BF_CT_BUSY,          /* rejected by the overload guard */
+  BF_CT_BUSY, /* rejected by the overload guard */
   BF_CT__N
 } bf_counter;
 
-const char *bf_stage_name(bf_stage s);      /* "call", "queue", "tokenize", ... */
-const char *bf_counter_name(bf_counter c);  /* "calls", "hit_lru", ... */
+const char *bf_stage_name(bf_stage s);     /* "call", "queue", "tokenize", ... */
+const char *bf_counter_name(bf_counter c); /* "calls", "hit_lru", ... */
 
 void bf_stats_add(bf_counter c, uint64_t n);
 void bf_stats_time(bf_stage s, uint64_t ns);
-void bf_stats_batch(int nseq);              /* batch-size histogram */
+void bf_stats_batch(int nseq); /* batch-size histogram */
 void bf_stats_reset(void);
 
 typedef struct bf_stage_summary {
   uint64_t count, total_ns, max_ns;
-  uint64_t p50_ns, p95_ns, p99_ns;          /* upper bound of the bucket holding the quantile */
+  uint64_t p50_ns, p95_ns, p99_ns; /* upper bound of the bucket holding the quantile */
 } bf_stage_summary;
 uint64_t bf_stats_counter(bf_counter c);
 void bf_stats_stage(bf_stage s, bf_stage_summary *out);

@@ -101,54 +101,63 @@
 /* ------------------------------------------------------------------ */
 
 typedef struct added_tok {
-  char *text;           /* UTF-8 content as written in the text */
-  size_t len;           /* its length in bytes */
-  uint32_t *cps;        /* normalized: the content after normalization */
+  char *text;    /* UTF-8 content as written in the text */
+  size_t len;    /* its length in bytes */
+  uint32_t *cps; /* normalized: the content after normalization */
   size_t ncp;
   int32_t id;
-  int normalized;       /* matched after normalization (else in raw text) */
-  int single_word;      /* only matched when not inside a word */
+  int normalized;  /* matched after normalization (else in raw text) */
+  int single_word; /* only matched when not inside a word */
 } added_tok;
 
 /* The lookup key of a vocabulary entry: its text without the "##" prefix,
 ** and whether it had one. */
-typedef struct key { uint32_t off, len_cont; } key;  /* len_cont = bytes << 1 | cont */
-typedef struct slot { uint32_t hash; int32_t id; } slot;  /* id -1: empty */
+typedef struct key {
+  uint32_t off, len_cont;
+} key; /* len_cont = bytes << 1 | cont */
+typedef struct slot {
+  uint32_t hash;
+  int32_t id;
+} slot; /* id -1: empty */
 
 struct bf_tokenizer {
   int n_vocab;
-  char *vocab;            /* vocab.txt contents, each entry NUL-terminated */
-  uint32_t *off;          /* [n_vocab] start of entry i in vocab */
-  uint32_t *len;          /* [n_vocab] length of entry i in bytes */
-  key *keys;              /* [n_vocab] lookup key of entry i */
-  slot *slots;            /* hash table, size mask+1 */
+  char *vocab;   /* vocab.txt contents, each entry NUL-terminated */
+  uint32_t *off; /* [n_vocab] start of entry i in vocab */
+  uint32_t *len; /* [n_vocab] length of entry i in bytes */
+  key *keys;     /* [n_vocab] lookup key of entry i */
+  slot *slots;   /* hash table, size mask+1 */
   uint32_t mask;
-  int32_t *single;        /* [0x10000] id of the one-character entry c, or -1 */
-  int max_piece;          /* most characters in any key (prefix excluded) */
+  int32_t *single; /* [0x10000] id of the one-character entry c, or -1 */
+  int max_piece;   /* most characters in any key (prefix excluded) */
 
-  char prefix[32];        /* continuing_subword_prefix, "##" */
+  char prefix[32]; /* continuing_subword_prefix, "##" */
   int prefix_len;
-  int max_chars;          /* max_input_chars_per_word, 100 */
+  int max_chars; /* max_input_chars_per_word, 100 */
 
   int lowercase, strip_accents, clean_text, chinese;
   int32_t unk, cls, sep, mask_id, pad;
 
-  added_tok *added;       /* raw ones first, then normalized ones */
+  added_tok *added; /* raw ones first, then normalized ones */
   int n_added, n_raw;
   unsigned char raw_first[32]; /* bitmap: first bytes of raw added tokens */
 };
 
 /* A growable array of code points. */
-typedef struct u32vec { uint32_t *v; size_t n, cap; } u32vec;
+typedef struct u32vec {
+  uint32_t *v;
+  size_t n, cap;
+} u32vec;
 
 /* Scratch memory of one bf_tokenize call. */
 typedef struct work {
   const bf_tokenizer *tok;
   bf_tokens *out;
   u32vec seg, norm;
-  char *wbuf;             /* UTF-8 bytes of the current word */
-  uint32_t *woff;         /* byte offset of each character in wbuf */
-  char *err; size_t errlen;
+  char *wbuf;     /* UTF-8 bytes of the current word */
+  uint32_t *woff; /* byte offset of each character in wbuf */
+  char *err;
+  size_t errlen;
 } work;
 
 static int u32_grow(u32vec *a) {
@@ -156,7 +165,8 @@ static int u32_grow(u32vec *a) {
   if (cap > SIZE_MAX / sizeof(uint32_t)) return 0;
   uint32_t *v = realloc(a->v, cap * sizeof(uint32_t));
   if (!v) return 0;
-  a->v = v; a->cap = cap;
+  a->v = v;
+  a->cap = cap;
   return 1;
 }
 
@@ -174,8 +184,8 @@ static inline int u32_push(u32vec *a, uint32_t c) {
 ** uses for clean_text and the pre-tokenizer). */
 static inline int is_white(uint32_t c) {
   if (c < 0x80) return c == ' ' || (c >= 9 && c <= 13);
-  return c == 0x85 || c == 0xA0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200A) ||
-         c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
+  return c == 0x85 || c == 0xA0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 ||
+         c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
 }
 
 /* Dropped by clean_text: categories Cc, Cf, Co, except \t \n \r. */
@@ -205,7 +215,8 @@ static inline int is_punct(uint32_t c) {
 
 /* A "word character" for single_word added tokens (regex \w). */
 static int is_word_char(uint32_t c) {
-  if (c < 0x80) return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
+  if (c < 0x80)
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
   if (c == 0x200C || c == 0x200D) return 1;
   utf8proc_category_t k = utf8proc_category((utf8proc_int32_t)c);
   return (k >= UTF8PROC_CATEGORY_LU && k <= UTF8PROC_CATEGORY_ND) || k == UTF8PROC_CATEGORY_NL ||
@@ -223,14 +234,24 @@ static int is_word_char(uint32_t c) {
 static inline uint32_t utf8_next(const unsigned char *s, size_t n, size_t *i) {
   size_t k = *i;
   uint32_t b = s[k];
-  if (b < 0x80) { *i = k + 1; return b; }
-  if (b < 0xE0 && k + 1 < n) { *i = k + 2; return ((b & 0x1F) << 6) | (s[k + 1] & 0x3F); }
-  if (b < 0xF0 && k + 2 < n) { *i = k + 3; return ((b & 0x0F) << 12) | ((uint32_t)(s[k + 1] & 0x3F) << 6) | (s[k + 2] & 0x3F); }
+  if (b < 0x80) {
+    *i = k + 1;
+    return b;
+  }
+  if (b < 0xE0 && k + 1 < n) {
+    *i = k + 2;
+    return ((b & 0x1F) << 6) | (s[k + 1] & 0x3F);
+  }
+  if (b < 0xF0 && k + 2 < n) {
+    *i = k + 3;
+    return ((b & 0x0F) << 12) | ((uint32_t)(s[k + 1] & 0x3F) << 6) | (s[k + 2] & 0x3F);
+  }
   if (k + 3 < n) {
     *i = k + 4;
-    return ((b & 0x07) << 18) | ((uint32_t)(s[k + 1] & 0x3F) << 12) | ((uint32_t)(s[k + 2] & 0x3F) << 6) | (s[k + 3] & 0x3F);
+    return ((b & 0x07) << 18) | ((uint32_t)(s[k + 1] & 0x3F) << 12) |
+           ((uint32_t)(s[k + 2] & 0x3F) << 6) | (s[k + 3] & 0x3F);
   }
-  *i = n;  /* not reached for checked text */
+  *i = n; /* not reached for checked text */
   return 0xFFFD;
 }
 
@@ -250,8 +271,11 @@ static uint32_t utf8_prev(const unsigned char *s, size_t n, size_t i) {
 ** building "##" + substring strings. */
 
 static inline uint32_t key_hash(const char *s, size_t n, int cont) {
-  uint32_t h = cont ? 0x9747b28cu : 2166136261u;  /* FNV-1a, two seeds */
-  for (size_t i = 0; i < n; i++) { h ^= (unsigned char)s[i]; h *= 16777619u; }
+  uint32_t h = cont ? 0x9747b28cu : 2166136261u; /* FNV-1a, two seeds */
+  for (size_t i = 0; i < n; i++) {
+    h ^= (unsigned char)s[i];
+    h *= 16777619u;
+  }
   return h ^ (h >> 15);
 }
 
@@ -300,7 +324,7 @@ static int build_table(bf_tokenizer *t) {
       if (o < 0) break;
       if (t->slots[i].hash == h && t->keys[o].len_cont == t->keys[id].len_cont &&
           memcmp(t->vocab + t->keys[o].off, s, n) == 0)
-        break;  /* duplicate entry: the later line wins, as in HF */
+        break; /* duplicate entry: the later line wins, as in HF */
     }
     t->slots[i].id = id;
     t->slots[i].hash = h;
@@ -315,7 +339,7 @@ static int build_table(bf_tokenizer *t) {
     size_t n = t->keys[id].len_cont >> 1, i = 0;
     if (n == 0 || n > 3) continue;
     uint32_t c = utf8_next(s, n, &i);
-    if (i == n) t->single[c] = vocab_find(t, (const char *)s, n, 0);  /* the id lookups give */
+    if (i == n) t->single[c] = vocab_find(t, (const char *)s, n, 0); /* the id lookups give */
   }
   return 1;
 }
@@ -326,7 +350,7 @@ static int build_table(bf_tokenizer *t) {
 
 /* clean_text and handle_chinese_chars for one character, appended to seg. */
 static inline int clean_push(const bf_tokenizer *t, u32vec *seg, uint32_t c) {
-  if (t->chinese && c >= 0x3400 && is_chinese(c))  /* never control or space */
+  if (t->chinese && c >= 0x3400 && is_chinese(c)) /* never control or space */
     return u32_push(seg, ' ') && u32_push(seg, c) && u32_push(seg, ' ');
   if (t->clean_text) {
     if (c == 0 || c == 0xFFFD || is_control(c)) return 1;
@@ -342,11 +366,18 @@ static int case_and_accents(const bf_tokenizer *t, const uint32_t *in, size_t n,
   if (t->strip_accents) {
     for (size_t i = 0; i < n; i++) {
       uint32_t c = in[i];
-      if (c < 0xC0) { if (!u32_push(out, c)) return 0; continue; }  /* nothing below U+00C0 decomposes */
+      if (c < 0xC0) {
+        if (!u32_push(out, c)) return 0;
+        continue;
+      } /* nothing below U+00C0 decomposes */
       utf8proc_int32_t d[16];
       int bc = 0;
-      utf8proc_ssize_t k = utf8proc_decompose_char((utf8proc_int32_t)c, d, 16, UTF8PROC_DECOMPOSE, &bc);
-      if (k <= 0 || k > 16) { d[0] = (utf8proc_int32_t)c; k = 1; }
+      utf8proc_ssize_t k = utf8proc_decompose_char((utf8proc_int32_t)c, d, 16, UTF8PROC_DECOMPOSE,
+                                                   &bc);
+      if (k <= 0 || k > 16) {
+        d[0] = (utf8proc_int32_t)c;
+        k = 1;
+      }
       for (utf8proc_ssize_t j = 0; j < k; j++)
         if (!u32_push(out, (uint32_t)d[j])) return 0;
     }
@@ -366,7 +397,8 @@ static int case_and_accents(const bf_tokenizer *t, const uint32_t *in, size_t n,
     }
     size_t m = 0;
     for (size_t i = 0; i < out->n; i++)
-      if (out->v[i] < 0x300 || utf8proc_category((utf8proc_int32_t)out->v[i]) != UTF8PROC_CATEGORY_MN)
+      if (out->v[i] < 0x300 ||
+          utf8proc_category((utf8proc_int32_t)out->v[i]) != UTF8PROC_CATEGORY_MN)
         out->v[m++] = out->v[i];
     out->n = m;
   } else {
@@ -377,12 +409,17 @@ static int case_and_accents(const bf_tokenizer *t, const uint32_t *in, size_t n,
     size_t m = out->n;
     for (size_t i = 0; i < m; i++) {
       uint32_t c = out->v[i];
-      if (c < 0x80) { if (c >= 'A' && c <= 'Z') out->v[i] = c + 32; continue; }
-      if (c == 0x130) {  /* İ -> i + COMBINING DOT ABOVE (SpecialCasing) */
+      if (c < 0x80) {
+        if (c >= 'A' && c <= 'Z') out->v[i] = c + 32;
+        continue;
+      }
+      if (c == 0x130) { /* İ -> i + COMBINING DOT ABOVE (SpecialCasing) */
         if (!u32_push(out, 0)) return 0;
         memmove(out->v + i + 2, out->v + i + 1, (out->n - i - 2) * sizeof(uint32_t));
-        out->v[i] = 'i'; out->v[i + 1] = 0x307;
-        i++; m++;
+        out->v[i] = 'i';
+        out->v[i + 1] = 0x307;
+        i++;
+        m++;
         continue;
       }
       out->v[i] = (uint32_t)utf8proc_tolower((utf8proc_int32_t)c);
@@ -404,8 +441,12 @@ static int emit(work *w, int32_t id) {
     }
     int cap = o->cap < 64 ? 64 : o->cap * 2;
     int32_t *ids = realloc(o->ids, (size_t)cap * sizeof(int32_t));
-    if (!ids) { bf_errf(w->err, w->errlen, "out of memory while tokenizing"); return BF_ERR_NOMEM; }
-    o->ids = ids; o->cap = cap;
+    if (!ids) {
+      bf_errf(w->err, w->errlen, "out of memory while tokenizing");
+      return BF_ERR_NOMEM;
+    }
+    o->ids = ids;
+    o->cap = cap;
   }
   o->ids[o->n++] = id;
   return BF_OK;
@@ -418,8 +459,11 @@ static int emit(work *w, int32_t id) {
 static int wordpiece(work *w, const uint32_t *cp, size_t n) {
   const bf_tokenizer *t = w->tok;
   if (n > (size_t)t->max_chars) return emit(w, t->unk);
-  if (n == 1) {  /* the common case for Chinese: one ideograph */
-    if (cp[0] < 0x10000) { int32_t id = t->single[cp[0]]; return emit(w, id >= 0 ? id : t->unk); }
+  if (n == 1) { /* the common case for Chinese: one ideograph */
+    if (cp[0] < 0x10000) {
+      int32_t id = t->single[cp[0]];
+      return emit(w, id >= 0 ? id : t->unk);
+    }
     char b[4];
     int32_t id = vocab_find(t, b, bf_utf8_put(cp[0], b), 0);
     return emit(w, id >= 0 ? id : t->unk);
@@ -439,7 +483,10 @@ static int wordpiece(work *w, const uint32_t *cp, size_t n) {
       id = vocab_find(t, w->wbuf + w->woff[start], w->woff[end] - w->woff[start], start > 0);
       if (id >= 0) break;
     }
-    if (id < 0) { w->out->n = mark; return emit(w, t->unk); }
+    if (id < 0) {
+      w->out->n = mark;
+      return emit(w, t->unk);
+    }
     int rc = emit(w, id);
     if (rc) return rc;
     start = end;
@@ -454,7 +501,7 @@ static int wordpiece(work *w, const uint32_t *cp, size_t n) {
 enum { C_WORD, C_WHITE, C_PUNCT };
 
 static inline int char_class(uint32_t c) {
-  if (c >= 0x4E00 && c <= 0x9FFF) return C_WORD;  /* the usual case in Chinese text */
+  if (c >= 0x4E00 && c <= 0x9FFF) return C_WORD; /* the usual case in Chinese text */
   if (is_white(c)) return C_WHITE;
   return is_punct(c) ? C_PUNCT : C_WORD;
 }
@@ -463,7 +510,10 @@ static int pretokenize(work *w, const uint32_t *cp, size_t n) {
   size_t i = 0;
   while (i < n) {
     int k = char_class(cp[i]);
-    if (k == C_WHITE) { i++; continue; }
+    if (k == C_WHITE) {
+      i++;
+      continue;
+    }
     size_t j = i + 1;
     if (k == C_WORD)
       while (j < n && char_class(cp[j]) == C_WORD) j++;
@@ -476,15 +526,17 @@ static int pretokenize(work *w, const uint32_t *cp, size_t n) {
 
 /* Leftmost-longest match of a normalized added token at cp[i]; -1 if none. */
 static int match_norm(const bf_tokenizer *t, const uint32_t *cp, size_t n, size_t i) {
-  int best = -1; size_t best_len = 0;
+  int best = -1;
+  size_t best_len = 0;
   for (int k = t->n_raw; k < t->n_added; k++) {
     const added_tok *a = &t->added[k];
     if (a->ncp <= best_len || a->ncp > n - i) continue;
     if (memcmp(cp + i, a->cps, a->ncp * sizeof(uint32_t)) != 0) continue;
-    if (a->single_word && ((i > 0 && is_word_char(cp[i - 1])) ||
-                           (i + a->ncp < n && is_word_char(cp[i + a->ncp]))))
+    if (a->single_word &&
+        ((i > 0 && is_word_char(cp[i - 1])) || (i + a->ncp < n && is_word_char(cp[i + a->ncp]))))
       continue;
-    best = k; best_len = a->ncp;
+    best = k;
+    best_len = a->ncp;
   }
   return best;
 }
@@ -502,13 +554,17 @@ static int flush(work *w) {
       bf_errf(w->err, w->errlen, "out of memory while tokenizing");
       return BF_ERR_NOMEM;
     }
-    cp = w->norm.v; n = w->norm.n;
+    cp = w->norm.v;
+    n = w->norm.n;
   }
   if (t->n_added == t->n_raw) return pretokenize(w, cp, n);
   size_t start = 0;
   for (size_t i = 0; i < n;) {
     int k = match_norm(t, cp, n, i);
-    if (k < 0) { i++; continue; }
+    if (k < 0) {
+      i++;
+      continue;
+    }
     int rc = pretokenize(w, cp + start, i - start);
     if (!rc) rc = emit(w, t->added[k].id);
     if (rc) return rc;
@@ -520,7 +576,8 @@ static int flush(work *w) {
 
 /* Leftmost-longest match of a raw added token at s[i]; -1 if none. */
 static int match_raw(const bf_tokenizer *t, const unsigned char *s, size_t n, size_t i) {
-  int best = -1; size_t best_len = 0;
+  int best = -1;
+  size_t best_len = 0;
   for (int k = 0; k < t->n_raw; k++) {
     const added_tok *a = &t->added[k];
     if (a->len <= best_len || a->len > n - i || memcmp(s + i, a->text, a->len) != 0) continue;
@@ -529,7 +586,8 @@ static int match_raw(const bf_tokenizer *t, const unsigned char *s, size_t n, si
       size_t j = i + a->len;
       if (j < n && is_word_char(utf8_next(s, n, &j))) continue;
     }
-    best = k; best_len = a->len;
+    best = k;
+    best_len = a->len;
   }
   return best;
 }
@@ -538,16 +596,20 @@ static int match_raw(const bf_tokenizer *t, const unsigned char *s, size_t n, si
 /* bf_tokenize                                                         */
 /* ------------------------------------------------------------------ */
 
-int bf_tokenize(const bf_tokenizer *tok, const char *text, long len,
-                bf_tokens *out, char *err, size_t errlen) {
+int bf_tokenize(const bf_tokenizer *tok, const char *text, long len, bf_tokens *out, char *err,
+                size_t errlen) {
   if (err && errlen) err[0] = 0;
   if (!tok || !out) {
     bf_errf(err, errlen, "bf_tokenize: no tokenizer or no output");
     return BF_ERR_INPUT;
   }
   if (!out->ids) out->cap = 0;
-  out->n = 0; out->n_masks = 0;
-  if (!text && len != 0) { bf_errf(err, errlen, "bf_tokenize: text is NULL"); return BF_ERR_INPUT; }
+  out->n = 0;
+  out->n_masks = 0;
+  if (!text && len != 0) {
+    bf_errf(err, errlen, "bf_tokenize: text is NULL");
+    return BF_ERR_INPUT;
+  }
   size_t n = len < 0 ? strlen(text) : (size_t)len;
   if (n > (size_t)INT_MAX - 16) {
     bf_errf(err, errlen, "text too long to tokenize: %zu bytes (at most %d)", n, INT_MAX - 16);
@@ -597,15 +659,22 @@ int bf_tokenize(const bf_tokenizer *tok, const char *text, long len,
   for (int i = 0; i < out->n; i++) out->n_masks += out->ids[i] == tok->mask_id;
 
 done:
-  if (rc) { out->n = 0; out->n_masks = 0; }
-  free(w.seg.v); free(w.norm.v); free(w.wbuf); free(w.woff);
+  if (rc) {
+    out->n = 0;
+    out->n_masks = 0;
+  }
+  free(w.seg.v);
+  free(w.norm.v);
+  free(w.wbuf);
+  free(w.woff);
   return rc;
 }
 
 void bf_tokens_free(bf_tokens *t) {
   if (!t) return;
   free(t->ids);
-  t->ids = NULL; t->n = t->cap = t->n_masks = 0;
+  t->ids = NULL;
+  t->n = t->cap = t->n_masks = 0;
 }
 
 /* ------------------------------------------------------------------ */
@@ -624,10 +693,17 @@ const char *bf_tokenizer_token(const bf_tokenizer *tok, int32_t id) {
 
 void bf_tokenizer_free(bf_tokenizer *tok) {
   if (!tok) return;
-  for (int i = 0; i < tok->n_added; i++) { free(tok->added[i].text); free(tok->added[i].cps); }
+  for (int i = 0; i < tok->n_added; i++) {
+    free(tok->added[i].text);
+    free(tok->added[i].cps);
+  }
   free(tok->added);
-  free(tok->vocab); free(tok->off); free(tok->len);
-  free(tok->slots); free(tok->keys); free(tok->single);
+  free(tok->vocab);
+  free(tok->off);
+  free(tok->len);
+  free(tok->slots);
+  free(tok->keys);
+  free(tok->single);
   free(tok);
 }
 
@@ -651,7 +727,11 @@ static int load_vocab(bf_tokenizer *t, const char *path, char *err, size_t errle
       }
       cap *= 2;
       char *nb = realloc(buf, cap + 1);
-      if (!nb) { free(buf); buf = NULL; break; }
+      if (!nb) {
+        free(buf);
+        buf = NULL;
+        break;
+      }
       buf = nb;
     }
     size_t got = fread(buf + n, 1, cap - n, f);
@@ -665,9 +745,15 @@ static int load_vocab(bf_tokenizer *t, const char *path, char *err, size_t errle
     }
   }
   fclose(f);
-  if (!buf) { bf_errf(err, errlen, "%s: out of memory", path); return BF_ERR_NOMEM; }
-  if (rc) { free(buf); return rc; }
-  buf[n] = '\n';  /* sentinel: a last line without "\n" still counts */
+  if (!buf) {
+    bf_errf(err, errlen, "%s: out of memory", path);
+    return BF_ERR_NOMEM;
+  }
+  if (rc) {
+    free(buf);
+    return rc;
+  }
+  buf[n] = '\n'; /* sentinel: a last line without "\n" still counts */
   t->vocab = buf;
 
   size_t lines = 0;
@@ -679,7 +765,10 @@ static int load_vocab(bf_tokenizer *t, const char *path, char *err, size_t errle
   }
   t->off = malloc((lines + 1) * sizeof(uint32_t));
   t->len = malloc((lines + 1) * sizeof(uint32_t));
-  if (!t->off || !t->len) { bf_errf(err, errlen, "%s: out of memory", path); return BF_ERR_NOMEM; }
+  if (!t->off || !t->len) {
+    bf_errf(err, errlen, "%s: out of memory", path);
+    return BF_ERR_NOMEM;
+  }
   size_t start = 0, id = 0;
   while (start < n) {
     char *nl = memchr(buf + start, '\n', n + 1 - start);
@@ -690,7 +779,8 @@ static int load_vocab(bf_tokenizer *t, const char *path, char *err, size_t errle
       bf_errf(err, errlen,
               "%s: line %zu contains a carriage return (\\r) that does not end the line; Hugging "
               "Face's tokenizers disagree about such a file (split the line or not), so it is "
-              "refused", path, id + 1);
+              "refused",
+              path, id + 1);
       return BF_ERR_MODEL;
     }
     if (memchr(buf + start, '\0', e - start)) {
@@ -715,7 +805,8 @@ static int load_vocab(bf_tokenizer *t, const char *path, char *err, size_t errle
 }
 
 /* A special token name from tokenizer_config.json: "name" or {"content": "name"}. */
-static int config_token(const json_value *cfg, const char *key, const char **out, const char *file, char *err, size_t errlen) {
+static int config_token(const json_value *cfg, const char *key, const char **out, const char *file,
+                        char *err, size_t errlen) {
   const json_value *v = json_get(cfg, key);
   if (!v || v->type == JSON_NULL) return BF_OK;
   if (v->type == JSON_OBJECT) v = json_get(v, "content");
@@ -727,7 +818,8 @@ static int config_token(const json_value *cfg, const char *key, const char **out
   return BF_OK;
 }
 
-static int get_flag(const json_value *obj, const char *key, int *out, const char *file, const char *where, char *err, size_t errlen) {
+static int get_flag(const json_value *obj, const char *key, int *out, const char *file,
+                    const char *where, char *err, size_t errlen) {
   int b;
   switch (json_get_bool(obj, key, &b)) {
     case JSON_OK: *out = b; return BF_OK;
@@ -738,10 +830,13 @@ static int get_flag(const json_value *obj, const char *key, int *out, const char
   }
 }
 
-static int add_token(bf_tokenizer *t, const char *text, size_t len, int32_t id, int normalized, int single_word) {
-  for (int k = 0; k < t->n_added; k++)  /* same content again: the later one wins */
+static int add_token(bf_tokenizer *t, const char *text, size_t len, int32_t id, int normalized,
+                     int single_word) {
+  for (int k = 0; k < t->n_added; k++) /* same content again: the later one wins */
     if (t->added[k].len == len && memcmp(t->added[k].text, text, len) == 0) {
-      t->added[k].id = id; t->added[k].normalized = normalized; t->added[k].single_word = single_word;
+      t->added[k].id = id;
+      t->added[k].normalized = normalized;
+      t->added[k].single_word = single_word;
       return 1;
     }
   added_tok *a = realloc(t->added, (size_t)(t->n_added + 1) * sizeof *a);
@@ -751,8 +846,12 @@ static int add_token(bf_tokenizer *t, const char *text, size_t len, int32_t id, 
   memset(a, 0, sizeof *a);
   a->text = malloc(len + 1);
   if (!a->text) return 0;
-  memcpy(a->text, text, len); a->text[len] = 0;
-  a->len = len; a->id = id; a->normalized = normalized; a->single_word = single_word;
+  memcpy(a->text, text, len);
+  a->text[len] = 0;
+  a->len = len;
+  a->id = id;
+  a->normalized = normalized;
+  a->single_word = single_word;
   t->n_added++;
   return 1;
 }
@@ -778,19 +877,28 @@ static int finish_added(bf_tokenizer *t) {
     u32vec seg = {0}, norm = {0};
     size_t i = 0;
     int ok = 1;
-    while (ok && i < a->len) ok = clean_push(t, &seg, utf8_next((const unsigned char *)a->text, a->len, &i));
+    while (ok && i < a->len)
+      ok = clean_push(t, &seg, utf8_next((const unsigned char *)a->text, a->len, &i));
     if (ok && (t->lowercase || t->strip_accents)) {
       ok = case_and_accents(t, seg.v, seg.n, &norm);
       free(seg.v);
       seg = norm;
     }
-    if (!ok) { free(seg.v); return 0; }
-    a->cps = seg.v; a->ncp = seg.n;
+    if (!ok) {
+      free(seg.v);
+      return 0;
+    }
+    a->cps = seg.v;
+    a->ncp = seg.n;
   }
   /* a normalized token that normalizes to nothing can never match: drop it */
   int m = t->n_raw;
   for (int k = t->n_raw; k < t->n_added; k++) {
-    if (t->added[k].ncp == 0) { free(t->added[k].text); free(t->added[k].cps); continue; }
+    if (t->added[k].ncp == 0) {
+      free(t->added[k].text);
+      free(t->added[k].cps);
+      continue;
+    }
     t->added[m++] = t->added[k];
   }
   t->n_added = m;
@@ -801,15 +909,15 @@ static int finish_added(bf_tokenizer *t) {
 ** are -1 until a file gives them; names point into the JSON trees. */
 typedef struct tok_files {
   char *vocab_path, *cfg_path, *tj_path;
-  json_value *cfg, *tj;          /* tokenizer_config.json, tokenizer.json; NULL if absent */
+  json_value *cfg, *tj; /* tokenizer_config.json, tokenizer.json; NULL if absent */
   int lower, strip, chinese, clean;
-  const char *names[5];          /* texts of the special tokens, in special_ids order */
+  const char *names[5]; /* texts of the special tokens, in special_ids order */
 } tok_files;
 
 /* The special tokens: the key of each in tokenizer_config.json, its text
 ** unless a file says otherwise, its use (for messages) and its id. */
 static const char *const special_keys[5] = {"unk_token", "cls_token", "sep_token", "mask_token",
-                                             "pad_token"};
+                                            "pad_token"};
 static const char *const special_texts[5] = {"[UNK]", "[CLS]", "[SEP]", "[MASK]", "[PAD]"};
 static const char *const special_uses[5] = {"unknown", "[CLS]", "[SEP]", "mask", "padding"};
 static int32_t *special_ids(bf_tokenizer *t, int k) {
@@ -841,8 +949,7 @@ static int read_tokenizer_config(tok_files *f, char *err, size_t errlen) {
       get_flag(f->cfg, "tokenize_chinese_chars", &f->chinese, path, "", err, errlen))
     return BF_ERR_MODEL;
   for (int k = 0; k < 5; k++)
-    if (config_token(f->cfg, special_keys[k], &f->names[k], path, err, errlen))
-      return BF_ERR_MODEL;
+    if (config_token(f->cfg, special_keys[k], &f->names[k], path, err, errlen)) return BF_ERR_MODEL;
   return BF_OK;
 }
 
@@ -924,9 +1031,8 @@ static int read_tokenizer_json(bf_tokenizer *t, tok_files *f, char *err, size_t 
   if (pt && pt->type != JSON_NULL) {
     const char *type = NULL;
     if (json_get_string(pt, "type", &type) != JSON_OK || strcmp(type, "BertPreTokenizer") != 0) {
-      bf_errf(err, errlen,
-              "%s: pre_tokenizer type \"%s\" is not supported (only BertPreTokenizer)", path,
-              type ? type : "?");
+      bf_errf(err, errlen, "%s: pre_tokenizer type \"%s\" is not supported (only BertPreTokenizer)",
+              path, type ? type : "?");
       return BF_ERR_MODEL;
     }
   }
@@ -940,7 +1046,7 @@ static int add_special_tokens(bf_tokenizer *t, const tok_files *f, char *err, si
     const char *name = f->names[k];
     size_t l = strlen(name);
     int32_t id = -1;
-    for (int32_t i = 0; i < t->n_vocab; i++)  /* exact entry text; the last one if repeated */
+    for (int32_t i = 0; i < t->n_vocab; i++) /* exact entry text; the last one if repeated */
       if (t->len[i] == l && memcmp(t->vocab + t->off[i], name, l) == 0) id = i;
     if (id < 0) {
       bf_errf(err, errlen, "%s: no \"%s\" entry (needed as the %s token)", f->vocab_path, name,
@@ -1013,14 +1119,14 @@ bf_tokenizer *bf_tokenizer_load(const char *dir, char *err, size_t errlen) {
   if (!ok) bf_errf(err, errlen, "out of memory loading the tokenizer");
 
   if (ok) ok = load_vocab(t, f.vocab_path, err, errlen) == BF_OK;
-  if (ok) {  /* the defaults tokenizer.json may change */
+  if (ok) { /* the defaults tokenizer.json may change */
     memcpy(t->prefix, "##", 3);
     t->prefix_len = 2;
     t->max_chars = 100;
   }
   ok = ok && read_tokenizer_config(&f, err, errlen) == BF_OK &&
        read_tokenizer_json(t, &f, err, errlen) == BF_OK;
-  if (ok) {  /* each setting from the first file that gives it, else HF's default */
+  if (ok) { /* each setting from the first file that gives it, else HF's default */
     t->lowercase = f.lower < 0 ? 1 : f.lower;
     t->strip_accents = f.strip < 0 ? t->lowercase : f.strip;
     t->chinese = f.chinese < 0 ? 1 : f.chinese;
@@ -1035,8 +1141,14 @@ bf_tokenizer *bf_tokenizer_load(const char *dir, char *err, size_t errlen) {
     ok = 0;
   }
 
-  json_free(f.cfg); json_free(f.tj);
-  free(f.vocab_path); free(f.cfg_path); free(f.tj_path);
-  if (!ok) { bf_tokenizer_free(t); return NULL; }
+  json_free(f.cfg);
+  json_free(f.tj);
+  free(f.vocab_path);
+  free(f.cfg_path);
+  free(f.tj_path);
+  if (!ok) {
+    bf_tokenizer_free(t);
+    return NULL;
+  }
   return t;
 }

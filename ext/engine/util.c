@@ -136,8 +136,8 @@ static void env_ignored(const char *name, const char *value, const char *expecte
 int bf_env_flag(const char *name, int dflt) {
   const char *s = getenv(name);
   if (!s || !*s) return dflt;
-  static const char *const on[] = { "1", "on", "true", "yes" };
-  static const char *const off[] = { "0", "off", "false", "no" };
+  static const char *const on[] = {"1", "on", "true", "yes"};
+  static const char *const off[] = {"0", "off", "false", "no"};
   for (size_t i = 0; i < sizeof on / sizeof on[0]; i++) {
     if (strcasecmp(s, on[i]) == 0) return 1;
     if (strcasecmp(s, off[i]) == 0) return 0;

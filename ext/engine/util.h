@@ -25,20 +25,31 @@ long bf_utf8_invalid_at(const char *s, size_t n, char *why, size_t whylen);
 ** d[0..4); returns the bytes written (1 to 4).  Inline: the tokenizer calls
 ** it for every character of a word. */
 static inline size_t bf_utf8_put(uint32_t c, char *d) {
-  if (c < 0x80) { d[0] = (char)c; return 1; }
-  if (c < 0x800) { d[0] = (char)(0xC0 | (c >> 6)); d[1] = (char)(0x80 | (c & 0x3F)); return 2; }
-  if (c < 0x10000) {
-    d[0] = (char)(0xE0 | (c >> 12)); d[1] = (char)(0x80 | ((c >> 6) & 0x3F));
-    d[2] = (char)(0x80 | (c & 0x3F)); return 3;
+  if (c < 0x80) {
+    d[0] = (char)c;
+    return 1;
   }
-  d[0] = (char)(0xF0 | (c >> 18)); d[1] = (char)(0x80 | ((c >> 12) & 0x3F));
-  d[2] = (char)(0x80 | ((c >> 6) & 0x3F)); d[3] = (char)(0x80 | (c & 0x3F)); return 4;
+  if (c < 0x800) {
+    d[0] = (char)(0xC0 | (c >> 6));
+    d[1] = (char)(0x80 | (c & 0x3F));
+    return 2;
+  }
+  if (c < 0x10000) {
+    d[0] = (char)(0xE0 | (c >> 12));
+    d[1] = (char)(0x80 | ((c >> 6) & 0x3F));
+    d[2] = (char)(0x80 | (c & 0x3F));
+    return 3;
+  }
+  d[0] = (char)(0xF0 | (c >> 18));
+  d[1] = (char)(0x80 | ((c >> 12) & 0x3F));
+  d[2] = (char)(0x80 | ((c >> 6) & 0x3F));
+  d[3] = (char)(0x80 | (c & 0x3F));
+  return 4;
 }
 
 /* Format a message into err[0..errlen) (always NUL-terminated when
 ** errlen > 0; nothing happens when err is NULL or errlen is 0). */
-void bf_errf(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+void bf_errf(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* dir + "/" + name (no doubled slash), malloc'ed; NULL when out of memory. */
 char *bf_path_join(const char *dir, const char *name);

@@ -79,28 +79,28 @@ SQLITE_EXTENSION_INIT3
 
 enum { R_PENDING, R_LEADER, R_TAKEN, R_DONE };
 
-#define GATHER_WAIT_NS 250000000ull   /* test hook: the longest a leader waits for company */
+#define GATHER_WAIT_NS 250000000ull /* test hook: the longest a leader waits for company */
 
 /* One waiting call.  Lives on its caller's stack until the call returns;
 ** the leader writes its results (out, e, times) and then marks it R_DONE. */
 typedef struct req {
-  struct req *next;         /* in the queue while R_PENDING */
+  struct req *next; /* in the queue while R_PENDING */
   const bf_tokens *t;
   int k;
-  bf_cand *out;             /* t->n_masks * k, the caller's */
-  bfx_err *e;               /* the caller's */
+  bf_cand *out; /* t->n_masks * k, the caller's */
+  bfx_err *e;   /* the caller's */
   int state, rc;
   uint64_t t_enq, queue_ns, encode_ns, topk_ns;
-  pthread_cond_t cv;        /* signalled on every change of state */
+  pthread_cond_t cv; /* signalled on every change of state */
 } req;
 
 /* The queue of one model. */
 typedef struct mqueue {
   struct mqueue *next;
   const bf_model *m;
-  req *head, *tail;         /* R_PENDING calls, in arrival order */
+  req *head, *tail; /* R_PENDING calls, in arrival order */
   int npending;
-  req *leader;              /* the call waiting for a slot for the next batch */
+  req *leader; /* the call waiting for a slot for the next batch */
 } mqueue;
 
 static struct {
@@ -108,11 +108,11 @@ static struct {
   pthread_mutex_t mu;
   pthread_condattr_t cattr; /* CLOCK_MONOTONIC, like bf_now_ns */
   mqueue *queues;
-  int leaders;              /* queues with a leader */
-  int queued;               /* calls waiting (pending or leader) */
-  int gather;               /* test hook: BERTFILL_BATCH_GATHER */
+  int leaders; /* queues with a leader */
+  int queued;  /* calls waiting (pending or leader) */
+  int gather;  /* test hook: BERTFILL_BATCH_GATHER */
   atomic_int on;
-} batcher = { .once = PTHREAD_ONCE_INIT, .mu = PTHREAD_MUTEX_INITIALIZER };
+} batcher = {.once = PTHREAD_ONCE_INIT, .mu = PTHREAD_MUTEX_INITIALIZER};
 
 static void batcher_init(void) {
   pthread_condattr_init(&batcher.cattr);
@@ -150,7 +150,10 @@ static mqueue *queue_find(const bf_model *m) {
 static void queue_free_if_idle(mqueue *q) {
   if (q->head || q->leader) return;
   for (mqueue **p = &batcher.queues; *p; p = &(*p)->next)
-    if (*p == q) { *p = q->next; break; }
+    if (*p == q) {
+      *p = q->next;
+      break;
+    }
   free(q);
 }
 
@@ -169,7 +172,8 @@ static void queue_remove(mqueue *q, req *r) {
   req *prev = NULL;
   for (req *x = q->head; x; prev = x, x = x->next) {
     if (x != r) continue;
-    if (prev) prev->next = x->next; else q->head = x->next;
+    if (prev) prev->next = x->next;
+    else q->head = x->next;
     if (q->tail == x) q->tail = prev;
     x->next = NULL;
     q->npending--;
@@ -192,8 +196,7 @@ static void busy_error(bfx_err *e, uint64_t waited_ns) {
 }
 
 static int timedwait(pthread_cond_t *cv, uint64_t deadline_ns) {
-  struct timespec ts = { (time_t)(deadline_ns / 1000000000ull),
-                         (long)(deadline_ns % 1000000000ull) };
+  struct timespec ts = {(time_t)(deadline_ns / 1000000000ull), (long)(deadline_ns % 1000000000ull)};
   return pthread_cond_timedwait(cv, &batcher.mu, &ts);
 }
 
@@ -203,16 +206,17 @@ static int timedwait(pthread_cond_t *cv, uint64_t deadline_ns) {
 ** results; members[0] is the leader. */
 static void run_merged(bf_model *m, bf_run *run, req **members, int n) {
   bf_tokens seqs[BFX_BATCH_MAX_SEQS];
-  int slot[BFX_BATCH_MAX_SEQS];       /* member -> its sequence in seqs */
-  size_t at[BFX_BATCH_MAX_SEQS + 1];  /* sequence -> its first mask in the output */
+  int slot[BFX_BATCH_MAX_SEQS];      /* member -> its sequence in seqs */
+  size_t at[BFX_BATCH_MAX_SEQS + 1]; /* sequence -> its first mask in the output */
   int rc[BFX_BATCH_MAX_SEQS];
   bfx_err errs[BFX_BATCH_MAX_SEQS];
   int nu = 0, kmax = 0;
-  for (int i = 0; i < n; i++) {       /* identical sequences are computed once */
+  for (int i = 0; i < n; i++) { /* identical sequences are computed once */
     const bf_tokens *t = members[i]->t;
     int u = 0;
-    while (u < nu && !(seqs[u].n == t->n &&
-                       memcmp(seqs[u].ids, t->ids, (size_t)t->n * sizeof *t->ids) == 0)) u++;
+    while (u < nu &&
+           !(seqs[u].n == t->n && memcmp(seqs[u].ids, t->ids, (size_t)t->n * sizeof *t->ids) == 0))
+      u++;
     if (u == nu) seqs[nu++] = *t;
     slot[i] = u;
     if (members[i]->k > kmax) kmax = members[i]->k;
@@ -223,7 +227,7 @@ static void run_merged(bf_model *m, bf_run *run, req **members, int n) {
   bfx_times times;
   memset(&times, 0, sizeof times);
   bf_cand *out = NULL;
-  int direct = nu == 1 && members[0]->k == kmax;   /* into the leader's buffer */
+  int direct = nu == 1 && members[0]->k == kmax; /* into the leader's buffer */
   if (direct) out = members[0]->out;
   else out = sqlite3_malloc64(at[nu] * (size_t)kmax * sizeof *out);
   if (!out) {
@@ -273,7 +277,7 @@ static void lead(bf_model *m, mqueue *q, req *me, uint64_t deadline) {
   bfx_err guard_err = BFX_ERR_NONE;
   bf_run *run = bfx_guard_acquire_until(deadline, &waited, &guard_err);
   pthread_mutex_lock(&batcher.mu);
-  if (run && batcher.gather > 1) {                 /* test hook: wait for company */
+  if (run && batcher.gather > 1) { /* test hook: wait for company */
     uint64_t until = bf_now_ns() + GATHER_WAIT_NS;
     while (q->npending + 1 < batcher.gather)
       if (timedwait(&me->cv, until) == ETIMEDOUT) break;
@@ -284,9 +288,10 @@ static void lead(bf_model *m, mqueue *q, req *me, uint64_t deadline) {
   me->queue_ns = now - me->t_enq;
   if (!run) {
     if (guard_err.rc == SQLITE_NOMEM) bfx_err_nomem(me->e);
-    else busy_error(me->e, now - me->t_enq);  /* the wait since the call was queued */
+    else busy_error(me->e, now - me->t_enq); /* the wait since the call was queued */
     me->rc = me->e->rc;
-    if (q->head) promote(q); else queue_free_if_idle(q);
+    if (q->head) promote(q);
+    else queue_free_if_idle(q);
     me->state = R_DONE;
     return;
   }
@@ -300,7 +305,8 @@ static void lead(bf_model *m, mqueue *q, req *me, uint64_t deadline) {
     tokens += r->t->n;
     members[n++] = r;
   }
-  if (q->head) promote(q); else queue_free_if_idle(q);
+  if (q->head) promote(q);
+  else queue_free_if_idle(q);
   pthread_mutex_unlock(&batcher.mu);
 
   run_merged(m, run, members, n);
@@ -313,8 +319,8 @@ static void lead(bf_model *m, mqueue *q, req *me, uint64_t deadline) {
   me->state = R_DONE;
 }
 
-int bfx_batch_encode(bf_model *m, const bf_tokens *t, int k, bf_cand *out,
-                     bfx_times *r, bfx_err *e) {
+int bfx_batch_encode(bf_model *m, const bf_tokens *t, int k, bf_cand *out, bfx_times *r,
+                     bfx_err *e) {
   pthread_once(&batcher.once, batcher_init);
   if (!atomic_load(&batcher.on)) return bfx_encode(m, 1, t, k, out, r, e);
   uint64_t t0 = bf_now_ns();
@@ -361,7 +367,8 @@ int bfx_batch_encode(bf_model *m, const bf_tokens *t, int k, bf_cand *out,
   me.t_enq = t0;
   me.state = R_PENDING;
   pthread_cond_init(&me.cv, &batcher.cattr);
-  if (q->tail) q->tail->next = &me; else q->head = &me;
+  if (q->tail) q->tail->next = &me;
+  else q->head = &me;
   q->tail = &me;
   q->npending++;
   batcher.queued++;

@@ -19,11 +19,11 @@
 ** are added to tm (may be NULL), stats counted.  Errors as bfx_encode: a
 ** "bertfill: busy: ..." error when no batch took the call within the busy
 ** timeout. */
-int bfx_batch_encode(bf_model *m, const bf_tokens *t, int k, bf_cand *out,
-                     bfx_times *tm, bfx_err *e);
+int bfx_batch_encode(bf_model *m, const bf_tokens *t, int k, bf_cand *out, bfx_times *tm,
+                     bfx_err *e);
 
-int bfx_batching(void);            /* 1 when on */
+int bfx_batching(void); /* 1 when on */
 void bfx_batching_set(int on);
-int bfx_batch_queued(void);        /* calls waiting in a queue right now */
+int bfx_batch_queued(void); /* calls waiting in a queue right now */
 
 #endif

@@ -18,8 +18,8 @@ SQLITE_EXTENSION_INIT3
 ** An entry is one malloc: the struct, then the ids, then the candidates.
 ** ====================================================================== */
 typedef struct lru_ent {
-  struct lru_ent *prev, *next;   /* recency: lru.head.next is the newest */
-  struct lru_ent *hnext;         /* hash chain */
+  struct lru_ent *prev, *next; /* recency: lru.head.next is the newest */
+  struct lru_ent *hnext;       /* hash chain */
   uint64_t h;
   char fp[17];
   int n, n_masks, k;
@@ -30,18 +30,24 @@ typedef struct lru_ent {
 
 static struct {
   pthread_mutex_t mu;
-  lru_ent head;                  /* sentinel of the recency list */
+  lru_ent head; /* sentinel of the recency list */
   lru_ent **tab;
-  size_t nbuckets;               /* power of two (0 before first use) */
+  size_t nbuckets; /* power of two (0 before first use) */
   long count;
   size_t bytes;
   long max_entries;
   size_t max_bytes;
-} lru = { PTHREAD_MUTEX_INITIALIZER, { &lru.head, &lru.head, 0, 0, "", 0, 0, 0, 0, 0, 0 },
-          0, 0, 0, 0, BFC_DEFAULT_LRU_ENTRIES, BFC_DEFAULT_LRU_BYTES };
+} lru = {PTHREAD_MUTEX_INITIALIZER,
+         {&lru.head, &lru.head, 0, 0, "", 0, 0, 0, 0, 0, 0},
+         0,
+         0,
+         0,
+         0,
+         BFC_DEFAULT_LRU_ENTRIES,
+         BFC_DEFAULT_LRU_BYTES};
 
 static uint64_t key_hash(const char *fp, const int32_t *ids, int n) {
-  uint64_t h = 1469598103934665603ull;                  /* FNV-1a offset */
+  uint64_t h = 1469598103934665603ull; /* FNV-1a offset */
   for (const char *p = fp; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
   for (int i = 0; i < n; i++) {
     h ^= (uint32_t)ids[i];
@@ -62,10 +68,15 @@ static lru_ent **lru_slot(uint64_t h, const char *fp, const int32_t *ids, int n)
   return pp;
 }
 
-static void list_unlink(lru_ent *e) { e->prev->next = e->next; e->next->prev = e->prev; }
+static void list_unlink(lru_ent *e) {
+  e->prev->next = e->next;
+  e->next->prev = e->prev;
+}
 static void list_push_front(lru_ent *e) {
-  e->next = lru.head.next; e->prev = &lru.head;
-  lru.head.next->prev = e; lru.head.next = e;
+  e->next = lru.head.next;
+  e->prev = &lru.head;
+  lru.head.next->prev = e;
+  lru.head.next = e;
 }
 
 static void lru_remove(lru_ent *e) {
@@ -88,7 +99,7 @@ static int lru_grow(void) {
   if (lru.nbuckets && (size_t)lru.count < lru.nbuckets) return 1;
   size_t nb = lru.nbuckets ? lru.nbuckets * 2 : 1024;
   lru_ent **t = calloc(nb, sizeof *t);
-  if (!t) return lru.nbuckets != 0;           /* keep going with long chains */
+  if (!t) return lru.nbuckets != 0; /* keep going with long chains */
   for (size_t i = 0; i < lru.nbuckets; i++) {
     lru_ent *e = lru.tab[i];
     while (e) {
@@ -104,8 +115,8 @@ static int lru_grow(void) {
   return 1;
 }
 
-int bfc_lru_get(const char *fp, const int32_t *ids, int n, int n_masks,
-                int k_need, int *k_have, bf_cand **out) {
+int bfc_lru_get(const char *fp, const int32_t *ids, int n, int n_masks, int k_need, int *k_have,
+                bf_cand **out) {
   uint64_t h = key_hash(fp, ids, n);
   int rc = 0;
   *out = NULL;
@@ -130,8 +141,7 @@ int bfc_lru_get(const char *fp, const int32_t *ids, int n, int n_masks,
   return rc;
 }
 
-void bfc_lru_put(const char *fp, const int32_t *ids, int n, int n_masks,
-                 int k, const bf_cand *c) {
+void bfc_lru_put(const char *fp, const int32_t *ids, int n, int n_masks, int k, const bf_cand *c) {
   size_t nc = (size_t)n_masks * (size_t)k;
   size_t bytes = sizeof(lru_ent) + (size_t)n * sizeof(int32_t) + nc * sizeof(bf_cand);
   if (n < 0 || k < 1 || strlen(fp) > 16) return;
@@ -141,7 +151,7 @@ void bfc_lru_put(const char *fp, const int32_t *ids, int n, int n_masks,
   lru_ent **pp = lru_slot(h, fp, ids, n);
   if (*pp) {
     lru_ent *old = *pp;
-    if (old->k >= k && old->n_masks == n_masks) {   /* already as good */
+    if (old->k >= k && old->n_masks == n_masks) { /* already as good */
       list_unlink(old);
       list_push_front(old);
       goto done;
@@ -154,8 +164,11 @@ void bfc_lru_put(const char *fp, const int32_t *ids, int n, int n_masks,
   memset(e, 0, sizeof *e);
   e->h = h;
   memcpy(e->fp, fp, strlen(fp) + 1);
-  e->n = n; e->n_masks = n_masks; e->k = k; e->bytes = bytes;
-  e->c = (bf_cand *)(e + 1);                 /* candidates first: 8-byte aligned */
+  e->n = n;
+  e->n_masks = n_masks;
+  e->k = k;
+  e->bytes = bytes;
+  e->c = (bf_cand *)(e + 1); /* candidates first: 8-byte aligned */
   e->ids = (int32_t *)(e->c + nc);
   memcpy(e->c, c, nc * sizeof *c);
   memcpy(e->ids, ids, (size_t)n * sizeof *ids);
@@ -224,8 +237,10 @@ static const char *const create_sql =
   "  UNIQUE(model, key))";
 
 static void put_u32(unsigned char *p, uint32_t v) {
-  p[0] = (unsigned char)v; p[1] = (unsigned char)(v >> 8);
-  p[2] = (unsigned char)(v >> 16); p[3] = (unsigned char)(v >> 24);
+  p[0] = (unsigned char)v;
+  p[1] = (unsigned char)(v >> 8);
+  p[2] = (unsigned char)(v >> 16);
+  p[3] = (unsigned char)(v >> 24);
 }
 static uint32_t get_u32(const unsigned char *p) {
   return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
@@ -234,34 +249,39 @@ static uint32_t get_u32(const unsigned char *p) {
 /* ids as 4-byte little-endian integers (sqlite3_malloc'ed). */
 static unsigned char *encode_key(const int32_t *ids, int n) {
   unsigned char *k = sqlite3_malloc64((size_t)n * 4 + 1);
-  if (k) for (int i = 0; i < n; i++) put_u32(k + 4 * (size_t)i, (uint32_t)ids[i]);
+  if (k)
+    for (int i = 0; i < n; i++) put_u32(k + 4 * (size_t)i, (uint32_t)ids[i]);
   return k;
 }
 
 static int table_exists(sqlite3 *db) {
   sqlite3_stmt *st = NULL;
   int yes = 0;
-  if (sqlite3_prepare_v2(db, "SELECT 1 FROM main.sqlite_schema WHERE type='table' AND name='"
-                         BFC_TABLE "'", -1, &st, NULL) == SQLITE_OK)
+  if (sqlite3_prepare_v2(db,
+                         "SELECT 1 FROM main.sqlite_schema WHERE type='table' AND name='" BFC_TABLE
+                         "'",
+                         -1, &st, NULL) == SQLITE_OK)
     yes = sqlite3_step(st) == SQLITE_ROW;
   sqlite3_finalize(st);
   return yes;
 }
 
-int bfc_table_get(sqlite3 *db, const char *fp, const int32_t *ids, int n,
-                  int n_masks, int k_need, int vocab, int *k_have,
-                  bf_cand **out) {
+int bfc_table_get(sqlite3 *db, const char *fp, const int32_t *ids, int n, int n_masks, int k_need,
+                  int vocab, int *k_have, bf_cand **out) {
   sqlite3_stmt *st = NULL;
   int rc = 0;
   *out = NULL;
   /* A missing table fails to prepare: that is a miss. */
-  if (sqlite3_prepare_v2(db, "SELECT k, result FROM main." BFC_TABLE
-                         " WHERE model=?1 AND key=?2", -1, &st, NULL) != SQLITE_OK) {
+  if (sqlite3_prepare_v2(db, "SELECT k, result FROM main." BFC_TABLE " WHERE model=?1 AND key=?2",
+                         -1, &st, NULL) != SQLITE_OK) {
     sqlite3_finalize(st);
     return sqlite3_errcode(db) == SQLITE_NOMEM ? -1 : 0;
   }
   unsigned char *key = encode_key(ids, n);
-  if (!key) { sqlite3_finalize(st); return -1; }
+  if (!key) {
+    sqlite3_finalize(st);
+    return -1;
+  }
   sqlite3_bind_text(st, 1, fp, -1, SQLITE_STATIC);
   sqlite3_bind_blob(st, 2, key, n * 4, SQLITE_STATIC);
   if (sqlite3_step(st) == SQLITE_ROW) {
@@ -285,8 +305,11 @@ int bfc_table_get(sqlite3 *db, const char *fp, const int32_t *ids, int n,
           c[i].prob = p;
           if ((int64_t)id >= vocab || !(p >= 0.0f && p <= 1.0f)) good = 0;
         }
-        if (good) { *out = c; *k_have = (int)k; rc = 1; }
-        else sqlite3_free(c);
+        if (good) {
+          *out = c;
+          *k_have = (int)k;
+          rc = 1;
+        } else sqlite3_free(c);
       }
     }
   }
@@ -320,7 +343,10 @@ static int write_row(sqlite3 *db, const char *fp, const unsigned char *key, int 
     rc = sqlite3_exec(db, create_sql, NULL, NULL, NULL);
     if (rc != SQLITE_OK) return rc;
     rc = sqlite3_prepare_v2(db, ins, -1, &st, NULL);
-    if (rc != SQLITE_OK) { sqlite3_finalize(st); return rc; }
+    if (rc != SQLITE_OK) {
+      sqlite3_finalize(st);
+      return rc;
+    }
   }
   sqlite3_bind_text(st, 1, fp, -1, SQLITE_STATIC);
   sqlite3_bind_blob(st, 2, key, keylen, SQLITE_STATIC);
@@ -332,10 +358,9 @@ static int write_row(sqlite3 *db, const char *fp, const unsigned char *key, int 
   return rc == SQLITE_DONE ? SQLITE_OK : rc;
 }
 
-int bfc_table_put(sqlite3 *db, const char *fp, const int32_t *ids, int n,
-                  int n_masks, int k, const bf_cand *c, int64_t limit,
-                  int64_t *writes_since_trim) {
-  if (sqlite3_db_readonly(db, "main") != 0) return 0;   /* read-only file or connection */
+int bfc_table_put(sqlite3 *db, const char *fp, const int32_t *ids, int n, int n_masks, int k,
+                  const bf_cand *c, int64_t limit, int64_t *writes_since_trim) {
+  if (sqlite3_db_readonly(db, "main") != 0) return 0; /* read-only file or connection */
   size_t nc = (size_t)n_masks * (size_t)k;
   size_t vallen = 12 + nc * 8;
   if (vallen > 0x7fffffff || (size_t)n * 4 > 0x7fffffff) return 0;
@@ -406,8 +431,10 @@ int bfc_table_trim(sqlite3 *db, int64_t limit) {
   sqlite3_stmt *st = NULL;
   if (limit < 1) limit = 1;
   int rc = sqlite3_prepare_v2(db,
-      "DELETE FROM main." BFC_TABLE " WHERE id < (SELECT id FROM main." BFC_TABLE
-      " ORDER BY id DESC LIMIT 1 OFFSET ?1)", -1, &st, NULL);
+                              "DELETE FROM main." BFC_TABLE
+                              " WHERE id < (SELECT id FROM main." BFC_TABLE
+                              " ORDER BY id DESC LIMIT 1 OFFSET ?1)",
+                              -1, &st, NULL);
   if (rc == SQLITE_OK) {
     sqlite3_bind_int64(st, 1, limit - 1);
     rc = sqlite3_step(st);
@@ -424,7 +451,10 @@ int bfc_table_clear(sqlite3 *db, int64_t *deleted, char **err) {
   int rc = sqlite3_prepare_v2(db, "DELETE FROM main." BFC_TABLE, -1, &st, NULL);
   if (rc == SQLITE_OK) {
     rc = sqlite3_step(st);
-    if (rc == SQLITE_DONE) { rc = SQLITE_OK; *deleted = sqlite3_changes(db); }
+    if (rc == SQLITE_DONE) {
+      rc = SQLITE_OK;
+      *deleted = sqlite3_changes(db);
+    }
   }
   if (rc != SQLITE_OK) *err = sqlite3_mprintf("%s", sqlite3_errmsg(db));
   sqlite3_finalize(st);

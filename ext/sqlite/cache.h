@@ -43,7 +43,7 @@
 #include "bertfill.h"
 
 #define BFC_TABLE "bertfill_cache"
-#define BFC_DEFAULT_TABLE_LIMIT 100000   /* rows */
+#define BFC_DEFAULT_TABLE_LIMIT 100000 /* rows */
 #define BFC_DEFAULT_LRU_ENTRIES 10000
 #define BFC_DEFAULT_LRU_BYTES (64u << 20)
 #define BFC_BUSY_BUDGET_MS 10
@@ -52,30 +52,27 @@
 /* Look up (fp, ids[0..n)) holding n_masks masks and at least k_need
 ** candidates per mask.  Returns 1 on a hit with *out = sqlite3_malloc'ed
 ** copy of n_masks * (*k_have) candidates, 0 on a miss, -1 out of memory. */
-int bfc_lru_get(const char *fp, const int32_t *ids, int n, int n_masks,
-                int k_need, int *k_have, bf_cand **out);
+int bfc_lru_get(const char *fp, const int32_t *ids, int n, int n_masks, int k_need, int *k_have,
+                bf_cand **out);
 /* Store (or widen) an entry.  Silently does nothing when out of memory or
 ** when the entry alone is larger than the byte bound. */
-void bfc_lru_put(const char *fp, const int32_t *ids, int n, int n_masks,
-                 int k, const bf_cand *c);
-long bfc_lru_clear(void);                 /* returns entries dropped */
-void bfc_lru_set_max_entries(long n);     /* n <= 0: default */
+void bfc_lru_put(const char *fp, const int32_t *ids, int n, int n_masks, int k, const bf_cand *c);
+long bfc_lru_clear(void);             /* returns entries dropped */
+void bfc_lru_set_max_entries(long n); /* n <= 0: default */
 long bfc_lru_max_entries(void);
-void bfc_lru_set_max_bytes(size_t n);     /* n == 0: default (no SQL function sets it) */
+void bfc_lru_set_max_bytes(size_t n); /* n == 0: default (no SQL function sets it) */
 size_t bfc_lru_max_bytes(void);
 void bfc_lru_usage(long *entries, size_t *bytes);
 
 /* ---- cache table of one database ---- */
 /* Same contract as bfc_lru_get, reading main.bertfill_cache (a missing
 ** table, a malformed row or any read error is a miss). */
-int bfc_table_get(sqlite3 *db, const char *fp, const int32_t *ids, int n,
-                  int n_masks, int k_need, int vocab, int *k_have,
-                  bf_cand **out);
+int bfc_table_get(sqlite3 *db, const char *fp, const int32_t *ids, int n, int n_masks, int k_need,
+                  int vocab, int *k_have, bf_cand **out);
 /* Write an entry (replacing the one with the same key) and evict the oldest
 ** rows beyond limit now and then.  Returns 1 when written, 0 when skipped. */
-int bfc_table_put(sqlite3 *db, const char *fp, const int32_t *ids, int n,
-                  int n_masks, int k, const bf_cand *c, int64_t limit,
-                  int64_t *writes_since_trim);
+int bfc_table_put(sqlite3 *db, const char *fp, const int32_t *ids, int n, int n_masks, int k,
+                  const bf_cand *c, int64_t limit, int64_t *writes_since_trim);
 /* Group many writes into one transaction (one commit, one fsync instead of
 ** one per row) when the connection is in autocommit mode and runs no write
 ** statement: creates the table if needed and opens a savepoint.  Returns 1

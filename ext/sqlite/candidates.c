@@ -56,13 +56,13 @@ typedef struct cand_vtab {
 
 typedef struct cand_cursor {
   sqlite3_vtab_cursor base;
-  bf_model *m;              /* retained for the life of the results */
-  char *text;               /* copy of the input (sqlite3_malloc) */
-  int n;                    /* its length in bytes */
-  int k;                    /* rows per mask */
+  bf_model *m; /* retained for the life of the results */
+  char *text;  /* copy of the input (sqlite3_malloc) */
+  int n;       /* its length in bytes */
+  int k;       /* rows per mask */
   int n_masks;
-  int *off;                 /* byte offset of each "[MASK]" in text */
-  bfx_result res;           /* candidates: res.c[mask * res.k + rank] */
+  int *off;       /* byte offset of each "[MASK]" in text */
+  bfx_result res; /* candidates: res.c[mask * res.k + rank] */
   sqlite3_int64 row, nrows;
 } cand_cursor;
 
@@ -71,9 +71,9 @@ static int cand_connect(sqlite3 *db, void *aux, int argc, const char *const *arg
   (void)argc;
   (void)argv;
   (void)pzErr;
-  int rc = sqlite3_declare_vtab(db,
-      "CREATE TABLE x(mask INTEGER, rank INTEGER, token TEXT, token_id INTEGER, "
-      "score REAL, sequence TEXT, text HIDDEN, k HIDDEN)");
+  int rc = sqlite3_declare_vtab(db, "CREATE TABLE x(mask INTEGER, rank INTEGER, token TEXT, "
+                                    "token_id INTEGER, "
+                                    "score REAL, sequence TEXT, text HIDDEN, k HIDDEN)");
   if (rc != SQLITE_OK) return rc;
   cand_vtab *v = sqlite3_malloc(sizeof *v);
   if (!v) return SQLITE_NOMEM;
@@ -130,9 +130,10 @@ static int cand_best_index(sqlite3_vtab *pVtab, sqlite3_index_info *info) {
   for (int i = 0; i < info->nConstraint; i++) {
     const struct sqlite3_index_constraint *cs = &info->aConstraint[i];
     if (cs->iColumn != COL_TEXT && cs->iColumn != COL_K) continue;
-    if (cs->op != SQLITE_INDEX_CONSTRAINT_EQ) continue;   /* checked by SQLite on our rows */
+    if (cs->op != SQLITE_INDEX_CONSTRAINT_EQ) continue; /* checked by SQLite on our rows */
     if (!cs->usable) {
-      if (cs->iColumn == COL_TEXT) text_unusable = 1; else k_unusable = 1;
+      if (cs->iColumn == COL_TEXT) text_unusable = 1;
+      else k_unusable = 1;
       continue;
     }
     if (cs->iColumn == COL_TEXT && text_i < 0) text_i = i;
@@ -172,8 +173,8 @@ static int cand_best_index(sqlite3_vtab *pVtab, sqlite3_index_info *info) {
   return SQLITE_OK;
 }
 
-static int cand_filter(sqlite3_vtab_cursor *cursor, int idxNum, const char *idxStr,
-                       int argc, sqlite3_value **argv) {
+static int cand_filter(sqlite3_vtab_cursor *cursor, int idxNum, const char *idxStr, int argc,
+                       sqlite3_value **argv) {
   (void)idxStr;
   cand_cursor *cur = (cand_cursor *)cursor;
   sqlite3_vtab *vt = cursor->pVtab;
@@ -202,12 +203,12 @@ static int cand_filter(sqlite3_vtab_cursor *cursor, int idxNum, const char *idxS
   const char *s;
   int n;
   int a = bfx_arg_text(argv[0], &s, &n);
-  if (a == 0) return SQLITE_OK;            /* NULL text: no rows */
+  if (a == 0) return SQLITE_OK; /* NULL text: no rows */
   if (a < 0) return SQLITE_NOMEM;
 
   uint64_t t0 = bf_now_ns(), tok_ns = 0;
   bf_stats_add(BF_CT_CALLS, 1);
-  bf_tokens t = { 0 };
+  bf_tokens t = {0};
   int rc = SQLITE_OK, traced = 0;
   bf_model *m = bfx_conn_model(c, &e);
   if (!m) {
@@ -231,7 +232,7 @@ static int cand_filter(sqlite3_vtab_cursor *cursor, int idxNum, const char *idxS
   memcpy(cur->text, s, (size_t)n);
   cur->text[n] = 0;
   cur->n = n;
-  if (t.n_masks == 0) goto done;           /* nothing to fill: no rows */
+  if (t.n_masks == 0) goto done; /* nothing to fill: no rows */
   int literal = bfx_mask_offsets(s, n, cur->off, t.n_masks);
   if (literal != t.n_masks) {
     bfx_errf(&e, SQLITE_ERROR, BF_CT_ERR_INPUT,

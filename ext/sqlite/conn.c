@@ -11,7 +11,7 @@ SQLITE_EXTENSION_INIT3
 #include "models.h"
 #include "util.h"
 
-static const char *const cache_modes[] = { "off", "memory", "on" };  /* by BFX_CACHE_* */
+static const char *const cache_modes[] = {"off", "memory", "on"}; /* by BFX_CACHE_* */
 
 int bfx_cache_mode_parse(const char *s) {
   for (int m = 0; s && m < 3; m++)

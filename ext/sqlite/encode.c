@@ -11,8 +11,8 @@ SQLITE_EXTENSION_INIT3
 #include "guard.h"
 #include "stats.h"
 
-int bfx_encode(bf_model *m, int nseq, const bf_tokens *seqs, int k, bf_cand *out,
-               bfx_times *tm, bfx_err *e) {
+int bfx_encode(bf_model *m, int nseq, const bf_tokens *seqs, int k, bf_cand *out, bfx_times *tm,
+               bfx_err *e) {
   uint64_t waited = 0;
   bf_run *run = bfx_guard_acquire(&waited, e);
   bf_stats_time(BF_ST_QUEUE, waited);
@@ -23,8 +23,8 @@ int bfx_encode(bf_model *m, int nseq, const bf_tokens *seqs, int k, bf_cand *out
   return rc;
 }
 
-int bfx_encode_on(bf_model *m, bf_run *run, int nseq, const bf_tokens *seqs, int k,
-                  bf_cand *out, bfx_times *tm, bfx_err *e) {
+int bfx_encode_on(bf_model *m, bf_run *run, int nseq, const bf_tokens *seqs, int k, bf_cand *out,
+                  bfx_times *tm, bfx_err *e) {
   char msg[256] = "";
   int rc = bf_fill(m, run, nseq, seqs, k, out, msg, sizeof msg);
   if (rc != BF_OK) {
@@ -34,10 +34,13 @@ int bfx_encode_on(bf_model *m, bf_run *run, int nseq, const bf_tokens *seqs, int
   const bf_timings *t = bf_run_timings(run);
   uint64_t enc = t->embed_ns + t->encode_ns + t->head_ns, topk = t->topk_ns;
   int tokens = t->tokens, masks = t->masks;
-  if (tokens <= 0 || masks <= 0) {          /* count from the input when the engine does not */
+  if (tokens <= 0 || masks <= 0) { /* count from the input when the engine does not */
     tokens = masks = 0;
     for (int i = 0; i < nseq; i++)
-      if (seqs[i].n_masks > 0) { tokens += seqs[i].n; masks += seqs[i].n_masks; }
+      if (seqs[i].n_masks > 0) {
+        tokens += seqs[i].n;
+        masks += seqs[i].n_masks;
+      }
   }
   bf_stats_add(BF_CT_ENCODER_RUNS, 1);
   if (nseq > 1) bf_stats_add(BF_CT_BATCHES, 1);
@@ -47,6 +50,9 @@ int bfx_encode_on(bf_model *m, bf_run *run, int nseq, const bf_tokens *seqs, int
   bf_stats_batch(nseq);
   bf_stats_time(BF_ST_ENCODE, enc);
   bf_stats_time(BF_ST_TOPK, topk);
-  if (tm) { tm->encode_ns += enc; tm->topk_ns += topk; }
+  if (tm) {
+    tm->encode_ns += enc;
+    tm->topk_ns += topk;
+  }
   return SQLITE_OK;
 }

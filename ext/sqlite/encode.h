@@ -12,8 +12,8 @@
 
 /* Where the time of one call went, in nanoseconds, added up on the way. */
 typedef struct bfx_times {
-  uint64_t queue_ns;        /* waiting for an encoder slot or a batch */
-  uint64_t encode_ns;       /* embeddings, encoder layers, MLM head */
+  uint64_t queue_ns;  /* waiting for an encoder slot or a batch */
+  uint64_t encode_ns; /* embeddings, encoder layers, MLM head */
   uint64_t topk_ns;
   uint64_t cache_read_ns, cache_write_ns;
 } bfx_times;
@@ -21,10 +21,10 @@ typedef struct bfx_times {
 /* Run the encoder once over nseq sequences, taking an encoder slot first
 ** (waiting at most the busy timeout): out gets k candidates per mask (see
 ** bf_fill).  Times are added to tm (may be NULL); stats are counted. */
-int bfx_encode(bf_model *m, int nseq, const bf_tokens *seqs, int k, bf_cand *out,
-               bfx_times *tm, bfx_err *e);
+int bfx_encode(bf_model *m, int nseq, const bf_tokens *seqs, int k, bf_cand *out, bfx_times *tm,
+               bfx_err *e);
 /* The same on a run the caller holds (no slot taken or given back). */
-int bfx_encode_on(bf_model *m, bf_run *run, int nseq, const bf_tokens *seqs, int k,
-                  bf_cand *out, bfx_times *tm, bfx_err *e);
+int bfx_encode_on(bf_model *m, bf_run *run, int nseq, const bf_tokens *seqs, int k, bf_cand *out,
+                  bfx_times *tm, bfx_err *e);
 
 #endif

@@ -120,83 +120,82 @@ SQLITE_EXTENSION_INIT3
 
 /* What a registration gets as its user data (a module: its client data). */
 enum user_data {
-  NO_DATA,                  /* NULL */
-  CONN,                     /* the connection's bfx_conn, one reference each */
-  TRACE_STATE               /* the connection's trace state (trace.c) */
+  NO_DATA,    /* NULL */
+  CONN,       /* the connection's bfx_conn, one reference each */
+  TRACE_STATE /* the connection's trace state (trace.c) */
 };
 
 #define DIRECT SQLITE_DIRECTONLY
 
 typedef struct sql_function {
   const char *name;
-  int n_arg;                /* -1: any number */
-  int flags;                /* besides SQLITE_UTF8 */
-  void (*xFunc)(sqlite3_context *, int, sqlite3_value **);  /* scalar */
-  void (*xStep)(sqlite3_context *, int, sqlite3_value **);  /* aggregate */
+  int n_arg;                                               /* -1: any number */
+  int flags;                                               /* besides SQLITE_UTF8 */
+  void (*xFunc)(sqlite3_context *, int, sqlite3_value **); /* scalar */
+  void (*xStep)(sqlite3_context *, int, sqlite3_value **); /* aggregate */
   void (*xFinal)(sqlite3_context *);
   enum user_data data;
-  const char *why;          /* why these flags */
+  const char *why; /* why these flags */
 } sql_function;
 
 #define SETTING "changes a process-wide setting"
 
 static const sql_function functions[] = {
-  { "bert_fill", 1, DIRECT, bfx_fn_fill, 0, 0, CONN,
-    "loads a model (reads files) on first use; writes the bertfill_cache table" },
-  { "bert_prefill", 1, DIRECT, 0, bfx_prefill_step, bfx_prefill_final, CONN,
-    "reads model files, writes the bertfill_cache table" },
-  { "bert_tokenize", 1, DIRECT, bfx_fn_tokenize, 0, 0, CONN,
-    "loads the model's files on first use" },
-  { "bert_load", 1, DIRECT, bfx_fn_load, 0, 0, CONN, "reads any directory it is given" },
-  { "bert_debug", 0, DIRECT, bfx_fn_debug, 0, 0, CONN,
-    "reveals file paths and the environment; hashes the weight file" },
-  { "bert_cache", 0, DIRECT, bfx_fn_cache, 0, 0, CONN, "as bert_cache(mode)" },
-  { "bert_cache", 1, DIRECT, bfx_fn_cache, 0, 0, CONN,
-    "'clear' deletes rows; changes the connection's cache mode" },
-  { "bert_cache_limit", 0, DIRECT, bfx_fn_cache_limit, 0, 0, CONN, "as bert_cache_limit(n)" },
-  { "bert_cache_limit", 1, DIRECT, bfx_fn_cache_limit, 0, 0, CONN,
-    "deletes rows beyond the new bound" },
-  { "bert_cache_lru", 0, DIRECT, bfx_fn_cache_lru, 0, 0, CONN, "as bert_cache_lru(n)" },
-  { "bert_cache_lru", 1, DIRECT, bfx_fn_cache_lru, 0, 0, CONN, SETTING },
-  { "bert_threads", 0, DIRECT, bfx_fn_threads, 0, 0, CONN, "as bert_threads(n)" },
-  { "bert_threads", 1, DIRECT, bfx_fn_threads, 0, 0, CONN, SETTING },
-  { "bert_max_concurrent", 0, DIRECT, bfx_fn_max_concurrent, 0, 0, CONN,
-    "as bert_max_concurrent(n)" },
-  { "bert_max_concurrent", 1, DIRECT, bfx_fn_max_concurrent, 0, 0, CONN, SETTING },
-  { "bert_busy_timeout", 0, DIRECT, bfx_fn_busy_timeout, 0, 0, CONN, "as bert_busy_timeout(n)" },
-  { "bert_busy_timeout", 1, DIRECT, bfx_fn_busy_timeout, 0, 0, CONN, SETTING },
-  { "bert_batching", 0, DIRECT, bfx_fn_batching, 0, 0, CONN, "as bert_batching(n)" },
-  { "bert_batching", 1, DIRECT, bfx_fn_batching, 0, 0, CONN, SETTING },
-  { "bert_stats", 0, 0, bfx_fn_stats, 0, 0, NO_DATA,
-    "no side effects, reads no file or table: views and triggers of a trusted schema may use "
-    "it; not INNOCUOUS: it shows the activity of every connection of the process (timings, "
-    "cache hits of other users' queries), so with PRAGMA trusted_schema=OFF an untrusted "
-    "schema cannot read it" },
-  { "bert_stats_reset", 0, DIRECT, bfx_fn_stats_reset, 0, 0, NO_DATA,
-    "erases the statistics every connection sees (a process-wide side effect)" },
-  { "bert_trace", -1, DIRECT, bfx_fn_trace, 0, 0, TRACE_STATE,
-    "creates and writes the bertfill_trace table (any number of arguments, checked by the "
-    "function, so that one registration owns the connection's trace state)" },
+  {"bert_fill", 1, DIRECT, bfx_fn_fill, 0, 0, CONN,
+   "loads a model (reads files) on first use; writes the bertfill_cache table"},
+  {"bert_prefill", 1, DIRECT, 0, bfx_prefill_step, bfx_prefill_final, CONN,
+   "reads model files, writes the bertfill_cache table"},
+  {"bert_tokenize", 1, DIRECT, bfx_fn_tokenize, 0, 0, CONN, "loads the model's files on first use"},
+  {"bert_load", 1, DIRECT, bfx_fn_load, 0, 0, CONN, "reads any directory it is given"},
+  {"bert_debug", 0, DIRECT, bfx_fn_debug, 0, 0, CONN,
+   "reveals file paths and the environment; hashes the weight file"},
+  {"bert_cache", 0, DIRECT, bfx_fn_cache, 0, 0, CONN, "as bert_cache(mode)"},
+  {"bert_cache", 1, DIRECT, bfx_fn_cache, 0, 0, CONN,
+   "'clear' deletes rows; changes the connection's cache mode"},
+  {"bert_cache_limit", 0, DIRECT, bfx_fn_cache_limit, 0, 0, CONN, "as bert_cache_limit(n)"},
+  {"bert_cache_limit", 1, DIRECT, bfx_fn_cache_limit, 0, 0, CONN,
+   "deletes rows beyond the new bound"},
+  {"bert_cache_lru", 0, DIRECT, bfx_fn_cache_lru, 0, 0, CONN, "as bert_cache_lru(n)"},
+  {"bert_cache_lru", 1, DIRECT, bfx_fn_cache_lru, 0, 0, CONN, SETTING},
+  {"bert_threads", 0, DIRECT, bfx_fn_threads, 0, 0, CONN, "as bert_threads(n)"},
+  {"bert_threads", 1, DIRECT, bfx_fn_threads, 0, 0, CONN, SETTING},
+  {"bert_max_concurrent", 0, DIRECT, bfx_fn_max_concurrent, 0, 0, CONN,
+   "as bert_max_concurrent(n)"},
+  {"bert_max_concurrent", 1, DIRECT, bfx_fn_max_concurrent, 0, 0, CONN, SETTING},
+  {"bert_busy_timeout", 0, DIRECT, bfx_fn_busy_timeout, 0, 0, CONN, "as bert_busy_timeout(n)"},
+  {"bert_busy_timeout", 1, DIRECT, bfx_fn_busy_timeout, 0, 0, CONN, SETTING},
+  {"bert_batching", 0, DIRECT, bfx_fn_batching, 0, 0, CONN, "as bert_batching(n)"},
+  {"bert_batching", 1, DIRECT, bfx_fn_batching, 0, 0, CONN, SETTING},
+  {"bert_stats", 0, 0, bfx_fn_stats, 0, 0, NO_DATA,
+   "no side effects, reads no file or table: views and triggers of a trusted schema may use "
+   "it; not INNOCUOUS: it shows the activity of every connection of the process (timings, "
+   "cache hits of other users' queries), so with PRAGMA trusted_schema=OFF an untrusted "
+   "schema cannot read it"},
+  {"bert_stats_reset", 0, DIRECT, bfx_fn_stats_reset, 0, 0, NO_DATA,
+   "erases the statistics every connection sees (a process-wide side effect)"},
+  {"bert_trace", -1, DIRECT, bfx_fn_trace, 0, 0, TRACE_STATE,
+   "creates and writes the bertfill_trace table (any number of arguments, checked by the "
+   "function, so that one registration owns the connection's trace state)"},
 };
 
 typedef struct sql_module {
   const char *name;
   const sqlite3_module *module;
   enum user_data data;
-  const char *flags_why;    /* a module's flags are set by its xConnect */
+  const char *flags_why; /* a module's flags are set by its xConnect */
 } sql_module;
 
 static const sql_module modules[] = {
-  { "fill_candidates", &bfx_candidates_module, CONN,
-    "DIRECTONLY (sqlite3_vtab_config in xConnect): as bert_fill" },
-  { "bertfill_stats", &bfx_stats_module, NO_DATA, "none: as bert_stats" },
+  {"fill_candidates", &bfx_candidates_module, CONN,
+   "DIRECTONLY (sqlite3_vtab_config in xConnect): as bert_fill"},
+  {"bertfill_stats", &bfx_stats_module, NO_DATA, "none: as bert_stats"},
 };
 
 /* The user data for a registration, with its destructor (which SQLite
 ** calls when the registration is dropped, or at once if it fails); NULL
 ** data and *nomem = 1 when out of memory. */
-static void *user_data(enum user_data kind, bfx_conn *c, sqlite3 *db,
-                       void (**destroy)(void *), int *nomem) {
+static void *user_data(enum user_data kind, bfx_conn *c, sqlite3 *db, void (**destroy)(void *),
+                       int *nomem) {
   *destroy = NULL;
   *nomem = 0;
   switch (kind) {
@@ -220,8 +219,8 @@ static int register_function(sqlite3 *db, bfx_conn *c, const sql_function *f) {
   int nomem;
   void *data = user_data(f->data, c, db, &destroy, &nomem);
   if (nomem) return SQLITE_NOMEM;
-  return sqlite3_create_function_v2(db, f->name, f->n_arg, SQLITE_UTF8 | f->flags, data,
-                                    f->xFunc, f->xStep, f->xFinal, destroy);
+  return sqlite3_create_function_v2(db, f->name, f->n_arg, SQLITE_UTF8 | f->flags, data, f->xFunc,
+                                    f->xStep, f->xFinal, destroy);
 }
 
 static int register_module(sqlite3 *db, bfx_conn *c, const sql_module *m) {
@@ -232,12 +231,12 @@ static int register_module(sqlite3 *db, bfx_conn *c, const sql_module *m) {
   return sqlite3_create_module_v2(db, m->name, m->module, data, destroy);
 }
 
-#define COUNT(a) (sizeof (a) / sizeof (a)[0])
+#define COUNT(a) (sizeof(a) / sizeof(a)[0])
 
 #ifdef _WIN32
 __declspec(dllexport)
 #endif
-int sqlite3_bertfill_init(sqlite3 *db, char **pzErrMsg, const sqlite3_api_routines *pApi) {
+  int sqlite3_bertfill_init(sqlite3 *db, char **pzErrMsg, const sqlite3_api_routines *pApi) {
   /* SQLITE_EXTENSION_INIT2(pApi), but written only when it changes: every
   ** connection passes the same routines, and other threads may be calling
   ** bertfill functions (reading sqlite3_api) while this one loads it. */
@@ -248,7 +247,7 @@ int sqlite3_bertfill_init(sqlite3 *db, char **pzErrMsg, const sqlite3_api_routin
     return SQLITE_ERROR;
   }
   bfx_pin_library();
-  bfx_conn *c = bfx_conn_new(db);         /* this function's reference, dropped at the end */
+  bfx_conn *c = bfx_conn_new(db); /* this function's reference, dropped at the end */
   if (!c) return SQLITE_NOMEM;
 
   int rc = SQLITE_OK;
@@ -256,10 +255,10 @@ int sqlite3_bertfill_init(sqlite3 *db, char **pzErrMsg, const sqlite3_api_routin
     rc = register_function(db, c, &functions[i]);
     if (rc != SQLITE_OK && pzErrMsg)
       *pzErrMsg = functions[i].n_arg < 0
-          ? sqlite3_mprintf("bertfill: cannot register %s(...): %s", functions[i].name,
-                            sqlite3_errstr(rc))
-          : sqlite3_mprintf("bertfill: cannot register %s(%d): %s", functions[i].name,
-                            functions[i].n_arg, sqlite3_errstr(rc));
+                    ? sqlite3_mprintf("bertfill: cannot register %s(...): %s", functions[i].name,
+                                      sqlite3_errstr(rc))
+                    : sqlite3_mprintf("bertfill: cannot register %s(%d): %s", functions[i].name,
+                                      functions[i].n_arg, sqlite3_errstr(rc));
   }
   for (size_t i = 0; i < COUNT(modules) && rc == SQLITE_OK; i++) {
     rc = register_module(db, c, &modules[i]);

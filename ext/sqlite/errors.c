@@ -28,7 +28,8 @@ void bfx_err_engine(bfx_err *e, const char *fname, int rc, const char *msg) {
     case BF_ERR_NOMEM: bfx_err_nomem(e); return;
     case BF_ERR_INPUT: kind = BF_CT_ERR_INPUT; break;
     case BF_ERR_TOOLONG: kind = BF_CT_ERR_TOOLONG; break;
-    case BF_ERR_MODEL: case BF_ERR_IO: kind = BF_CT_ERR_MODEL; break;
+    case BF_ERR_MODEL:
+    case BF_ERR_IO: kind = BF_CT_ERR_MODEL; break;
     default: kind = BF_CT_ERR_OTHER; break;
   }
   bfx_errf(e, SQLITE_ERROR, kind, "%s: %s", fname, msg);

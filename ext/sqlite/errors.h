@@ -9,15 +9,16 @@
 #include "sqlite3ext.h"
 
 typedef struct bfx_err {
-  int rc;                   /* SQLITE_OK, SQLITE_ERROR or SQLITE_NOMEM */
-  int kind;                 /* bf_counter to count when reported, or -1 */
+  int rc;   /* SQLITE_OK, SQLITE_ERROR or SQLITE_NOMEM */
+  int kind; /* bf_counter to count when reported, or -1 */
   char msg[512];
 } bfx_err;
 
-#define BFX_ERR_NONE { 0, -1, "" }
+#define BFX_ERR_NONE \
+  { 0, -1, "" }
 
 void bfx_errf(bfx_err *e, int rc, int kind, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
+  __attribute__((format(printf, 4, 5)));
 /* SQLITE_NOMEM, "out of memory" (counted as err_nomem). */
 void bfx_err_nomem(bfx_err *e);
 /* An engine return code (BF_ERR_*) and its message, prefixed "fname: ". */

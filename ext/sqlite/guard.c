@@ -30,11 +30,11 @@ static struct {
   pthread_once_t once;
   pthread_mutex_t mu;
   pthread_cond_t cv;
-  int max;                  /* as set; 0: automatic (see eff_max) */
+  int max; /* as set; 0: automatic (see eff_max) */
   int in_flight, timeout_ms;
   bf_run **pool;
   int npool, cap;
-} guard = { .once = PTHREAD_ONCE_INIT, .mu = PTHREAD_MUTEX_INITIALIZER };
+} guard = {.once = PTHREAD_ONCE_INIT, .mu = PTHREAD_MUTEX_INITIALIZER};
 
 static void guard_init(void) {
   pthread_condattr_t a;
@@ -45,7 +45,7 @@ static void guard_init(void) {
   guard.max = (int)bf_env_int("BERTFILL_MAX_CONCURRENT", 0, BFX_MAX_CONCURRENT_MAX, 0);
   guard.timeout_ms = (int)bf_env_int("BERTFILL_BUSY_TIMEOUT_MS", 0, BFX_BUSY_TIMEOUT_MAX_MS,
                                      BFX_DEFAULT_BUSY_TIMEOUT_MS);
-  bf_blas_init(NULL, 0);   /* the automatic bound needs the thread count (0 if no BLAS) */
+  bf_blas_init(NULL, 0); /* the automatic bound needs the thread count (0 if no BLAS) */
 }
 
 /* The guard's mutex, initialising the guard on first use. */
@@ -59,7 +59,7 @@ static void guard_unlock(void) { pthread_mutex_unlock(&guard.mu); }
 static int eff_max(void) {
   if (guard.max > 0) return guard.max;
   int cores = bf_ncores(), th = bf_blas_threads();
-  if (th <= 0 || th > cores) th = cores;   /* before OpenBLAS is loaded: one per core */
+  if (th <= 0 || th > cores) th = cores; /* before OpenBLAS is loaded: one per core */
   int n = cores / th;
   return n > 0 ? n : 1;
 }
@@ -89,8 +89,8 @@ bf_run *bfx_guard_acquire_until(uint64_t deadline_ns, uint64_t *waited_ns, bfx_e
   uint64_t t0 = bf_now_ns();
   guard_lock();
   if (guard.in_flight >= eff_max()) {
-    struct timespec ts = { (time_t)(deadline_ns / 1000000000ull),
-                           (long)(deadline_ns % 1000000000ull) };
+    struct timespec ts = {(time_t)(deadline_ns / 1000000000ull),
+                          (long)(deadline_ns % 1000000000ull)};
     while (guard.in_flight >= eff_max()) {
       int rc = pthread_cond_timedwait(&guard.cv, &guard.mu, &ts);
       if (rc == ETIMEDOUT && guard.in_flight >= eff_max()) {
@@ -139,9 +139,15 @@ void bfx_guard_release(bf_run *r) {
     if (guard.npool == guard.cap) {
       int cap = guard.cap ? 2 * guard.cap : 8;
       bf_run **p = realloc(guard.pool, (size_t)cap * sizeof *p);
-      if (p) { guard.pool = p; guard.cap = cap; }
+      if (p) {
+        guard.pool = p;
+        guard.cap = cap;
+      }
     }
-    if (guard.npool < guard.cap) { guard.pool[guard.npool++] = r; r = NULL; }
+    if (guard.npool < guard.cap) {
+      guard.pool[guard.npool++] = r;
+      r = NULL;
+    }
   }
   pthread_cond_signal(&guard.cv);
   pthread_mutex_unlock(&guard.mu);

@@ -27,9 +27,9 @@ uint64_t bfx_guard_deadline_ns(uint64_t from_ns);
 /* The busy error: "bertfill: busy: N encoder runs in progress, waited T ms". */
 void bfx_guard_busy_error(bfx_err *e, int in_flight, uint64_t waited_ns);
 
-int bfx_guard_max(void);            /* max concurrent encoder runs in effect */
-void bfx_guard_set_max(int n);      /* n <= 0: automatic, max(1, cores / threads) */
-int bfx_guard_max_auto(void);       /* 1 when the bound is the automatic one */
+int bfx_guard_max(void);       /* max concurrent encoder runs in effect */
+void bfx_guard_set_max(int n); /* n <= 0: automatic, max(1, cores / threads) */
+int bfx_guard_max_auto(void);  /* 1 when the bound is the automatic one */
 int bfx_guard_timeout_ms(void);
 void bfx_guard_set_timeout_ms(int ms);
 int bfx_guard_in_flight(void);

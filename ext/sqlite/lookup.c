@@ -76,8 +76,8 @@ static int lookup_cache(bfx_conn *c, bf_model *m, const bf_tokens *t, int k, bfx
   return hit;
 }
 
-int bfx_lookup_or_encode(const char *fname, bfx_conn *c, bf_model *m, const bf_tokens *t,
-                         int k, bfx_result *res, bfx_err *e) {
+int bfx_lookup_or_encode(const char *fname, bfx_conn *c, bf_model *m, const bf_tokens *t, int k,
+                         bfx_result *res, bfx_err *e) {
   int vocab = bf_model_config(m)->vocab_size;
   memset(res, 0, sizeof *res);
   if (k > vocab) k = vocab;
@@ -88,7 +88,8 @@ int bfx_lookup_or_encode(const char *fname, bfx_conn *c, bf_model *m, const bf_t
   if (t->n > bfx_max_tokens(m)) {
     bfx_errf(e, SQLITE_ERROR, BF_CT_ERR_TOOLONG,
              "%s: the text is %d tokens long ([CLS] and [SEP] included) but the model "
-             "takes at most %d (max_position_embeddings)", fname, t->n, bfx_max_tokens(m));
+             "takes at most %d (max_position_embeddings)",
+             fname, t->n, bfx_max_tokens(m));
     return SQLITE_ERROR;
   }
 

@@ -13,10 +13,10 @@
 
 /* Candidates of one token sequence: for each mask, k candidates. */
 typedef struct bfx_result {
-  int k;                    /* candidates per mask held in c */
+  int k; /* candidates per mask held in c */
   int n_masks;
-  bf_cand *c;               /* n_masks * k, sqlite3_malloc'ed */
-  const char *source;       /* "lru", "table", "encoder", "none" */
+  bf_cand *c;         /* n_masks * k, sqlite3_malloc'ed */
+  const char *source; /* "lru", "table", "encoder", "none" */
   bfx_times times;
 } bfx_result;
 void bfx_result_clear(bfx_result *r);
@@ -25,8 +25,8 @@ void bfx_result_clear(bfx_result *r);
 ** size): from the LRU, the cache table, or the encoder (then stored; the
 ** encoder computes at least BFX_MIN_K so that every function can use the
 ** entry later).  fname prefixes messages. */
-int bfx_lookup_or_encode(const char *fname, bfx_conn *c, bf_model *m, const bf_tokens *t,
-                         int k, bfx_result *res, bfx_err *e);
+int bfx_lookup_or_encode(const char *fname, bfx_conn *c, bf_model *m, const bf_tokens *t, int k,
+                         bfx_result *res, bfx_err *e);
 
 /* Store candidates of t (k per mask) in the LRU and, in mode 'on', the
 ** table.  Write time is added to tm (may be NULL).  Returns 1 when a table

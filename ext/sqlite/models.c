@@ -43,10 +43,10 @@ SQLITE_EXTENSION_INIT3
   "(https://huggingface.co/google-bert/bert-base-chinese)."
 
 typedef struct reg_ent {
-  char *path;          /* canonical directory */
+  char *path; /* canonical directory */
   bf_model *m;
-  int users;           /* connections using it */
-  int stale;           /* its file was replaced or changed: no new users */
+  int users; /* connections using it */
+  int stale; /* its file was replaced or changed: no new users */
   struct reg_ent *next;
 } reg_ent;
 
@@ -57,8 +57,8 @@ static reg_ent *reg_head;
 static bf_model *registry_get(const char *dir, char **err) {
   char canon[PATH_MAX];
   if (!realpath(dir, canon)) {
-    *err = sqlite3_mprintf("bertfill: cannot open model directory '%s': %s.  " HOWTO,
-                           dir, strerror(errno));
+    *err = sqlite3_mprintf("bertfill: cannot open model directory '%s': %s.  " HOWTO, dir,
+                           strerror(errno));
     return NULL;
   }
   bf_model *m = NULL;
@@ -67,8 +67,13 @@ static bf_model *registry_get(const char *dir, char **err) {
     if (e->stale || strcmp(e->path, canon) != 0) continue;
     /* model.safetensors replaced (rename) or changed since it was loaded:
     ** connections using it keep it; new ones get the new version */
-    if (!bf_model_is_current(e->m)) { e->stale = 1; continue; }
-    e->users++; m = e->m; break;
+    if (!bf_model_is_current(e->m)) {
+      e->stale = 1;
+      continue;
+    }
+    e->users++;
+    m = e->m;
+    break;
   }
   if (!m) {
     /* Loading under the lock: a second connection asking for the same
@@ -78,17 +83,21 @@ static bf_model *registry_get(const char *dir, char **err) {
     reg_ent *e = malloc(sizeof *e);
     char *path = strdup(canon);
     if (!e || !path) {
-      free(e); free(path);
-      *err = NULL;                              /* out of memory */
+      free(e);
+      free(path);
+      *err = NULL; /* out of memory */
     } else if (!(m = bf_model_load(canon, msg, sizeof msg))) {
-      free(e); free(path);
-      if (strstr(msg, "out of memory"))
-        *err = NULL;                            /* reported as SQLITE_NOMEM */
+      free(e);
+      free(path);
+      if (strstr(msg, "out of memory")) *err = NULL; /* reported as SQLITE_NOMEM */
       else
         *err = sqlite3_mprintf("bertfill: cannot load the model in '%s': %s", dir,
                                msg[0] ? msg : "unknown error");
     } else {
-      e->path = path; e->m = m; e->users = 1; e->stale = 0;
+      e->path = path;
+      e->m = m;
+      e->users = 1;
+      e->stale = 0;
       e->next = reg_head;
       reg_head = e;
     }
@@ -164,8 +173,9 @@ static int default_candidates(char out[][PATH_MAX], int max) {
     strncpy(dir, so, sizeof dir - 1);
     dir[sizeof dir - 1] = 0;
     char *slash = strrchr(dir, '/');
-    if (slash) *slash = 0; else strcpy(dir, ".");
-    static const char *const up[] = { "", "/..", "/../.." };
+    if (slash) *slash = 0;
+    else strcpy(dir, ".");
+    static const char *const up[] = {"", "/..", "/../.."};
     for (int i = 0; i < 3 && n < max; i++) {
       char p[PATH_MAX + 8], base[PATH_MAX], cand[PATH_MAX + 64];
       snprintf(p, sizeof p, "%s%s", dir, up[i]);
@@ -261,7 +271,6 @@ char *bfx_model_describe(bf_model *m) {
   const char *dir = bf_model_dir(m);
   const char *base = dir ? strrchr(dir, '/') : NULL;
   base = base && base[1] ? base + 1 : (dir ? dir : "?");
-  return sqlite3_mprintf("%s: %d layers, hidden %d, vocab %d, %s", base,
-                         cfg->num_hidden_layers, cfg->hidden_size, cfg->vocab_size,
-                         bf_model_dtype(m));
+  return sqlite3_mprintf("%s: %d layers, hidden %d, vocab %d, %s", base, cfg->num_hidden_layers,
+                         cfg->hidden_size, cfg->vocab_size, bf_model_dtype(m));
 }

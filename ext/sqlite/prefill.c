@@ -42,9 +42,9 @@ SQLITE_EXTENSION_INIT3
 typedef struct prefill {
   int started, failed, progress;
   bfx_conn *c;
-  bf_model *m;                      /* retained until the final step */
-  int k;                            /* candidates per mask to compute */
-  bf_tokens batch[BFX_BATCH_MAX_SEQS + 1];   /* last slot: the text being read */
+  bf_model *m;                             /* retained until the final step */
+  int k;                                   /* candidates per mask to compute */
+  bf_tokens batch[BFX_BATCH_MAX_SEQS + 1]; /* last slot: the text being read */
   int nb, btokens;
   sqlite3_int64 read, computed, cached, skipped;
   uint64_t t_start, t_progress;
@@ -57,9 +57,11 @@ static void progress(prefill *p, int final) {
   p->t_progress = now;
   double secs = (double)(now - p->t_start) / 1e9;
   if (final)
-    fprintf(stderr, "bert_prefill: done: %lld texts read, %lld computed, %lld cached or repeated, "
-            "%lld skipped, %.1f s\n", (long long)p->read, (long long)p->computed,
-            (long long)p->cached, (long long)p->skipped, secs);
+    fprintf(stderr,
+            "bert_prefill: done: %lld texts read, %lld computed, %lld cached or repeated, "
+            "%lld skipped, %.1f s\n",
+            (long long)p->read, (long long)p->computed, (long long)p->cached, (long long)p->skipped,
+            secs);
   else
     fprintf(stderr, "bert_prefill: %lld texts read, %lld computed, %.0f texts/s\n",
             (long long)p->read, (long long)p->computed,
@@ -84,11 +86,15 @@ static int encode_and_store_batch(sqlite3_context *ctx, prefill *p) {
     size_t at = 0;
     for (int i = 0; i < p->nb; i++) {
       int w = bfx_store(p->c, p->m, &p->batch[i], p->k, out + at * (size_t)p->k, NULL, !grouped);
-      if (w == 1) written++; else if (w == 0) skipped++;
+      if (w == 1) written++;
+      else if (w == 0) skipped++;
       at += (size_t)p->batch[i].n_masks;
     }
     if (grouped) {
-      if (!bfc_group_end(p->c->db)) { skipped += written; written = 0; }
+      if (!bfc_group_end(p->c->db)) {
+        skipped += written;
+        written = 0;
+      }
       bf_stats_add(BF_CT_CACHE_WRITES, written);
       bf_stats_add(BF_CT_CACHE_SKIPPED, skipped);
     }
@@ -99,7 +105,7 @@ static int encode_and_store_batch(sqlite3_context *ctx, prefill *p) {
   p->btokens = 0;
   if (e.rc != SQLITE_OK) {
     p->failed = 1;
-    bfx_err where = e;                      /* say where the error came from */
+    bfx_err where = e; /* say where the error came from */
     if (e.rc != SQLITE_NOMEM) bfx_errf(&where, e.rc, e.kind, "bert_prefill: %s", e.msg);
     bfx_error(ctx, &where);
     return e.rc;
@@ -128,7 +134,10 @@ static int already_cached(prefill *p, const bf_tokens *t) {
 void bfx_prefill_step(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
   (void)argc;
   prefill *p = sqlite3_aggregate_context(ctx, sizeof *p);
-  if (!p) { sqlite3_result_error_nomem(ctx); return; }
+  if (!p) {
+    sqlite3_result_error_nomem(ctx);
+    return;
+  }
   if (p->failed) return;
   bfx_err e = BFX_ERR_NONE;
   if (!p->started) {
@@ -136,9 +145,11 @@ void bfx_prefill_step(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
     p->c = sqlite3_user_data(ctx);
     if (p->c->cache_mode == BFX_CACHE_OFF) {
       p->failed = 1;
-      sqlite3_result_error(ctx, "bert_prefill: the cache is off, so there is nowhere to keep "
+      sqlite3_result_error(ctx,
+                           "bert_prefill: the cache is off, so there is nowhere to keep "
                            "the results; turn it on with SELECT bert_cache('on') or "
-                           "bert_cache('memory')", -1);
+                           "bert_cache('memory')",
+                           -1);
       return;
     }
     bf_model *m = bfx_conn_model(p->c, &e);
@@ -158,21 +169,39 @@ void bfx_prefill_step(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
   int n;
   int a = bfx_arg_text(argv[0], &s, &n);
   if (a == 0) return;
-  if (a < 0) { p->failed = 1; sqlite3_result_error_nomem(ctx); return; }
+  if (a < 0) {
+    p->failed = 1;
+    sqlite3_result_error_nomem(ctx);
+    return;
+  }
   p->read++;
 
-  bf_tokens *t = &p->batch[p->nb];          /* tokenize into the next free slot */
+  bf_tokens *t = &p->batch[p->nb]; /* tokenize into the next free slot */
   int rc = bfx_tokenize("bert_prefill", p->m, s, n, t, NULL, &e);
-  if (rc == SQLITE_NOMEM) { p->failed = 1; bfx_error(ctx, &e); return; }
-  if (rc != SQLITE_OK || t->n > bfx_max_tokens(p->m)) { p->skipped++; goto out; }
+  if (rc == SQLITE_NOMEM) {
+    p->failed = 1;
+    bfx_error(ctx, &e);
+    return;
+  }
+  if (rc != SQLITE_OK || t->n > bfx_max_tokens(p->m)) {
+    p->skipped++;
+    goto out;
+  }
   if (t->n_masks == 0) goto out;
 
   int hit = already_cached(p, t);
-  if (hit < 0) { p->failed = 1; sqlite3_result_error_nomem(ctx); return; }
-  for (int i = 0; i < p->nb && !hit; i++)   /* a repeat within the batch */
+  if (hit < 0) {
+    p->failed = 1;
+    sqlite3_result_error_nomem(ctx);
+    return;
+  }
+  for (int i = 0; i < p->nb && !hit; i++) /* a repeat within the batch */
     hit = p->batch[i].n == t->n &&
           memcmp(p->batch[i].ids, t->ids, (size_t)t->n * sizeof *t->ids) == 0;
-  if (hit) { p->cached++; goto out; }
+  if (hit) {
+    p->cached++;
+    goto out;
+  }
 
   if (p->nb > 0 && p->btokens + t->n > BFX_BATCH_MAX_TOKENS) {
     /* No room for this text: run the batch, then move the text to slot 0. */
@@ -193,7 +222,10 @@ out:
 
 void bfx_prefill_final(sqlite3_context *ctx) {
   prefill *p = sqlite3_aggregate_context(ctx, 0);
-  if (!p) { sqlite3_result_int(ctx, 0); return; }
+  if (!p) {
+    sqlite3_result_int(ctx, 0);
+    return;
+  }
   if (!p->failed && p->m) encode_and_store_batch(ctx, p);
   if (!p->failed) {
     if (p->read > 0) progress(p, 1);

@@ -63,7 +63,7 @@ void bfx_fn_fill(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
   bfx_err e = BFX_ERR_NONE;
   bfx_result res;
   memset(&res, 0, sizeof res);
-  bf_tokens t = { 0 };
+  bf_tokens t = {0};
   int *off = NULL;
   int failed = 1;
   bf_model *m = need_model(ctx, c, &e);
@@ -72,7 +72,7 @@ void bfx_fn_fill(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
     bfx_error(ctx, &e);
     goto done;
   }
-  if (t.n_masks == 0) {                      /* nothing to fill: the text as it is */
+  if (t.n_masks == 0) { /* nothing to fill: the text as it is */
     sqlite3_result_text(ctx, s, n, SQLITE_TRANSIENT);
     failed = 0;
     goto done;
@@ -127,7 +127,7 @@ void bfx_fn_tokenize(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
   bfx_err e = BFX_ERR_NONE;
   bf_model *m = need_model(ctx, c, &e);
   if (!m) return;
-  bf_tokens t = { 0 };
+  bf_tokens t = {0};
   if (bfx_tokenize("bert_tokenize", m, s, n, &t, NULL, &e) != SQLITE_OK) {
     bfx_error(ctx, &e);
     bf_tokens_free(&t);
@@ -156,9 +156,11 @@ void bfx_fn_load(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
     return;
   }
   if (dir && !dir[0]) {
-    sqlite3_result_error(ctx, "bert_load: empty directory name; pass the path of a model "
+    sqlite3_result_error(ctx,
+                         "bert_load: empty directory name; pass the path of a model "
                          "directory (config.json, vocab.txt, model.safetensors), or NULL for "
-                         "the default model", -1);
+                         "the default model",
+                         -1);
     return;
   }
   bfx_err e = BFX_ERR_NONE;
@@ -167,7 +169,10 @@ void bfx_fn_load(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
     return;
   }
   char *d = bfx_model_describe(c->model);
-  if (!d) { sqlite3_result_error_nomem(ctx); return; }
+  if (!d) {
+    sqlite3_result_error_nomem(ctx);
+    return;
+  }
   sqlite3_result_text(ctx, d, -1, sqlite3_free);
 }
 
@@ -208,7 +213,8 @@ static void debug_model(sqlite3_str *o, bfx_conn *c) {
     bfx_json_string(o, c->model_source);
     sqlite3_str_appendall(o, ",\"dtype\":");
     bfx_json_string(o, bf_model_dtype(m));
-    sqlite3_str_appendf(o, ",\"config\":{\"vocab_size\":%d,\"hidden_size\":%d,"
+    sqlite3_str_appendf(o,
+                        ",\"config\":{\"vocab_size\":%d,\"hidden_size\":%d,"
                         "\"num_hidden_layers\":%d,\"num_attention_heads\":%d,"
                         "\"intermediate_size\":%d,\"max_position_embeddings\":%d,"
                         "\"type_vocab_size\":%d,\"layer_norm_eps\":%g}",
@@ -219,11 +225,12 @@ static void debug_model(sqlite3_str *o, bfx_conn *c) {
     bfx_json_string(o, bf_model_fingerprint(m));
     sqlite3_str_appendall(o, "}");
   } else {
-    sqlite3_str_appendall(o, "null");       /* not loaded yet: loading is lazy */
+    sqlite3_str_appendall(o, "null"); /* not loaded yet: loading is lazy */
   }
   const char *env = getenv("BERTFILL_MODEL");
   sqlite3_str_appendall(o, ",\"env_model\":");
-  if (env) bfx_json_string(o, env); else sqlite3_str_appendall(o, "null");
+  if (env) bfx_json_string(o, env);
+  else sqlite3_str_appendall(o, "null");
   char *paths = bfx_default_model_paths();
   sqlite3_str_appendall(o, ",\"default_model_paths\":");
   bfx_json_string(o, paths ? paths : "");
@@ -236,17 +243,20 @@ static void debug_cache_guard_batching(sqlite3_str *o, bfx_conn *c) {
   long lru_n;
   size_t lru_b;
   bfc_lru_usage(&lru_n, &lru_b);
-  sqlite3_str_appendf(o, ",\"cache\":{\"mode\":\"%s\",\"table\":\"main.%s\",\"table_limit\":%lld,"
+  sqlite3_str_appendf(o,
+                      ",\"cache\":{\"mode\":\"%s\",\"table\":\"main.%s\",\"table_limit\":%lld,"
                       "\"lru_entries\":%ld,\"lru_max_entries\":%ld,\"lru_bytes\":%lld,"
                       "\"lru_max_bytes\":%lld,\"min_k\":%d}",
                       bfx_cache_mode_name(c->cache_mode), BFC_TABLE, (long long)c->cache_limit,
                       lru_n, bfc_lru_max_entries(), (long long)lru_b,
                       (long long)bfc_lru_max_bytes(), BFX_MIN_K);
-  sqlite3_str_appendf(o, ",\"guard\":{\"max_concurrent\":%d,\"max_concurrent_auto\":%s,"
+  sqlite3_str_appendf(o,
+                      ",\"guard\":{\"max_concurrent\":%d,\"max_concurrent_auto\":%s,"
                       "\"in_flight\":%d,\"busy_timeout_ms\":%d}",
                       bfx_guard_max(), bfx_guard_max_auto() ? "true" : "false",
                       bfx_guard_in_flight(), bfx_guard_timeout_ms());
-  sqlite3_str_appendf(o, ",\"batching\":{\"on\":%s,\"max_seqs\":%d,\"max_tokens\":%d,"
+  sqlite3_str_appendf(o,
+                      ",\"batching\":{\"on\":%s,\"max_seqs\":%d,\"max_tokens\":%d,"
                       "\"queued\":%d}}",
                       bfx_batching() ? "true" : "false", BFX_BATCH_MAX_SEQS, BFX_BATCH_MAX_TOKENS,
                       bfx_batch_queued());

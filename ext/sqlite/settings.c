@@ -34,7 +34,8 @@ static int setting_arg(sqlite3_context *ctx, int argc, sqlite3_value **argv, con
   if (bfx_arg_int(argv[0], lo, hi, n)) return 1;
   char *m = sqlite3_mprintf("%s must be an integer from %lld to %lld", what, (long long)lo,
                             (long long)hi);
-  if (m) sqlite3_result_error(ctx, m, -1); else sqlite3_result_error_nomem(ctx);
+  if (m) sqlite3_result_error(ctx, m, -1);
+  else sqlite3_result_error_nomem(ctx);
   sqlite3_free(m);
   return -1;
 }
@@ -80,7 +81,7 @@ void bfx_fn_cache_limit(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
   if (given) {
     c->cache_limit = n;
     c->writes_since_trim = 0;
-    if (sqlite3_db_readonly(c->db, "main") == 0) bfc_table_trim(c->db, n);  /* best effort */
+    if (sqlite3_db_readonly(c->db, "main") == 0) bfc_table_trim(c->db, n); /* best effort */
   }
   sqlite3_result_int64(ctx, c->cache_limit);
 }

@@ -64,13 +64,13 @@ typedef struct stat_row {
   char name[32];
   const char *kind;
   uint64_t count;
-  int timed;                 /* stage row with at least one sample */
-  bf_stage_summary st;       /* stages */
+  int timed;           /* stage row with at least one sample */
+  bf_stage_summary st; /* stages */
   int has_value;
   int value_is_real;
   uint64_t ivalue;
   double rvalue;
-  int lo, hi;                /* batch rows */
+  int lo, hi; /* batch rows */
 } stat_row;
 
 static double ms(uint64_t ns) { return (double)ns / 1e6; }
@@ -148,7 +148,8 @@ static void stats_json(sqlite3_str *s) {
     sqlite3_str_appendf(s, ":{\"count\":%llu,\"total_ms\":%.6f", (unsigned long long)r->st.count,
                         ms(r->st.total_ns));
     if (r->timed)
-      sqlite3_str_appendf(s, ",\"mean_ms\":%.6f,\"p50_ms\":%.6f,\"p95_ms\":%.6f,"
+      sqlite3_str_appendf(s,
+                          ",\"mean_ms\":%.6f,\"p50_ms\":%.6f,\"p95_ms\":%.6f,"
                           "\"p99_ms\":%.6f,\"max_ms\":%.6f}",
                           ms(r->st.total_ns) / (double)r->st.count, ms(r->st.p50_ns),
                           ms(r->st.p95_ns), ms(r->st.p99_ns), ms(r->st.max_ns));
@@ -162,8 +163,8 @@ static void stats_json(sqlite3_str *s) {
   for (int i = 0; i < n; i++) {
     const stat_row *r = &rows[i];
     if (strcmp(r->kind, "batch")) continue;
-    sqlite3_str_appendf(s, "%s{\"lo\":%d,\"hi\":%d,\"count\":%llu}", first ? "" : ",", r->lo,
-                        r->hi, (unsigned long long)r->count);
+    sqlite3_str_appendf(s, "%s{\"lo\":%d,\"hi\":%d,\"count\":%llu}", first ? "" : ",", r->lo, r->hi,
+                        (unsigned long long)r->count);
     first = 0;
   }
   sqlite3_str_appendall(s, "]}");
@@ -193,8 +194,18 @@ void bfx_fn_stats_reset(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
 /* ------------------------------------------------------------------------ */
 /* bertfill_stats: an eponymous-only, read-only virtual table.              */
 
-enum { COL_NAME, COL_KIND, COL_COUNT, COL_TOTAL, COL_MEAN, COL_P50, COL_P95, COL_P99,
-       COL_MAX, COL_VALUE };
+enum {
+  COL_NAME,
+  COL_KIND,
+  COL_COUNT,
+  COL_TOTAL,
+  COL_MEAN,
+  COL_P50,
+  COL_P95,
+  COL_P99,
+  COL_MAX,
+  COL_VALUE
+};
 
 typedef struct stats_cursor {
   sqlite3_vtab_cursor base;
@@ -208,9 +219,9 @@ static int stats_connect(sqlite3 *db, void *aux, int argc, const char *const *ar
   (void)argc;
   (void)argv;
   (void)pzErr;
-  int rc = sqlite3_declare_vtab(db,
-      "CREATE TABLE x(name TEXT, kind TEXT, count INTEGER, total_ms REAL, mean_ms REAL,"
-      " p50_ms REAL, p95_ms REAL, p99_ms REAL, max_ms REAL, value)");
+  int rc = sqlite3_declare_vtab(db, "CREATE TABLE x(name TEXT, kind TEXT, count INTEGER, total_ms "
+                                    "REAL, mean_ms REAL,"
+                                    " p50_ms REAL, p95_ms REAL, p99_ms REAL, max_ms REAL, value)");
   if (rc != SQLITE_OK) return rc;
   sqlite3_vtab *v = sqlite3_malloc(sizeof *v);
   if (!v) return SQLITE_NOMEM;
@@ -281,10 +292,18 @@ static int stats_column(sqlite3_vtab_cursor *cur, sqlite3_context *ctx, int col)
       if (r->timed) sqlite3_result_double(ctx, ms(s->total_ns) / (double)s->count);
       else sqlite3_result_null(ctx);
       break;
-    case COL_P50: case COL_P95: case COL_P99: case COL_MAX: {
-      if (!r->timed) { sqlite3_result_null(ctx); break; }
-      uint64_t v = col == COL_P50 ? s->p50_ns : col == COL_P95 ? s->p95_ns
-                 : col == COL_P99 ? s->p99_ns : s->max_ns;
+    case COL_P50:
+    case COL_P95:
+    case COL_P99:
+    case COL_MAX: {
+      if (!r->timed) {
+        sqlite3_result_null(ctx);
+        break;
+      }
+      uint64_t v = col == COL_P50   ? s->p50_ns
+                   : col == COL_P95 ? s->p95_ns
+                   : col == COL_P99 ? s->p99_ns
+                                    : s->max_ns;
       sqlite3_result_double(ctx, ms(v));
       break;
     }

@@ -14,17 +14,16 @@ int bfx_arg_text(sqlite3_value *v, const char **p, int *n) {
   *p = NULL;
   *n = 0;
   switch (sqlite3_value_type(v)) {
-    case SQLITE_NULL:
-      return 0;
-    case SQLITE_BLOB:                       /* raw bytes, validated as UTF-8 later */
+    case SQLITE_NULL: return 0;
+    case SQLITE_BLOB: /* raw bytes, validated as UTF-8 later */
       *p = sqlite3_value_blob(v);
       *n = sqlite3_value_bytes(v);
       if (!*p) *p = "";
       return 1;
-    default:                                /* text, or a number as SQLite writes it */
+    default: /* text, or a number as SQLite writes it */
       *p = (const char *)sqlite3_value_text(v);
       *n = sqlite3_value_bytes(v);
-      return *p ? 1 : -1;                   /* NULL here: out of memory */
+      return *p ? 1 : -1; /* NULL here: out of memory */
   }
 }
 
@@ -32,13 +31,11 @@ int bfx_arg_int(sqlite3_value *v, sqlite3_int64 lo, sqlite3_int64 hi, sqlite3_in
   int t = sqlite3_value_numeric_type(v);
   double d = sqlite3_value_double(v);
   sqlite3_int64 x;
-  if (t == SQLITE_INTEGER)
-    x = sqlite3_value_int64(v);
+  if (t == SQLITE_INTEGER) x = sqlite3_value_int64(v);
   else if (t == SQLITE_FLOAT && d >= -BFX_INT_ARG_FLOAT_BOUND && d <= BFX_INT_ARG_FLOAT_BOUND &&
-           d == (double)(sqlite3_int64)d)   /* the bound first: no UB cast of inf/huge */
+           d == (double)(sqlite3_int64)d) /* the bound first: no UB cast of inf/huge */
     x = (sqlite3_int64)d;
-  else
-    return 0;
+  else return 0;
   if (x < lo || x > hi) return 0;
   *out = x;
   return 1;
@@ -60,8 +57,8 @@ int bfx_mask_offsets(const char *s, int n, int *off, int max) {
 
 int bfx_max_tokens(bf_model *m) { return bf_model_config(m)->max_position_embeddings; }
 
-int bfx_tokenize(const char *fname, bf_model *m, const char *s, int n, bf_tokens *t,
-                 uint64_t *ns, bfx_err *e) {
+int bfx_tokenize(const char *fname, bf_model *m, const char *s, int n, bf_tokens *t, uint64_t *ns,
+                 bfx_err *e) {
   uint64_t t0 = bf_now_ns();
   long bad = bf_utf8_invalid_at(s, (size_t)n, NULL, 0);
   if (bad >= 0) {

@@ -28,8 +28,8 @@ int bfx_mask_offsets(const char *s, int n, int *off, int max);
 /* Tokenize s[0..n) for model m, checking UTF-8 first (the error names the
 ** offending byte).  fname prefixes messages; the time taken is added to
 ** *ns (may be NULL) and to the tokenize stage. */
-int bfx_tokenize(const char *fname, bf_model *m, const char *s, int n, bf_tokens *t,
-                 uint64_t *ns, bfx_err *e);
+int bfx_tokenize(const char *fname, bf_model *m, const char *s, int n, bf_tokens *t, uint64_t *ns,
+                 bfx_err *e);
 /* The model's limit on tokens per sequence ([CLS] and [SEP] included). */
 int bfx_max_tokens(bf_model *m);
 

@@ -37,7 +37,7 @@ SQLITE_EXTENSION_INIT3
 #define TRACE_TABLE "bertfill_trace"
 #define TRACE_DEFAULT_MAX_ROWS 100000
 
-static _Atomic uint64_t trace_skipped;   /* trace rows that could not be written */
+static _Atomic uint64_t trace_skipped; /* trace rows that could not be written */
 
 uint64_t bfx_trace_skipped(void) {
   return atomic_load_explicit(&trace_skipped, memory_order_relaxed);
@@ -78,7 +78,10 @@ void bfx_trace_state_free(void *p) {
   trace_state *st = p;
   pthread_mutex_lock(&registry_mu);
   for (trace_state **pp = &registry; *pp; pp = &(*pp)->next)
-    if (*pp == st) { *pp = st->next; break; }
+    if (*pp == st) {
+      *pp = st->next;
+      break;
+    }
   if (st->enabled) atomic_fetch_sub_explicit(&n_tracing, 1, memory_order_relaxed);
   pthread_mutex_unlock(&registry_mu);
   sqlite3_free(st);
@@ -102,19 +105,19 @@ static int reg_lookup(sqlite3 *db, sqlite3_int64 *max_rows) {
 /* ---- one call ---- */
 
 typedef struct trace_rec {
-  const char *func;        /* "bert_fill", "fill_candidates", ... */
-  const char *text;        /* the input text (may be NULL) */
-  int text_len;            /* its length in bytes (it may hold NUL); < 0: NUL-terminated */
-  const char *source;      /* "lru", "table", "encoder", "error" */
+  const char *func;   /* "bert_fill", "fill_candidates", ... */
+  const char *text;   /* the input text (may be NULL) */
+  int text_len;       /* its length in bytes (it may hold NUL); < 0: NUL-terminated */
+  const char *source; /* "lru", "table", "encoder", "error" */
   uint64_t total_ns, queue_ns, tokenize_ns, encode_ns, topk_ns, cache_read_ns, cache_write_ns;
   int tokens, masks;
 } trace_rec;
 
 static const char trace_schema[] =
-    "CREATE TABLE IF NOT EXISTS main." TRACE_TABLE "("
-    "id INTEGER PRIMARY KEY, ts TEXT NOT NULL, func TEXT, text TEXT, source TEXT,"
-    " total_ms REAL, queue_ms REAL, tokenize_ms REAL, encode_ms REAL, topk_ms REAL,"
-    " cache_read_ms REAL, cache_write_ms REAL, tokens INTEGER, masks INTEGER)";
+  "CREATE TABLE IF NOT EXISTS main." TRACE_TABLE "("
+  "id INTEGER PRIMARY KEY, ts TEXT NOT NULL, func TEXT, text TEXT, source TEXT,"
+  " total_ms REAL, queue_ms REAL, tokenize_ms REAL, encode_ms REAL, topk_ms REAL,"
+  " cache_read_ms REAL, cache_write_ms REAL, tokens INTEGER, masks INTEGER)";
 
 static void utc_now(char *buf, size_t n) {
   struct timespec ts;
@@ -136,39 +139,42 @@ static int trace_table_in_use(sqlite3 *db) {
   return 0;
 }
 
-static void skip_trace(void) {
-  atomic_fetch_add_explicit(&trace_skipped, 1, memory_order_relaxed);
-}
+static void skip_trace(void) { atomic_fetch_add_explicit(&trace_skipped, 1, memory_order_relaxed); }
 
 static void trace_record(sqlite3 *db, const trace_rec *rec) {
   sqlite3_int64 max_rows = TRACE_DEFAULT_MAX_ROWS;
   if (!db || !rec || !reg_lookup(db, &max_rows)) return;
   if (t_in_record) return;
-  if (trace_table_in_use(db)) { skip_trace(); return; }
+  if (trace_table_in_use(db)) {
+    skip_trace();
+    return;
+  }
   t_in_record = 1;
   /* Keep the user's last_insert_rowid(): the trace row is not theirs. */
   sqlite3_int64 user_rowid = sqlite3_last_insert_rowid(db);
   sqlite3_stmt *st = NULL;
   int rc = sqlite3_prepare_v2(db,
-      "INSERT INTO main." TRACE_TABLE "(ts, func, text, source, total_ms, queue_ms,"
-      " tokenize_ms, encode_ms, topk_ms, cache_read_ms, cache_write_ms, tokens, masks)"
-      " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)", -1, &st, NULL);
+                              "INSERT INTO main." TRACE_TABLE
+                              "(ts, func, text, source, total_ms, queue_ms,"
+                              " tokenize_ms, encode_ms, topk_ms, cache_read_ms, cache_write_ms, "
+                              "tokens, masks)"
+                              " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+                              -1, &st, NULL);
   if (rc == SQLITE_OK) {
     char ts[40];
     utc_now(ts, sizeof ts);
     sqlite3_bind_text(st, 1, ts, -1, SQLITE_TRANSIENT);
     sqlite3_bind_text(st, 2, rec->func ? rec->func : "", -1, SQLITE_STATIC);
-    if (rec->text) {   /* text that is not UTF-8 (the error case) is kept as a blob */
+    if (rec->text) { /* text that is not UTF-8 (the error case) is kept as a blob */
       size_t n = rec->text_len >= 0 ? (size_t)rec->text_len : strlen(rec->text);
       if (bf_utf8_invalid_at(rec->text, n, NULL, 0) < 0)
         sqlite3_bind_text(st, 3, rec->text, (int)n, SQLITE_STATIC);
-      else
-        sqlite3_bind_blob(st, 3, rec->text, (int)n, SQLITE_STATIC);
+      else sqlite3_bind_blob(st, 3, rec->text, (int)n, SQLITE_STATIC);
     }
     if (rec->source) sqlite3_bind_text(st, 4, rec->source, -1, SQLITE_STATIC);
-    const uint64_t t[7] = {rec->total_ns, rec->queue_ns, rec->tokenize_ns, rec->encode_ns,
-                           rec->topk_ns, rec->cache_read_ns, rec->cache_write_ns};
-    for (int i = 0; i < 7; i++) sqlite3_bind_double(st, 5 + i, (double)t[i] / 1e6);  /* ms */
+    const uint64_t t[7] = {rec->total_ns, rec->queue_ns,      rec->tokenize_ns,   rec->encode_ns,
+                           rec->topk_ns,  rec->cache_read_ns, rec->cache_write_ns};
+    for (int i = 0; i < 7; i++) sqlite3_bind_double(st, 5 + i, (double)t[i] / 1e6); /* ms */
     sqlite3_bind_int(st, 12, rec->tokens);
     sqlite3_bind_int(st, 13, rec->masks);
     rc = sqlite3_step(st);
@@ -178,8 +184,8 @@ static void trace_record(sqlite3 *db, const trace_rec *rec) {
   sqlite3_finalize(st);
   if (rc == SQLITE_OK && max_rows > 0 && id > max_rows) {
     /* Bounded: drop the rows that fell out of the window (a rowid range). */
-    if (sqlite3_prepare_v2(db, "DELETE FROM main." TRACE_TABLE " WHERE id <= ?1", -1, &st,
-                           NULL) == SQLITE_OK) {
+    if (sqlite3_prepare_v2(db, "DELETE FROM main." TRACE_TABLE " WHERE id <= ?1", -1, &st, NULL) ==
+        SQLITE_OK) {
       sqlite3_bind_int64(st, 1, id - max_rows);
       sqlite3_step(st);
       sqlite3_finalize(st);
@@ -204,16 +210,18 @@ void bfx_fn_trace(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
     return;
   }
   if (sqlite3_value_type(argv[0]) == SQLITE_NULL) {
-    sqlite3_result_error(ctx,
-                         "bert_trace(on): on must be 1 (start tracing) or 0 (stop), not NULL", -1);
+    sqlite3_result_error(ctx, "bert_trace(on): on must be 1 (start tracing) or 0 (stop), not NULL",
+                         -1);
     return;
   }
   int on = sqlite3_value_int(argv[0]) != 0;
   sqlite3_int64 max_rows = st->max_rows;
   if (argc >= 2) {
     if (sqlite3_value_type(argv[1]) != SQLITE_INTEGER || sqlite3_value_int64(argv[1]) < 1) {
-      sqlite3_result_error(ctx, "bert_trace(on, max_rows): max_rows must be a positive integer "
-                                "(the newest rows kept in " TRACE_TABLE ")", -1);
+      sqlite3_result_error(ctx,
+                           "bert_trace(on, max_rows): max_rows must be a positive integer "
+                           "(the newest rows kept in " TRACE_TABLE ")",
+                           -1);
       return;
     }
     max_rows = sqlite3_value_int64(argv[1]);
@@ -221,8 +229,8 @@ void bfx_fn_trace(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
   if (on && !st->enabled) {
     char *err = NULL;
     if (sqlite3_exec(db, trace_schema, NULL, NULL, &err) != SQLITE_OK) {
-      char *msg = sqlite3_mprintf("bert_trace: cannot create the trace table " TRACE_TABLE
-                                  ": %s", err ? err : sqlite3_errmsg(db));
+      char *msg = sqlite3_mprintf("bert_trace: cannot create the trace table " TRACE_TABLE ": %s",
+                                  err ? err : sqlite3_errmsg(db));
       sqlite3_free(err);
       if (msg) sqlite3_result_error(ctx, msg, -1);
       else sqlite3_result_error_nomem(ctx);
@@ -249,13 +257,12 @@ void *bfx_trace_state_new(sqlite3 *db) {
 }
 
 void bfx_trace_call(sqlite3 *db, const char *func, const char *text, int text_len,
-                    const bfx_result *r, uint64_t t0, uint64_t tok_ns, int tokens,
-                    int is_error) {
+                    const bfx_result *r, uint64_t t0, uint64_t tok_ns, int tokens, int is_error) {
   if (!db || !reg_lookup(db, NULL)) return;
   trace_rec rec;
   memset(&rec, 0, sizeof rec);
   rec.func = func;
-  rec.text = text;          /* bytes as given, NUL bytes included */
+  rec.text = text; /* bytes as given, NUL bytes included */
   rec.text_len = text ? text_len : -1;
   rec.source = is_error ? "error" : (r && r->source ? r->source : "none");
   rec.total_ns = bf_now_ns() - t0;

@@ -42,7 +42,7 @@ typedef struct call {
   bf_tokens t;
   int k;
   bf_cand out[KMAX];
-  bf_cand ref[KMAX];        /* the same sequence run alone, k = KMAX */
+  bf_cand ref[KMAX]; /* the same sequence run alone, k = KMAX */
   bfx_times times;
   bfx_err e;
   int rc;
@@ -53,7 +53,7 @@ static call calls[MAX_CALLS];
 /* [CLS] len pseudo-random tokens [MASK] [SEP], different for each seed. */
 static int make_seq(bf_model *m, bf_tokens *t, int len, int seed) {
   char err[256];
-  bf_tokens cms = { 0 };
+  bf_tokens cms = {0};
   if (bf_tokenize(bf_model_tokenizer(m), "[MASK]", -1, &cms, err, sizeof err) != BF_OK ||
       cms.n != 3) {
     printf("FAIL batcher_setup: cannot tokenize [MASK]: %s\n", err);
@@ -119,17 +119,19 @@ static int matches(const call *c, int exact) {
   return 1;
 }
 
-typedef struct counts { uint64_t runs, batches, seqs, busy; } counts;
+typedef struct counts {
+  uint64_t runs, batches, seqs, busy;
+} counts;
 
 static counts now_counts(void) {
-  counts c = { bf_stats_counter(BF_CT_ENCODER_RUNS), bf_stats_counter(BF_CT_BATCHES),
-               bf_stats_counter(BF_CT_SEQS), bf_stats_counter(BF_CT_BUSY) };
+  counts c = {bf_stats_counter(BF_CT_ENCODER_RUNS), bf_stats_counter(BF_CT_BATCHES),
+              bf_stats_counter(BF_CT_SEQS), bf_stats_counter(BF_CT_BUSY)};
   return c;
 }
 
 static counts since(counts a) {
   counts b = now_counts();
-  counts d = { b.runs - a.runs, b.batches - a.batches, b.seqs - a.seqs, b.busy - a.busy };
+  counts d = {b.runs - a.runs, b.batches - a.batches, b.seqs - a.seqs, b.busy - a.busy};
   return d;
 }
 
@@ -164,9 +166,9 @@ static int all_match(int from, int to, int exact) {
   int ok = 1;
   for (int i = from; i < to; i++)
     if (!matches(&calls[i], exact)) {
-      printf("   call %d: rc %d (%s), k %d, got id %d p %.7f, alone id %d p %.7f\n", i,
-             calls[i].rc, calls[i].e.msg, calls[i].k, calls[i].out[0].id,
-             (double)calls[i].out[0].prob, calls[i].ref[0].id, (double)calls[i].ref[0].prob);
+      printf("   call %d: rc %d (%s), k %d, got id %d p %.7f, alone id %d p %.7f\n", i, calls[i].rc,
+             calls[i].e.msg, calls[i].k, calls[i].out[0].id, (double)calls[i].out[0].prob,
+             calls[i].ref[0].id, (double)calls[i].ref[0].prob);
       ok = 0;
     }
   return ok;
@@ -185,18 +187,18 @@ static void test_merge(bf_model *m) {
 }
 
 static void test_limit_seqs(bf_model *m) {
-  int n = BFX_BATCH_MAX_SEQS + 8;                   /* short: the sequence bound binds */
+  int n = BFX_BATCH_MAX_SEQS + 8; /* short: the sequence bound binds */
   if (!setup(n, m, 3, 100)) return;
   counts c0 = now_counts();
   if (!run_queued(n)) return;
   counts d = since(c0);
   CHECK("batcher_limit_seqs_results", all_match(0, n, 0));
-  CHECKF("batcher_limit_seqs_two_runs", d.runs == 2 && d.seqs == (uint64_t)n,
-         "runs %llu seqs %llu", (unsigned long long)d.runs, (unsigned long long)d.seqs);
+  CHECKF("batcher_limit_seqs_two_runs", d.runs == 2 && d.seqs == (uint64_t)n, "runs %llu seqs %llu",
+         (unsigned long long)d.runs, (unsigned long long)d.seqs);
 }
 
 static void test_limit_tokens(bf_model *small) {
-  int len = 117, n = 20;                            /* 120 tokens: 17 to a batch */
+  int len = 117, n = 20; /* 120 tokens: 17 to a batch */
   const char *quick = getenv("BF_BATCHER_QUICK");
   if (quick && quick[0] == '1') {
     SKIP("batcher_limit_tokens", "BF_BATCHER_QUICK: over 2048 tokens is too slow here");
@@ -218,7 +220,7 @@ static void test_limit_tokens(bf_model *small) {
 
 static void test_identical(bf_model *m) {
   if (!setup(4, m, 6, 300)) return;
-  for (int i = 1; i < 4; i++) {                     /* four callers, one sequence */
+  for (int i = 1; i < 4; i++) { /* four callers, one sequence */
     memcpy(calls[i].t.ids, calls[0].t.ids, (size_t)calls[0].t.n * sizeof *calls[0].t.ids);
     memcpy(calls[i].ref, calls[0].ref, sizeof calls[0].ref);
   }
@@ -226,24 +228,23 @@ static void test_identical(bf_model *m) {
   if (!run_queued(4)) return;
   counts d = since(c0);
   CHECK("batcher_identical_results", all_match(0, 4, 0));
-  CHECKF("batcher_identical_computed_once", d.runs == 1 && d.seqs == 1,
-         "runs %llu seqs %llu", (unsigned long long)d.runs, (unsigned long long)d.seqs);
+  CHECKF("batcher_identical_computed_once", d.runs == 1 && d.seqs == 1, "runs %llu seqs %llu",
+         (unsigned long long)d.runs, (unsigned long long)d.seqs);
 }
 
 static void test_fallback(bf_model *m) {
   if (!setup(4, m, 6, 400)) return;
-  calls[2].t.ids[3] = bf_model_config(m)->vocab_size + 5;  /* fails bf_fill's checks */
+  calls[2].t.ids[3] = bf_model_config(m)->vocab_size + 5; /* fails bf_fill's checks */
   counts c0 = now_counts();
   if (!run_queued(4)) return;
   counts d = since(c0);
   CHECK("batcher_fallback_others_succeed", all_match(0, 2, 0) && all_match(3, 4, 0));
   CHECKF("batcher_fallback_bad_fails_alone",
-         calls[2].rc == SQLITE_ERROR &&
-             strncmp(calls[2].e.msg, "bertfill: token id", 18) == 0,
+         calls[2].rc == SQLITE_ERROR && strncmp(calls[2].e.msg, "bertfill: token id", 18) == 0,
          "rc %d: %s", calls[2].rc, calls[2].e.msg);
   CHECKF("batcher_fallback_one_by_one", d.runs == 3 && d.seqs == 3 && d.batches == 0,
-         "runs %llu seqs %llu batches %llu", (unsigned long long)d.runs,
-         (unsigned long long)d.seqs, (unsigned long long)d.batches);
+         "runs %llu seqs %llu batches %llu", (unsigned long long)d.runs, (unsigned long long)d.seqs,
+         (unsigned long long)d.batches);
 }
 
 static void test_two_models(bf_model *a, bf_model *b) {
@@ -270,12 +271,12 @@ static void test_two_models(bf_model *a, bf_model *b) {
 static void test_alone(bf_model *m) {
   if (!setup(4, m, 7, 700)) return;
   counts c0 = now_counts();
-  run_call(&calls[0]);                              /* slot free, nobody queued */
+  run_call(&calls[0]); /* slot free, nobody queued */
   CHECK("batcher_alone_exact", all_match(0, 1, 1) && since(c0).runs == 1);
   bfx_batching_set(0);
   CHECK("batcher_off", bfx_batching() == 0);
   c0 = now_counts();
-  run_concurrently(4);                              /* each waits for the slot in turn */
+  run_concurrently(4); /* each waits for the slot in turn */
   counts d = since(c0);
   CHECK("batcher_off_exact", all_match(0, 4, 1));
   CHECKF("batcher_off_one_by_one", d.runs == 4 && d.batches == 0, "runs %llu batches %llu",
@@ -292,12 +293,12 @@ static void test_busy(bf_model *m) {
   bf_run *slot = bfx_guard_acquire(&waited, &e);
   for (int off = 0; off < 2 && slot; off++) {
     bfx_batching_set(!off);
-      run_call(&calls[0]);
+    run_call(&calls[0]);
     const char *want = "bertfill: busy: 1 encoder runs in progress, waited ";
     CHECKF(off ? "batcher_off_busy" : "batcher_busy",
            calls[0].rc == SQLITE_ERROR && calls[0].e.kind == BF_CT_BUSY &&
-               strncmp(calls[0].e.msg, want, strlen(want)) == 0 &&
-               calls[0].times.queue_ns >= 40000000ull,
+             strncmp(calls[0].e.msg, want, strlen(want)) == 0 &&
+             calls[0].times.queue_ns >= 40000000ull,
            "rc %d kind %d: %s", calls[0].rc, calls[0].e.kind, calls[0].e.msg);
   }
   bfx_batching_set(1);
@@ -325,8 +326,8 @@ int main(int argc, char **argv) {
     printf("FAIL batcher_setup: %s\n", err);
     return 1;
   }
-  bfx_guard_set_max(1);                             /* one slot: the test holds it */
-  bfx_guard_set_timeout_ms(600000);                 /* valgrind is slow */
+  bfx_guard_set_max(1);             /* one slot: the test holds it */
+  bfx_guard_set_timeout_ms(600000); /* valgrind is slow */
   CHECK("batcher_on_by_default", bfx_batching() == 1);
   test_merge(tiny);
   test_limit_seqs(tiny);

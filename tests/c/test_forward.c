@@ -35,18 +35,26 @@
 typedef struct jv {
   enum { J_NULL, J_BOOL, J_NUM, J_STR, J_ARR, J_OBJ } t;
   double num;
-  char *str;           /* J_STR value */
-  char **keys;         /* J_OBJ */
-  struct jv *kids;     /* J_ARR / J_OBJ: n values */
+  char *str;       /* J_STR value */
+  char **keys;     /* J_OBJ */
+  struct jv *kids; /* J_ARR / J_OBJ: n values */
   int n;
 } jv;
 
-typedef struct { const char *p, *end; int bad; } jp;
+typedef struct {
+  const char *p, *end;
+  int bad;
+} jp;
 
-static void jws(jp *s) { while (s->p < s->end && isspace((unsigned char)*s->p)) s->p++; }
+static void jws(jp *s) {
+  while (s->p < s->end && isspace((unsigned char)*s->p)) s->p++;
+}
 
 static char *jstr(jp *s) {
-  if (s->p >= s->end || *s->p != '"') { s->bad = 1; return NULL; }
+  if (s->p >= s->end || *s->p != '"') {
+    s->bad = 1;
+    return NULL;
+  }
   s->p++;
   size_t cap = 16, n = 0;
   char *o = malloc(cap);
@@ -56,7 +64,8 @@ static char *jstr(jp *s) {
     if (n + 2 > cap) o = realloc(o, cap *= 2);
     o[n++] = c;
   }
-  if (s->p >= s->end) s->bad = 1; else s->p++;
+  if (s->p >= s->end) s->bad = 1;
+  else s->p++;
   o[n] = 0;
   return o;
 }
@@ -64,7 +73,10 @@ static char *jstr(jp *s) {
 static void jparse(jp *s, jv *v, int depth) {
   memset(v, 0, sizeof *v);
   jws(s);
-  if (s->p >= s->end || depth > 20) { s->bad = 1; return; }
+  if (s->p >= s->end || depth > 20) {
+    s->bad = 1;
+    return;
+  }
   char c = *s->p;
   if (c == '{' || c == '[') {
     int obj = c == '{';
@@ -72,7 +84,10 @@ static void jparse(jp *s, jv *v, int depth) {
     s->p++;
     int cap = 0;
     jws(s);
-    if (s->p < s->end && *s->p == (obj ? '}' : ']')) { s->p++; return; }
+    if (s->p < s->end && *s->p == (obj ? '}' : ']')) {
+      s->p++;
+      return;
+    }
     for (;;) {
       if (v->n == cap) {
         cap = cap ? 2 * cap : 8;
@@ -83,15 +98,24 @@ static void jparse(jp *s, jv *v, int depth) {
         jws(s);
         v->keys[v->n] = jstr(s);
         jws(s);
-        if (s->bad || s->p >= s->end || *s->p != ':') { s->bad = 1; return; }
+        if (s->bad || s->p >= s->end || *s->p != ':') {
+          s->bad = 1;
+          return;
+        }
         s->p++;
       }
       jparse(s, &v->kids[v->n], depth + 1);
       v->n++;
       if (s->bad) return;
       jws(s);
-      if (s->p < s->end && *s->p == ',') { s->p++; continue; }
-      if (s->p < s->end && *s->p == (obj ? '}' : ']')) { s->p++; return; }
+      if (s->p < s->end && *s->p == ',') {
+        s->p++;
+        continue;
+      }
+      if (s->p < s->end && *s->p == (obj ? '}' : ']')) {
+        s->p++;
+        return;
+      }
       s->bad = 1;
       return;
     }
@@ -143,17 +167,25 @@ static int jload(const char *path, jv *v) {
   jp s = {b, b + got, 0};
   jparse(&s, v, 0);
   free(b);
-  if (s.bad) { jfree(v); return 0; }
+  if (s.bad) {
+    jfree(v);
+    return 0;
+  }
   return 1;
 }
 
 /* ---------------------------------------------------------------- golden data */
-typedef struct gmask { int pos; int id[5]; double p[5]; double next; } gmask;
+typedef struct gmask {
+  int pos;
+  int id[5];
+  double p[5];
+  double next;
+} gmask;
 typedef struct golden {
   int k, mask_id, nseq, nmask;
   bf_tokens *seqs;
-  gmask *masks;        /* all masks of all sequences, in order */
-  int *seq_mask0;      /* index of the first mask of each sequence */
+  gmask *masks;   /* all masks of all sequences, in order */
+  int *seq_mask0; /* index of the first mask of each sequence */
   const jv *config;
   const char *dtype, *name;
   jv root;
@@ -217,8 +249,8 @@ static void golden_free(golden *g) {
 /* Compare k (<= 5) candidates per mask for masks [m0, m1) of g with out.
 ** Returns the number of problems, describes the first in why; *maxd gets the
 ** largest probability difference. */
-static int compare(const golden *g, int m0, int m1, const bf_cand *out, int k,
-                   double *maxd, char *why, size_t whylen) {
+static int compare(const golden *g, int m0, int m1, const bf_cand *out, int k, double *maxd,
+                   char *why, size_t whylen) {
   int bad = 0;
   for (int m = m0; m < m1; m++) {
     const gmask *gm = &g->masks[m];
@@ -234,8 +266,13 @@ static int compare(const golden *g, int m0, int m1, const bf_cand *out, int k,
       const char *order = r > 0 && c[r].prob > c[r - 1].prob ? "order" : NULL;
       if (prob || idw || order) {
         if (!bad++)
-          snprintf(why, whylen, "mask %d (token %d) rank %d: %s differs: got id %d p %.7f, "
-                   "reference id %d p %.7f", m - m0, gm->pos, r, prob ? prob : idw ? idw : order,
+          snprintf(why, whylen,
+                   "mask %d (token %d) rank %d: %s differs: got id %d p %.7f, "
+                   "reference id %d p %.7f",
+                   m - m0, gm->pos, r,
+                   prob  ? prob
+                   : idw ? idw
+                         : order,
                    c[r].id, c[r].prob, gm->id[r], gm->p[r]);
       }
     }
@@ -260,20 +297,27 @@ static void test_model(const char *dir, const char *gpath, bf_run *r, int last) 
   bf_model *m = bf_model_load(dir, err, sizeof err);
   snprintf(name, sizeof name, "forward %s: load", mn);
   CHECKF(name, m != NULL, "%s", err);
-  if (!m) { golden_free(&g); return; }
+  if (!m) {
+    golden_free(&g);
+    return;
+  }
 
   /* config and dtype as the golden says */
   const bf_config *c = bf_model_config(m);
-  static const char *keys[] = {"vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-                               "intermediate_size", "max_position_embeddings", "type_vocab_size"};
-  int cv[] = {c->vocab_size, c->hidden_size, c->num_hidden_layers, c->num_attention_heads,
-              c->intermediate_size, c->max_position_embeddings, c->type_vocab_size};
+  static const char *keys[] = {"vocab_size",        "hidden_size",
+                               "num_hidden_layers", "num_attention_heads",
+                               "intermediate_size", "max_position_embeddings",
+                               "type_vocab_size"};
+  int cv[] = {c->vocab_size,          c->hidden_size,       c->num_hidden_layers,
+              c->num_attention_heads, c->intermediate_size, c->max_position_embeddings,
+              c->type_vocab_size};
   int cfg_ok = 1;
   for (int i = 0; i < 7; i++) {
     const jv *v = jget(g.config, keys[i]);
     if (!v || (int)v->num != cv[i]) {
       cfg_ok = 0;
-      snprintf(why, sizeof why, "%s is %d, config.json says %d", keys[i], cv[i], v ? (int)v->num : -1);
+      snprintf(why, sizeof why, "%s is %d, config.json says %d", keys[i], cv[i],
+               v ? (int)v->num : -1);
     }
   }
   const jv *eps = jget(g.config, "layer_norm_eps");
@@ -304,17 +348,21 @@ static void test_model(const char *dir, const char *gpath, bf_run *r, int last) 
     bf_cand *o = single + (size_t)m0 * k;
     int rc = bf_fill(m, r, 1, &g.seqs[s], k, o, err, sizeof err);
     if (rc != BF_OK) {
-      if (!rc_bad++) snprintf(why, sizeof why, "sequence %d (%d tokens): rc %d: %s", s, g.seqs[s].n, rc, err);
+      if (!rc_bad++)
+        snprintf(why, sizeof why, "sequence %d (%d tokens): rc %d: %s", s, g.seqs[s].n, rc, err);
       continue;
     }
     char w[512];
     int b = compare(&g, m0, m1, o, k, &maxd_single, w, sizeof w);
-    if (b && !bad && !rc_bad) snprintf(why, sizeof why, "sequence %d (%d tokens) %s", s, g.seqs[s].n, w);
+    if (b && !bad && !rc_bad)
+      snprintf(why, sizeof why, "sequence %d (%d tokens) %s", s, g.seqs[s].n, w);
     bad += b;
   }
-  snprintf(name, sizeof name, "forward %s: %d sequences one by one (%d masks)", mn, g.nseq, g.nmask);
+  snprintf(name, sizeof name, "forward %s: %d sequences one by one (%d masks)", mn, g.nseq,
+           g.nmask);
   CHECKF(name, !bad && !rc_bad, "%d calls failed, %d mismatches; first: %s", rc_bad, bad, why);
-  printf("# %s single: max |p - reference| = %.3g over %d masks x top-%d\n", mn, maxd_single, g.nmask, k);
+  printf("# %s single: max |p - reference| = %.3g over %d masks x top-%d\n", mn, maxd_single,
+         g.nmask, k);
 
   /* (b) all sequences in one call */
   double maxd_batch = 0;
@@ -344,8 +392,8 @@ static void test_model(const char *dir, const char *gpath, bf_run *r, int last) 
   /* determinism: the same batch again, bit for bit */
   rc = bf_fill(m, r, g.nseq, g.seqs, k, out2, err, sizeof err);
   snprintf(name, sizeof name, "forward %s: same batch twice is bit-identical", mn);
-  CHECKF(name, rc == BF_OK && !memcmp(out, out2, (size_t)g.nmask * k * sizeof *out),
-         "rc %d %s", rc, rc ? err : "results differ");
+  CHECKF(name, rc == BF_OK && !memcmp(out, out2, (size_t)g.nmask * k * sizeof *out), "rc %d %s", rc,
+         rc ? err : "results differ");
 
   /* k = 1 */
   bf_cand *o1 = calloc(g.nmask ? g.nmask : 1, sizeof *o1);
@@ -360,7 +408,8 @@ static void test_model(const char *dir, const char *gpath, bf_run *r, int last) 
   ** sorted, summing to 1 (to at most 1), the top 5 as before */
   int V = c->vocab_size, kk = V < BF_MAX_K ? V : BF_MAX_K;
   snprintf(name, sizeof name, "forward %s: k=%d%s", mn, kk,
-           kk == V ? " (vocab_size) gives the whole distribution" : " (BF_MAX_K) gives distinct sorted ids");
+           kk == V ? " (vocab_size) gives the whole distribution"
+                   : " (BF_MAX_K) gives distinct sorted ids");
   {
     int s = 0;
     while (s < g.nseq && g.seqs[s].n_masks == 0) s++;
@@ -395,8 +444,9 @@ static void test_model(const char *dir, const char *gpath, bf_run *r, int last) 
       if (!raw || !disp) ok = 0;
       else if (!strncmp(raw, "##", 2) && strlen(raw) > 2) ok = !strcmp(disp, raw + 2);
       else ok = !strcmp(disp, raw);
-      if (!ok) snprintf(why, sizeof why, "id %d: vocab %s, display %s", i, raw ? raw : "(null)",
-                        disp ? disp : "(null)");
+      if (!ok)
+        snprintf(why, sizeof why, "id %d: vocab %s, display %s", i, raw ? raw : "(null)",
+                 disp ? disp : "(null)");
     }
     CHECKF(name, ok, "%s", why);
   }
@@ -422,7 +472,8 @@ static void test_model(const char *dir, const char *gpath, bf_run *r, int last) 
     if (V < BF_MAX_K) {
       err[0] = 0;
       rc = bf_fill(m, r, 1, t, V + 1, big, err, sizeof err);
-      CHECKF("forward error: k>vocab_size", rc == BF_ERR_INPUT && err[0], "rc %d err '%s'", rc, err);
+      CHECKF("forward error: k>vocab_size", rc == BF_ERR_INPUT && err[0], "rc %d err '%s'", rc,
+             err);
     } else {
       SKIP("forward error: k>vocab_size", "vocab_size >= BF_MAX_K");
     }
@@ -431,8 +482,9 @@ static void test_model(const char *dir, const char *gpath, bf_run *r, int last) 
     bf_tokens lt = {0};
     lt.n = lt.cap = P + 1;
     lt.ids = malloc((P + 1) * sizeof *lt.ids);
-    const bf_tokens *lg = &g.seqs[0];              /* content from the longest sequence */
-    for (int i = 1; i < g.nseq; i++) if (g.seqs[i].n > lg->n) lg = &g.seqs[i];
+    const bf_tokens *lg = &g.seqs[0]; /* content from the longest sequence */
+    for (int i = 1; i < g.nseq; i++)
+      if (g.seqs[i].n > lg->n) lg = &g.seqs[i];
     for (int i = 0; i < P + 1; i++) lt.ids[i] = lg->ids[1 + i % (lg->n - 2)];
     lt.ids[0] = lg->ids[0];
     lt.ids[P] = lg->ids[lg->n - 1];
@@ -461,11 +513,12 @@ static void test_model(const char *dir, const char *gpath, bf_run *r, int last) 
     memcpy(bt.ids, t->ids, t->n * sizeof *bt.ids);
     bt.n_masks = t->n_masks;
     int at = t->ids[1] == g.mask_id ? t->n - 2 : 1;
-    if (bt.ids[at] == g.mask_id) at = 0;          /* [CLS] */
+    if (bt.ids[at] == g.mask_id) at = 0; /* [CLS] */
     bt.ids[at] = V;
     err[0] = 0;
     rc = bf_fill(m, r, 1, &bt, k, big, err, sizeof err);
-    CHECKF("forward error: token id = vocab_size", rc == BF_ERR_INPUT && err[0], "rc %d err '%s'", rc, err);
+    CHECKF("forward error: token id = vocab_size", rc == BF_ERR_INPUT && err[0], "rc %d err '%s'",
+           rc, err);
     bt.ids[at] = -1;
     err[0] = 0;
     rc = bf_fill(m, r, 1, &bt, k, big, err, sizeof err);
@@ -494,7 +547,8 @@ static void test_model(const char *dir, const char *gpath, bf_run *r, int last) 
     memset(out2, 0, nout * sizeof *out2);
     rc = bf_fill(m, r, g.nseq, g.seqs, k, out2, err, sizeof err);
     bad = rc == BF_OK ? compare(&g, 0, g.nmask, out2, k, &md, why, sizeof why) : 1;
-    CHECKF("forward: run still right after errors", rc == BF_OK && !bad, "rc %d %s", rc, rc ? err : why);
+    CHECKF("forward: run still right after errors", rc == BF_OK && !bad, "rc %d %s", rc,
+           rc ? err : why);
     free(big);
   }
 
@@ -510,7 +564,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "usage: %s MODEL_DIR GOLDEN_JSON [MODEL_DIR GOLDEN_JSON ...]\n", argv[0]);
     return 2;
   }
-  bf_run *r = bf_run_new();   /* one run for every model: scratch must adapt */
+  bf_run *r = bf_run_new(); /* one run for every model: scratch must adapt */
   CHECK("forward: bf_run_new", r != NULL);
   if (!r) return 1;
   for (int i = 1; i + 1 < argc; i += 2) test_model(argv[i], argv[i + 1], r, i + 2 >= argc);

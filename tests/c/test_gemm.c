@@ -29,33 +29,33 @@ static double max_err(const float *y, const float *x, const float *W, int T, int
         a += fabs((double)x[(size_t)t * K + k] * W[(size_t)n * K + k]);
       }
       double e = fabs(y[(size_t)t * N + n] - s) / (a + 1e-30);
-      if (!(e <= worst)) worst = e;  /* NaN counts as worst */
+      if (!(e <= worst)) worst = e; /* NaN counts as worst */
     }
   return worst;
 }
 
 int main(void) {
   bf_pool *p = bf_pool_new();
-  gemm_scratch s = { 0 };
+  gemm_scratch s = {0};
   CHECK("gemm: pool created", p != NULL);
 
   if (!gemm_have_avx512()) {
     float x = 1, w = 1, y = 0;
-    gemm_out o = { &y, &w, 1 };
+    gemm_out o = {&y, &w, 1};
     CHECK("gemm: no AVX-512: GEMM_NO_KERNEL",
           gemm_xwt(p, &s, 1, &x, 1, 1, 1, &o) == GEMM_NO_KERNEL);
     if (bf_env_flag("BERTFILL_NO_AVX512", 0))
-      printf("# gemm kernels turned off by BERTFILL_NO_AVX512; they are checked in the run without it\n");
-    else
-      SKIP("gemm kernels", "this CPU has no AVX-512");
+      printf("# gemm kernels turned off by BERTFILL_NO_AVX512; they are checked in the run without "
+             "it\n");
+    else SKIP("gemm kernels", "this CPU has no AVX-512");
     bf_pool_free(p);
     gemm_scratch_free(&s);
     TL_EXIT();
   }
 
-  static const int Ts[] = { 1, 2, 3, 5, 8, 13, 16, 17, 23, 24, 25, 36, 37, 64, 130 };
-  static const int NKs[][2] = { { 1, 1 }, { 7, 5 }, { 31, 17 }, { 32, 16 }, { 33, 48 },
-                                { 64, 100 }, { 100, 33 }, { 96, 768 }, { 200, 129 } };
+  static const int Ts[] = {1, 2, 3, 5, 8, 13, 16, 17, 23, 24, 25, 36, 37, 64, 130};
+  static const int NKs[][2] = {{1, 1},    {7, 5},    {31, 17},  {32, 16},  {33, 48},
+                               {64, 100}, {100, 33}, {96, 768}, {200, 129}};
   int nshape = 0, nbad = 0;
   double worst = 0;
   char why[256] = "";
@@ -69,30 +69,47 @@ int main(void) {
       for (int i = 0; i < 3; i++) y[i] = malloc(sizeof(float) * T * N);
       /* three outputs of different widths share x: N, N-1 (if > 0), N */
       int n2 = N > 1 ? N - 1 : N;
-      gemm_out o[3] = { { y[0], W, N }, { y[1], W + (size_t)N * K, n2 }, { y[2], W + (size_t)2 * N * K, N } };
+      gemm_out o[3] = {{y[0], W, N},
+                       {y[1], W + (size_t)N * K, n2},
+                       {y[2], W + (size_t)2 * N * K, N}};
       for (int nt = 1; nt <= 3; nt++) {
-        for (int i = 0; i < 3; i++) for (int j = 0; j < T * N; j++) y[i][j] = NAN;
+        for (int i = 0; i < 3; i++)
+          for (int j = 0; j < T * N; j++) y[i][j] = NAN;
         int rc = gemm_xwt(p, &s, nt, x, T, K, 3, o);
         nshape++;
-        if (rc != GEMM_OK) { nbad++; snprintf(why, sizeof why, "T=%d N=%d K=%d threads=%d: rc %d", T, N, K, nt, rc); continue; }
+        if (rc != GEMM_OK) {
+          nbad++;
+          snprintf(why, sizeof why, "T=%d N=%d K=%d threads=%d: rc %d", T, N, K, nt, rc);
+          continue;
+        }
         for (int i = 0; i < 3; i++) {
           double e = max_err(y[i], x, o[i].w, T, o[i].n, K);
           if (e > worst) worst = e;
-          if (!(e < 1e-5)) { nbad++; snprintf(why, sizeof why, "T=%d N=%d K=%d threads=%d output %d: relative error %g", T, o[i].n, K, nt, i, e); }
+          if (!(e < 1e-5)) {
+            nbad++;
+            snprintf(why, sizeof why, "T=%d N=%d K=%d threads=%d output %d: relative error %g", T,
+                     o[i].n, K, nt, i, e);
+          }
         }
         if (nt == 1) memcpy(y1, y[0], sizeof(float) * T * N);
         else if (memcmp(y1, y[0], sizeof(float) * T * N) != 0) {
-          nbad++; snprintf(why, sizeof why, "T=%d N=%d K=%d: %d threads differ from 1 thread", T, N, K, nt);
+          nbad++;
+          snprintf(why, sizeof why, "T=%d N=%d K=%d: %d threads differ from 1 thread", T, N, K, nt);
         }
       }
       /* one output, no pool */
       for (int j = 0; j < T * N; j++) y[0][j] = NAN;
-      gemm_out o1 = { y[0], W, N };
+      gemm_out o1 = {y[0], W, N};
       int rc = gemm_xwt(NULL, NULL, 2, x, T, K, 1, &o1);
       double e = rc == GEMM_OK ? max_err(y[0], x, W, T, N, K) : 1;
       nshape++;
-      if (!(e < 1e-5)) { nbad++; snprintf(why, sizeof why, "T=%d N=%d K=%d without a pool: rc %d error %g", T, N, K, rc, e); }
-      free(x); free(W); free(y1);
+      if (!(e < 1e-5)) {
+        nbad++;
+        snprintf(why, sizeof why, "T=%d N=%d K=%d without a pool: rc %d error %g", T, N, K, rc, e);
+      }
+      free(x);
+      free(W);
+      free(y1);
       for (int i = 0; i < 3; i++) free(y[i]);
     }
   CHECKF("gemm: all shapes match the double loop (relative 1e-5), same bits for 1-3 threads",
@@ -100,7 +117,7 @@ int main(void) {
   printf("# gemm: %d runs, worst relative error %.3g\n", nshape, worst);
 
   float x = 1, w = 2, y = 0;
-  gemm_out bad = { &y, &w, 1 };
+  gemm_out bad = {&y, &w, 1};
   CHECK("gemm: 0 outputs refused", gemm_xwt(p, &s, 1, &x, 1, 1, 0, &bad) != GEMM_OK);
   CHECK("gemm: 4 outputs refused", gemm_xwt(p, &s, 1, &x, 1, 1, 4, &bad) != GEMM_OK);
   bf_pool_free(p);

@@ -14,7 +14,9 @@
 
 #include <math.h>
 
-static json_value *P(const char *s, char *err, size_t n) { return json_parse(s, strlen(s), err, n); }
+static json_value *P(const char *s, char *err, size_t n) {
+  return json_parse(s, strlen(s), err, n);
+}
 
 /* Parses and is a string equal to want (wlen bytes). */
 static int str_is(const char *doc, const char *want, size_t wlen) {
@@ -74,18 +76,21 @@ int main(int argc, char **argv) {
   CHECK("string_surrogate_pair", str_is("\"\\ud83d\\ude00\"", "\xf0\x9f\x98\x80", 4));
   CHECK("string_u2028", str_is("\"\\u2028\"", "\xe2\x80\xa8", 3));
   CHECK("string_nul_escape_kept", str_is("\"a\\u0000b\"", "a\0b", 3));
-  CHECK("string_raw_utf8", str_is("\"\xe4\xbb\x8a\xf0\x9f\x98\x80\"", "\xe4\xbb\x8a\xf0\x9f\x98\x80", 7));
+  CHECK("string_raw_utf8",
+        str_is("\"\xe4\xbb\x8a\xf0\x9f\x98\x80\"", "\xe4\xbb\x8a\xf0\x9f\x98\x80", 7));
   CHECK("string_empty", str_is("\"\"", "", 0));
 
   /* containers and lookup */
   v = P("{\"a\": [1, 2.5, \"x\", null, {\"b\": false}], \"n\": null, \"a2\": 3, \"a2\": 4, "
-        "\"s\": \"t\", \"f\": 2.5}", err, sizeof err);
+        "\"s\": \"t\", \"f\": 2.5}",
+        err, sizeof err);
   CHECKF("object_parses", v != NULL, "%s", err);
   if (v) {
     const json_value *a = json_get(v, "a");
     CHECK("array_len", json_len(a) == 5 && json_at(a, 5) == NULL);
     CHECK("array_items", json_at(a, 0)->i == 1 && json_at(a, 1)->num == 2.5 &&
-                         strcmp(json_at(a, 2)->str, "x") == 0 && json_at(a, 3)->type == JSON_NULL);
+                           strcmp(json_at(a, 2)->str, "x") == 0 &&
+                           json_at(a, 3)->type == JSON_NULL);
     int b = 1;
     CHECK("nested_get_bool", json_get_bool(json_at(a, 4), "b", &b) == JSON_OK && b == 0);
     int64_t i = 0;
@@ -102,9 +107,10 @@ int main(int argc, char **argv) {
     CHECK("get_string_wrong", json_get_string(v, "a", &s) == JSON_WRONG);
     size_t kl = 0;
     CHECK("keys_in_order", strcmp(json_key(v, 0, &kl), "a") == 0 && kl == 1 &&
-                           strcmp(json_key(v, 4, NULL), "s") == 0 && json_key(v, 6, NULL) == NULL);
+                             strcmp(json_key(v, 4, NULL), "s") == 0 &&
+                             json_key(v, 6, NULL) == NULL);
     CHECK("get_on_non_object", json_get(a, "x") == NULL && json_get(NULL, "x") == NULL &&
-                               json_len(NULL) == 0 && json_key(a, 0, NULL) == NULL);
+                                 json_len(NULL) == 0 && json_key(a, 0, NULL) == NULL);
   }
   json_free(v);
   v = P("[[[]], {}]", err, sizeof err);
@@ -154,7 +160,8 @@ int main(int argc, char **argv) {
     deep[2 * d] = 0;
     v = P(deep, err, sizeof err);
     if (d == JSON_MAX_DEPTH) CHECKF("depth_limit_ok", v != NULL, "%s", err);
-    else CHECKF("depth_limit_exceeded", !v && strstr(err, "nested deeper"), "%s", v ? "parsed" : err);
+    else
+      CHECKF("depth_limit_exceeded", !v && strstr(err, "nested deeper"), "%s", v ? "parsed" : err);
     json_free(v);
   }
   /* very deep input (no stack overflow) */
@@ -174,8 +181,9 @@ int main(int argc, char **argv) {
 
   /* files */
   CHECK("file_missing", json_parse_file("/nonexistent/x.json", err, sizeof err) == NULL &&
-                        strstr(err, "/nonexistent/x.json") && strstr(err, "No such file"));
-  CHECK("file_directory", json_parse_file("/", err, sizeof err) == NULL && strstr(err, "not a regular file"));
+                          strstr(err, "/nonexistent/x.json") && strstr(err, "No such file"));
+  CHECK("file_directory",
+        json_parse_file("/", err, sizeof err) == NULL && strstr(err, "not a regular file"));
   const char *shared = argc > 1 ? argv[1] : NULL;
   char path[1024];
   if (!shared) {
@@ -189,10 +197,11 @@ int main(int argc, char **argv) {
       int64_t h = 0, V = 0;
       double eps = 0;
       const char *act = NULL;
-      CHECK("file_config_json", json_get_int(v, "hidden_size", &h) == JSON_OK && h == 768 &&
-            json_get_int(v, "vocab_size", &V) == JSON_OK && V == 21128 &&
-            json_get_double(v, "layer_norm_eps", &eps) == JSON_OK && eps == 1e-12 &&
-            json_get_string(v, "hidden_act", &act) == JSON_OK && strcmp(act, "gelu") == 0);
+      CHECK("file_config_json",
+            json_get_int(v, "hidden_size", &h) == JSON_OK && h == 768 &&
+              json_get_int(v, "vocab_size", &V) == JSON_OK && V == 21128 &&
+              json_get_double(v, "layer_norm_eps", &eps) == JSON_OK && eps == 1e-12 &&
+              json_get_string(v, "hidden_act", &act) == JSON_OK && strcmp(act, "gelu") == 0);
       json_free(v);
     }
     snprintf(path, sizeof path, "%s/bert-base-chinese/tokenizer.json", shared);
@@ -204,8 +213,9 @@ int main(int argc, char **argv) {
       size_t kl = 0;
       const char *k343 = json_key(voc, 343, &kl);
       CHECK("file_tokenizer_json", json_len(voc) == 21128 &&
-            json_get_int(voc, "[MASK]", &mask) == JSON_OK && mask == 103 &&
-            k343 && kl == 3 && memcmp(k343, "\xe2\x80\xa8", 3) == 0 && json_at(voc, 343)->i == 343);
+                                     json_get_int(voc, "[MASK]", &mask) == JSON_OK && mask == 103 &&
+                                     k343 && kl == 3 && memcmp(k343, "\xe2\x80\xa8", 3) == 0 &&
+                                     json_at(voc, 343)->i == 343);
       json_free(v);
     }
   }

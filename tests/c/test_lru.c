@@ -79,16 +79,16 @@ static void test_keys_and_k(void) {
   CHECK("lru_miss_other_mask_count", miss(FP, ids, 6, 3, 1));
 
   make_cands(c8, 2, 8, 2);
-  bfc_lru_put(FP, ids, 6, 2, 8, c8);                /* wider: replaces */
+  bfc_lru_put(FP, ids, 6, 2, 8, c8); /* wider: replaces */
   CHECK("lru_widened", hit_with(FP, ids, 6, 2, 6, c8, 8));
   CHECK("lru_widened_one_entry", entries() == 1);
   make_cands(c3, 2, 3, 3);
-  bfc_lru_put(FP, ids, 6, 2, 3, c3);                /* narrower: kept as it was */
+  bfc_lru_put(FP, ids, 6, 2, 3, c3); /* narrower: kept as it was */
   CHECK("lru_narrower_kept", hit_with(FP, ids, 6, 2, 8, c8, 8));
 
-  bfc_lru_put("0123456789abcdef0", ids, 6, 2, 5, c5);  /* not a fingerprint: ignored */
+  bfc_lru_put("0123456789abcdef0", ids, 6, 2, 5, c5); /* not a fingerprint: ignored */
   CHECK("lru_long_fingerprint_ignored", entries() == 1);
-  bfc_lru_put(FP, ids, 6, 2, 0, c5);                /* k = 0: ignored */
+  bfc_lru_put(FP, ids, 6, 2, 0, c5); /* k = 0: ignored */
   CHECK("lru_k0_ignored", entries() == 1);
 
   CHECK("lru_clear_count", bfc_lru_clear() == 1);
@@ -108,7 +108,7 @@ static void test_evict_entries(void) {
     bfc_lru_put(FP, ids[i], 4, 1, 5, c[i]);
   }
   CHECK("lru_three_entries", entries() == 3);
-  CHECK("lru_touch_oldest", hit_with(FP, ids[0], 4, 1, 5, c[0], 5));  /* 0 is now the newest */
+  CHECK("lru_touch_oldest", hit_with(FP, ids[0], 4, 1, 5, c[0], 5)); /* 0 is now the newest */
   make_ids(ids[3], 4, 13);
   make_cands(c[3], 1, 5, 13);
   bfc_lru_put(FP, ids[3], 4, 1, 5, c[3]);
@@ -117,7 +117,7 @@ static void test_evict_entries(void) {
   CHECK("lru_evict_keeps_touched", hit_with(FP, ids[0], 4, 1, 5, c[0], 5));
   CHECK("lru_evict_keeps_others",
         hit_with(FP, ids[2], 4, 1, 5, c[2], 5) && hit_with(FP, ids[3], 4, 1, 5, c[3], 5));
-  bfc_lru_set_max_entries(1);                        /* lowering the bound evicts at once */
+  bfc_lru_set_max_entries(1); /* lowering the bound evicts at once */
   CHECK("lru_lower_bound_evicts", entries() == 1 && hit_with(FP, ids[3], 4, 1, 5, c[3], 5));
   bfc_lru_set_max_entries(0);
   CHECK("lru_max_entries_default", bfc_lru_max_entries() == BFC_DEFAULT_LRU_ENTRIES);
@@ -134,16 +134,16 @@ static void test_evict_bytes(void) {
   bfc_lru_put(FP, ids[0], 8, 4, 10, c[0]);
   size_t one = bytes();
   CHECK("lru_bytes_counted", one > 4 * 10 * sizeof(bf_cand) && entries() == 1);
-  bfc_lru_set_max_bytes(2 * one + one / 2);         /* room for two of these */
+  bfc_lru_set_max_bytes(2 * one + one / 2); /* room for two of these */
   bfc_lru_put(FP, ids[1], 8, 4, 10, c[1]);
   bfc_lru_put(FP, ids[2], 8, 4, 10, c[2]);
   CHECK("lru_bytes_evict_count", entries() == 2 && bytes() == 2 * one);
   CHECK("lru_bytes_evict_oldest", miss(FP, ids[0], 8, 4, 1));
   CHECK("lru_bytes_keep_newest",
         hit_with(FP, ids[1], 8, 4, 10, c[1], 10) && hit_with(FP, ids[2], 8, 4, 10, c[2], 10));
-  bfc_lru_set_max_bytes(one - 1);                    /* lowering the bound evicts at once */
+  bfc_lru_set_max_bytes(one - 1); /* lowering the bound evicts at once */
   CHECK("lru_bytes_lower_bound_evicts", entries() == 0 && bytes() == 0);
-  bfc_lru_put(FP, ids[0], 8, 4, 10, c[0]);           /* larger than the bound: not kept */
+  bfc_lru_put(FP, ids[0], 8, 4, 10, c[0]); /* larger than the bound: not kept */
   CHECK("lru_too_large_not_kept", entries() == 0 && miss(FP, ids[0], 8, 4, 1));
   bfc_lru_set_max_bytes(0);
   CHECK("lru_max_bytes_default", bfc_lru_max_bytes() == BFC_DEFAULT_LRU_BYTES);

@@ -35,39 +35,61 @@ static const float *field(const bf_model *m, const char *name, size_t *n) {
   const bf_config *c = &m->cfg;
   size_t V = (size_t)c->vocab_size, H = (size_t)c->hidden_size, I = (size_t)c->intermediate_size;
   size_t P = (size_t)c->max_position_embeddings, T = (size_t)c->type_vocab_size;
-  struct { const char *n; const float *p; size_t len; } top[] = {
+  struct {
+    const char *n;
+    const float *p;
+    size_t len;
+  } top[] = {
     {"word_emb", m->word_emb, V * H}, {"pos_emb", m->pos_emb, P * H},
-    {"type_emb", m->type_emb, T * H}, {"emb_ln_g", m->emb_ln_g, H}, {"emb_ln_b", m->emb_ln_b, H},
-    {"head_w", m->head_w, H * H}, {"head_b", m->head_b, H},
-    {"head_ln_g", m->head_ln_g, H}, {"head_ln_b", m->head_ln_b, H},
-    {"dec_w", m->dec_w, V * H}, {"dec_b", m->dec_b, V},
+    {"type_emb", m->type_emb, T * H}, {"emb_ln_g", m->emb_ln_g, H},
+    {"emb_ln_b", m->emb_ln_b, H},     {"head_w", m->head_w, H * H},
+    {"head_b", m->head_b, H},         {"head_ln_g", m->head_ln_g, H},
+    {"head_ln_b", m->head_ln_b, H},   {"dec_w", m->dec_w, V * H},
+    {"dec_b", m->dec_b, V},
   };
   for (size_t i = 0; i < sizeof top / sizeof top[0]; i++)
-    if (strcmp(name, top[i].n) == 0) { *n = top[i].len; return top[i].p; }
+    if (strcmp(name, top[i].n) == 0) {
+      *n = top[i].len;
+      return top[i].p;
+    }
   char *dot;
   long l = strtol(name, &dot, 10);
   if (*dot != '.' || l < 0 || l >= c->num_hidden_layers) return NULL;
   const bf_layer *y = &m->layers[l];
   const char *f = dot + 1;
-  struct { const char *n; const float *p; size_t len; } lay[] = {
-    {"q_w", y->q_w, H * H}, {"q_b", y->q_b, H}, {"k_w", y->k_w, H * H}, {"k_b", y->k_b, H},
-    {"v_w", y->v_w, H * H}, {"v_b", y->v_b, H}, {"ao_w", y->ao_w, H * H}, {"ao_b", y->ao_b, H},
-    {"aln_g", y->aln_g, H}, {"aln_b", y->aln_b, H}, {"i_w", y->i_w, I * H}, {"i_b", y->i_b, I},
-    {"o_w", y->o_w, H * I}, {"o_b", y->o_b, H}, {"oln_g", y->oln_g, H}, {"oln_b", y->oln_b, H},
+  struct {
+    const char *n;
+    const float *p;
+    size_t len;
+  } lay[] = {
+    {"q_w", y->q_w, H * H},   {"q_b", y->q_b, H},     {"k_w", y->k_w, H * H},
+    {"k_b", y->k_b, H},       {"v_w", y->v_w, H * H}, {"v_b", y->v_b, H},
+    {"ao_w", y->ao_w, H * H}, {"ao_b", y->ao_b, H},   {"aln_g", y->aln_g, H},
+    {"aln_b", y->aln_b, H},   {"i_w", y->i_w, I * H}, {"i_b", y->i_b, I},
+    {"o_w", y->o_w, H * I},   {"o_b", y->o_b, H},     {"oln_g", y->oln_g, H},
+    {"oln_b", y->oln_b, H},
   };
   for (size_t i = 0; i < sizeof lay / sizeof lay[0]; i++)
-    if (strcmp(f, lay[i].n) == 0) { *n = lay[i].len; return lay[i].p; }
+    if (strcmp(f, lay[i].n) == 0) {
+      *n = lay[i].len;
+      return lay[i].p;
+    }
   return NULL;
 }
 
-static const char *ALL_FIELDS[] = {"word_emb", "pos_emb", "type_emb", "emb_ln_g", "emb_ln_b",
-                                   "head_w", "head_b", "head_ln_g", "head_ln_b", "dec_w", "dec_b"};
-static const char *LAYER_FIELDS[] = {"q_w", "q_b", "k_w", "k_b", "v_w", "v_b", "ao_w", "ao_b",
-                                     "aln_g", "aln_b", "i_w", "i_b", "o_w", "o_b", "oln_g", "oln_b"};
+static const char *ALL_FIELDS[] = {"word_emb",  "pos_emb", "type_emb", "emb_ln_g",
+                                   "emb_ln_b",  "head_w",  "head_b",   "head_ln_g",
+                                   "head_ln_b", "dec_w",   "dec_b"};
+static const char *LAYER_FIELDS[] = {"q_w",  "q_b",  "k_w",   "k_b",   "v_w", "v_b",
+                                     "ao_w", "ao_b", "aln_g", "aln_b", "i_w", "i_b",
+                                     "o_w",  "o_b",  "oln_g", "oln_b"};
 
 /* Every weight of a and b bitwise equal?  Describes the first difference. */
 static int same_weights(const bf_model *a, const bf_model *b, char *why, size_t wl) {
-  if (memcmp(&a->cfg, &b->cfg, sizeof a->cfg) != 0) { snprintf(why, wl, "configs differ"); return 0; }
+  if (memcmp(&a->cfg, &b->cfg, sizeof a->cfg) != 0) {
+    snprintf(why, wl, "configs differ");
+    return 0;
+  }
   char name[64];
   int nf = (int)(sizeof ALL_FIELDS / sizeof ALL_FIELDS[0]);
   int total = nf + a->cfg.num_hidden_layers * 16;
@@ -76,7 +98,10 @@ static int same_weights(const bf_model *a, const bf_model *b, char *why, size_t 
     else snprintf(name, sizeof name, "%d.%s", (i - nf) / 16, LAYER_FIELDS[(i - nf) % 16]);
     size_t na, nb;
     const float *pa = field(a, name, &na), *pb = field(b, name, &nb);
-    if (!pa || !pb || na != nb) { snprintf(why, wl, "%s missing", name); return 0; }
+    if (!pa || !pb || na != nb) {
+      snprintf(why, wl, "%s missing", name);
+      return 0;
+    }
     if (memcmp(pa, pb, na * sizeof(float)) != 0) {
       for (size_t k = 0; k < na; k++)
         if (memcmp(&pa[k], &pb[k], 4) != 0) {
@@ -110,20 +135,28 @@ static int split_tabs(char *line, char **f) {
     f[n++] = s;
     char *t = strchr(s, '\t');
     if (!t) break;
-    *t = 0; s = t + 1;
+    *t = 0;
+    s = t + 1;
   }
   return n;
 }
 
-typedef struct cache_ent { char dir[1200]; bf_model *m; } cache_ent;
+typedef struct cache_ent {
+  char dir[1200];
+  bf_model *m;
+} cache_ent;
 static cache_ent cache[64];
 static int n_cache;
 
 static bf_model *cached(const char *dir) {
-  for (int i = 0; i < n_cache; i++) if (strcmp(cache[i].dir, dir) == 0) return cache[i].m;
+  for (int i = 0; i < n_cache; i++)
+    if (strcmp(cache[i].dir, dir) == 0) return cache[i].m;
   char err[512];
   bf_model *m = bf_model_load(dir, err, sizeof err);
-  if (!m) { printf("# load %s: %s\n", dir, err); return NULL; }
+  if (!m) {
+    printf("# load %s: %s\n", dir, err);
+    return NULL;
+  }
   if (n_cache < 64) {
     snprintf(cache[n_cache].dir, sizeof cache[n_cache].dir, "%s", dir);
     cache[n_cache++].m = m;
@@ -153,15 +186,17 @@ static void run_manifest(void) {
       if (!m) continue;
       const bf_config *c = bf_model_config(m);
       snprintf(name, sizeof name, "config_%s", F[1]);
-      CHECKF(name, c->vocab_size == atoi(F[3]) && c->hidden_size == atoi(F[4]) &&
-             c->num_hidden_layers == atoi(F[5]) && c->num_attention_heads == atoi(F[6]) &&
-             c->intermediate_size == atoi(F[7]) && c->max_position_embeddings == atoi(F[8]) &&
-             c->type_vocab_size == atoi(F[9]) && c->layer_norm_eps == (float)atof(F[10]),
+      CHECKF(name,
+             c->vocab_size == atoi(F[3]) && c->hidden_size == atoi(F[4]) &&
+               c->num_hidden_layers == atoi(F[5]) && c->num_attention_heads == atoi(F[6]) &&
+               c->intermediate_size == atoi(F[7]) && c->max_position_embeddings == atoi(F[8]) &&
+               c->type_vocab_size == atoi(F[9]) && c->layer_norm_eps == (float)atof(F[10]),
              "got V=%d H=%d L=%d A=%d I=%d P=%d T=%d eps=%g", c->vocab_size, c->hidden_size,
              c->num_hidden_layers, c->num_attention_heads, c->intermediate_size,
              c->max_position_embeddings, c->type_vocab_size, c->layer_norm_eps);
       snprintf(name, sizeof name, "dtype_%s", F[1]);
-      CHECKF(name, strcmp(bf_model_dtype(m), F[11]) == 0, "got %s want %s", bf_model_dtype(m), F[11]);
+      CHECKF(name, strcmp(bf_model_dtype(m), F[11]) == 0, "got %s want %s", bf_model_dtype(m),
+             F[11]);
       snprintf(name, sizeof name, "dir_%s", F[1]);
       CHECK(name, strcmp(bf_model_dir(m), F[2]) == 0 && bf_model_tokenizer(m) == m->tok);
       printf("# loaded %s in %.2f ms\n", F[1], dt * 1e3);
@@ -171,11 +206,18 @@ static void run_manifest(void) {
       memset(err, 'x', sizeof err);
       bf_model *m = bf_model_load(F[2], err, sizeof err);
       snprintf(name, sizeof name, "error_%s", F[1]);
-      if (m) { CHECKF(name, 0, "loaded, but an error was expected"); bf_model_release(m); continue; }
+      if (m) {
+        CHECKF(name, 0, "loaded, but an error was expected");
+        bf_model_release(m);
+        continue;
+      }
       int ok = memchr(err, 0, sizeof err) != NULL && err[0] != 0;
       const char *missing = "";
       for (int i = 3; ok && i < n; i++)
-        if (!strstr(err, F[i])) { ok = 0; missing = F[i]; }
+        if (!strstr(err, F[i])) {
+          ok = 0;
+          missing = F[i];
+        }
       CHECKF(name, ok, "message lacks \"%s\": %s", missing, err);
       printf("#   %s -> %s\n", F[1], err);
     } else if (strcmp(F[0], "val") == 0 && n == 5) {
@@ -188,8 +230,8 @@ static void run_manifest(void) {
       if (p && idx < len) memcpy(&got, &p[idx], 4);
       if (!p || idx >= len || got != want) {
         if (!bad_val++)
-          snprintf(first_bad, sizeof first_bad, "%s %s[%zu]: got %08x want %08x", F[1], F[2],
-                   idx, got, want);
+          snprintf(first_bad, sizeof first_bad, "%s %s[%zu]: got %08x want %08x", F[1], F[2], idx,
+                   got, want);
       }
     } else if (strcmp(F[0], "disp") == 0 && n == 4) {
       bf_model *m = cached(F[1]);
@@ -221,16 +263,18 @@ static void test_specifics(void) {
 
   /* F32 weights are used in place in the mapping; nothing is copied */
   CHECK("f32_in_place", in_map(base, base->word_emb) && in_map(base, base->layers[1].o_w) &&
-                        in_map(base, base->dec_b) && base->n_owned == 0);
+                          in_map(base, base->dec_b) && base->n_owned == 0);
   CHECK("f16_converted_to_owned", !in_map(f16, f16->word_emb) && f16->n_owned > 0);
-  CHECK("unaligned_f32_copied", !in_map(unal, unal->word_emb) && unal->n_owned > 0 &&
-                                ((uintptr_t)unal->word_emb & 3) == 0);
+  CHECK("unaligned_f32_copied",
+        !in_map(unal, unal->word_emb) && unal->n_owned > 0 && ((uintptr_t)unal->word_emb & 3) == 0);
   CHECK("tied_decoder_is_word_emb", base->dec_w == base->word_emb);
-  CHECK("untied_decoder_separate", untied->dec_w != untied->word_emb &&
-        memcmp(untied->dec_w, untied->word_emb, 4 * (size_t)untied->cfg.hidden_size) != 0);
+  CHECK("untied_decoder_separate",
+        untied->dec_w != untied->word_emb &&
+          memcmp(untied->dec_w, untied->word_emb, 4 * (size_t)untied->cfg.hidden_size) != 0);
 
   int V = base->cfg.vocab_size;
-  CHECK("token_out_of_range_null", bf_model_token(base, -1) == NULL && bf_model_token(base, V) == NULL);
+  CHECK("token_out_of_range_null",
+        bf_model_token(base, -1) == NULL && bf_model_token(base, V) == NULL);
 
   /* refcount: retain + release keeps the model alive */
   bf_model *m = bf_model_load(J("base"), err, sizeof err);
@@ -239,8 +283,9 @@ static void test_specifics(void) {
     bf_model_retain(m);
     CHECK("refcount_retain", atomic_load(&m->refcount) == 2);
     bf_model_release(m);
-    CHECK("refcount_release_keeps", atomic_load(&m->refcount) == 1 && m->word_emb[0] == base->word_emb[0]);
-    bf_model_release(m);  /* frees; valgrind/ASan check that nothing leaks */
+    CHECK("refcount_release_keeps",
+          atomic_load(&m->refcount) == 1 && m->word_emb[0] == base->word_emb[0]);
+    bf_model_release(m); /* frees; valgrind/ASan check that nothing leaks */
   }
   bf_model_release(NULL);
 
@@ -256,17 +301,22 @@ static void test_specifics(void) {
     char fa_copy[17];
     snprintf(fa_copy, sizeof fa_copy, "%s", fa);
     int hex = strlen(fa) == 16;
-    for (int i = 0; i < 16 && hex; i++) hex = (fa[i] >= '0' && fa[i] <= '9') || (fa[i] >= 'a' && fa[i] <= 'f');
+    for (int i = 0; i < 16 && hex; i++)
+      hex = (fa[i] >= '0' && fa[i] <= '9') || (fa[i] >= 'a' && fa[i] <= 'f');
     CHECKF("fingerprint_16_hex", hex, "got '%s'", fa);
     CHECK("fingerprint_cached", bf_model_fingerprint(a) == fa && strcmp(fa, fa_copy) == 0);
-    CHECKF("fingerprint_same_content_same", strcmp(fa, bf_model_fingerprint(b)) == 0, "%s vs %s", fa,
-           bf_model_fingerprint(b));
-    CHECKF("fingerprint_one_weight_byte_differs", strcmp(fa, bf_model_fingerprint(c)) != 0, "%s", fa);
+    CHECKF("fingerprint_same_content_same", strcmp(fa, bf_model_fingerprint(b)) == 0, "%s vs %s",
+           fa, bf_model_fingerprint(b));
+    CHECKF("fingerprint_one_weight_byte_differs", strcmp(fa, bf_model_fingerprint(c)) != 0, "%s",
+           fa);
     CHECKF("fingerprint_config_change_differs", strcmp(fa, bf_model_fingerprint(d)) != 0, "%s", fa);
     CHECK("fingerprint_f16_differs", strcmp(fa, bf_model_fingerprint(f16)) != 0);
     printf("# fingerprint base %s onebyte %s\n", fa, bf_model_fingerprint(c));
   }
-  bf_model_release(a); bf_model_release(b); bf_model_release(c); bf_model_release(d);
+  bf_model_release(a);
+  bf_model_release(b);
+  bf_model_release(c);
+  bf_model_release(d);
 
   /* error buffer handling: tiny and zero-length buffers never overflow */
   char small[8];
@@ -297,15 +347,23 @@ static void test_half_conversion(void) {
     _Float16 x;
     memcpy(&x, &h, 2);
     float want = (float)x, got = st_f16_to_f32(h);
-    if (isnan(want)) { if (!isnan(got)) nan_ok = 0; continue; }
-    if (memcmp(&want, &got, 4) != 0) { if (!bad++) first = u; }
+    if (isnan(want)) {
+      if (!isnan(got)) nan_ok = 0;
+      continue;
+    }
+    if (memcmp(&want, &got, 4) != 0) {
+      if (!bad++) first = u;
+    }
   }
   CHECKF("f16_all_65536_values_exact", bad == 0 && nan_ok, "%d differ, first 0x%04x", bad, first);
   /* bulk conversion (F16C when available), from a misaligned source */
   unsigned char *src = malloc(2 * 65536 + 1);
   float *dst = malloc(4 * 65536);
   if (src && dst) {
-    for (uint32_t u = 0; u < 65536; u++) { src[1 + 2 * u] = (unsigned char)u; src[2 + 2 * u] = (unsigned char)(u >> 8); }
+    for (uint32_t u = 0; u < 65536; u++) {
+      src[1 + 2 * u] = (unsigned char)u;
+      src[2 + 2 * u] = (unsigned char)(u >> 8);
+    }
     st_f16_to_f32_n(src + 1, dst, 65536);
     int bad_n = 0;
     for (uint32_t u = 0; u < 65536; u++) {
@@ -325,7 +383,8 @@ static void test_half_conversion(void) {
     }
     CHECKF("bf16_bulk_all_65536_values_exact", bad_n == 0, "%d differ", bad_n);
   }
-  free(src); free(dst);
+  free(src);
+  free(dst);
   CHECK("f16_subnormal_min", st_f16_to_f32(0x0001) == 0x1p-24f);
   CHECK("f16_subnormal_max", st_f16_to_f32(0x03FF) == 0x3FFp-24f);
   CHECK("f16_inf", isinf(st_f16_to_f32(0x7C00)) && st_f16_to_f32(0xFC00) < 0);
@@ -333,8 +392,8 @@ static void test_half_conversion(void) {
   CHECK("f16_neg_zero", st_f16_to_f32(0x8000) == 0 && signbit(st_f16_to_f32(0x8000)));
   CHECK("f16_max", st_f16_to_f32(0x7BFF) == 65504.0f);
   CHECK("bf16_values", st_bf16_to_f32(0x3F80) == 1.0f && st_bf16_to_f32(0xC040) == -3.0f &&
-                       st_bf16_to_f32(0x0001) == 0x1p-133f && isinf(st_bf16_to_f32(0x7F80)) &&
-                       isnan(st_bf16_to_f32(0x7FC0)));
+                         st_bf16_to_f32(0x0001) == 0x1p-133f && isinf(st_bf16_to_f32(0x7F80)) &&
+                         isnan(st_bf16_to_f32(0x7FC0)));
 }
 
 /* ---- OpenBLAS ---- */
@@ -345,7 +404,8 @@ static void test_blas(void) {
   CHECKF("blas_init", bf_blas_init(err, sizeof err) == BF_OK, "%s", err);
   CHECK("blas_init_idempotent", bf_blas_init(err, sizeof err) == BF_OK);
   CHECKF("blas_core_named", bf_blas_core()[0] != 0, "core '%s'", bf_blas_core());
-  CHECKF("blas_config_named", strstr(bf_blas_config(), "OpenBLAS") != NULL, "'%s'", bf_blas_config());
+  CHECKF("blas_config_named", strstr(bf_blas_config(), "OpenBLAS") != NULL, "'%s'",
+         bf_blas_config());
   printf("# OpenBLAS core %s, %d threads, config: %s\n", bf_blas_core(), bf_blas_threads(),
          bf_blas_config());
   CHECK("blas_environment_unchanged", (getenv("OPENBLAS_CORETYPE") != NULL) == env_before);
@@ -362,11 +422,19 @@ static void test_blas(void) {
   ** with leading dimensions larger than the widths and beta != 0 */
   enum { M = 7, N = 5, K = 9, LD = 12 };
   float A[M * LD], At[K * LD], B[K * LD], Bt[N * LD], C[M * LD], R[M * LD];
-  for (int i = 0; i < M * LD; i++) { A[i] = (float)((i * 7) % 11) - 5; C[i] = 0; }
-  for (int i = 0; i < K * LD; i++) { B[i] = (float)((i * 5) % 13) - 6; At[i] = 0; }
+  for (int i = 0; i < M * LD; i++) {
+    A[i] = (float)((i * 7) % 11) - 5;
+    C[i] = 0;
+  }
+  for (int i = 0; i < K * LD; i++) {
+    B[i] = (float)((i * 5) % 13) - 6;
+    At[i] = 0;
+  }
   for (int i = 0; i < N * LD; i++) Bt[i] = 0;
-  for (int i = 0; i < M; i++) for (int k = 0; k < K; k++) At[k * LD + i] = A[i * LD + k];
-  for (int k = 0; k < K; k++) for (int j = 0; j < N; j++) Bt[j * LD + k] = B[k * LD + j];
+  for (int i = 0; i < M; i++)
+    for (int k = 0; k < K; k++) At[k * LD + i] = A[i * LD + k];
+  for (int k = 0; k < K; k++)
+    for (int j = 0; j < N; j++) Bt[j * LD + k] = B[k * LD + j];
   int bad = 0;
   for (int ta = 0; ta < 2; ta++)
     for (int tb = 0; tb < 2; tb++) {
@@ -378,13 +446,17 @@ static void test_blas(void) {
           R[i * LD + j] = (float)(2.0 * s + 0.5 * R[i * LD + j]);
         }
       bf_sgemm(ta, tb, M, N, K, 2.0f, ta ? At : A, LD, tb ? Bt : B, LD, 0.5f, C, LD);
-      for (int i = 0; i < M * LD; i++) if (C[i] != R[i]) bad++;   /* small integers: exact */
+      for (int i = 0; i < M * LD; i++)
+        if (C[i] != R[i]) bad++; /* small integers: exact */
     }
   CHECKF("sgemm_matches_loop", bad == 0, "%d entries differ", bad);
 }
 
 int main(int argc, char **argv) {
-  if (argc < 2) { fprintf(stderr, "usage: %s CASES_DIR\n", argv[0]); return 2; }
+  if (argc < 2) {
+    fprintf(stderr, "usage: %s CASES_DIR\n", argv[0]);
+    return 2;
+  }
   snprintf(root, sizeof root, "%s", argv[1]);
   test_blas();
   test_half_conversion();

@@ -14,7 +14,9 @@
 static atomic_int hits[UNITS];
 static atomic_int bad_tid;
 
-typedef struct job { int nthreads; } job;
+typedef struct job {
+  int nthreads;
+} job;
 
 static void count_unit(void *arg, int u, int tid) {
   const job *j = arg;
@@ -25,7 +27,7 @@ static void count_unit(void *arg, int u, int tid) {
 /* Units of hits[0..units) run other than exactly once. */
 static int run_and_count(bf_pool *p, int nthreads, int units) {
   for (int u = 0; u < UNITS; u++) atomic_store(&hits[u], 0);
-  job j = { nthreads };
+  job j = {nthreads};
   bf_pool_run(p, nthreads, units, count_unit, &j);
   int bad = 0;
   for (int u = 0; u < UNITS; u++) bad += atomic_load(&hits[u]) != (u < units);
@@ -36,7 +38,7 @@ int main(void) {
   bf_pool *p = bf_pool_new();
   CHECK("pool: created", p != NULL);
 
-  static const int threads[] = { 1, 2, 3, 4, 8, BF_POOL_MAX_THREADS, BF_POOL_MAX_THREADS + 4 };
+  static const int threads[] = {1, 2, 3, 4, 8, BF_POOL_MAX_THREADS, BF_POOL_MAX_THREADS + 4};
   for (size_t i = 0; i < sizeof threads / sizeof threads[0]; i++) {
     int nt = threads[i];
     char name[80];

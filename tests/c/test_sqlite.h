@@ -13,7 +13,7 @@
 #endif
 #include <sqlite3.h>
 
-extern const sqlite3_api_routines *sqlite3_api;   /* ext/sqlite/api.c */
+extern const sqlite3_api_routines *sqlite3_api; /* ext/sqlite/api.c */
 
 static int test_grab_api(sqlite3 *db, char **err, const sqlite3_api_routines *api) {
   (void)db;

@@ -26,30 +26,34 @@ static void test_names(void) {
   for (int a = 0; a < BF_CT__N; a++) {
     const char *x = bf_counter_name((bf_counter)a);
     if (!x || !*x || !strcmp(x, "?")) ok = 0;
-    for (int b = 0; b < a; b++) if (!strcmp(x, bf_counter_name((bf_counter)b))) ok = 0;
-    for (int s = 0; s < BF_ST__N; s++) if (!strcmp(x, bf_stage_name((bf_stage)s))) ok = 0;
+    for (int b = 0; b < a; b++)
+      if (!strcmp(x, bf_counter_name((bf_counter)b))) ok = 0;
+    for (int s = 0; s < BF_ST__N; s++)
+      if (!strcmp(x, bf_stage_name((bf_stage)s))) ok = 0;
   }
   for (int a = 0; a < BF_ST__N; a++) {
     const char *x = bf_stage_name((bf_stage)a);
     if (!x || !*x || !strcmp(x, "?")) ok = 0;
-    for (int b = 0; b < a; b++) if (!strcmp(x, bf_stage_name((bf_stage)b))) ok = 0;
+    for (int b = 0; b < a; b++)
+      if (!strcmp(x, bf_stage_name((bf_stage)b))) ok = 0;
   }
   CHECK("names_distinct_nonempty", ok);
   CHECK("names_known", !strcmp(bf_counter_name(BF_CT_CALLS), "calls") &&
-        !strcmp(bf_counter_name(BF_CT_HIT_LRU), "hit_lru") &&
-        !strcmp(bf_counter_name(BF_CT_BUSY), "busy") &&
-        !strcmp(bf_stage_name(BF_ST_CALL), "call") &&
-        !strcmp(bf_stage_name(BF_ST_ENCODE), "encode") &&
-        !strcmp(bf_stage_name(BF_ST_CACHE_WRITE), "cache_write"));
-  CHECK("names_out_of_range", !strcmp(bf_counter_name(BF_CT__N), "?") &&
-        !strcmp(bf_stage_name((bf_stage)-1), "?"));
+                         !strcmp(bf_counter_name(BF_CT_HIT_LRU), "hit_lru") &&
+                         !strcmp(bf_counter_name(BF_CT_BUSY), "busy") &&
+                         !strcmp(bf_stage_name(BF_ST_CALL), "call") &&
+                         !strcmp(bf_stage_name(BF_ST_ENCODE), "encode") &&
+                         !strcmp(bf_stage_name(BF_ST_CACHE_WRITE), "cache_write"));
+  CHECK("names_out_of_range",
+        !strcmp(bf_counter_name(BF_CT__N), "?") && !strcmp(bf_stage_name((bf_stage)-1), "?"));
 }
 
 static void test_bucket_rule(void) {
   int nb = bf_hist_nbuckets();
   CHECKF("hist_size_bounded", nb > 100 && nb <= 512, "nbuckets=%d", nb);
   int ok_mono = 1;
-  for (int i = 1; i < nb; i++) if (bf_hist_upper(i) <= bf_hist_upper(i - 1)) ok_mono = 0;
+  for (int i = 1; i < nb; i++)
+    if (bf_hist_upper(i) <= bf_hist_upper(i - 1)) ok_mono = 0;
   CHECK("hist_upper_increasing", ok_mono);
   CHECK("hist_last_is_overflow", bf_hist_upper(nb - 1) == UINT64_MAX);
   /* Every value lies in [upper(i-1), upper(i)) of its bucket i, and a bucket
@@ -59,25 +63,30 @@ static void test_bucket_rule(void) {
   for (uint64_t v = 0; v < ((uint64_t)1 << 40); v = v < 300 ? v + 1 : v + v / 97 + 1) {
     int i = bf_hist_bucket(v);
     uint64_t lo = i ? bf_hist_upper(i - 1) : 0, hi = bf_hist_upper(i);
-    if (i < 0 || i >= nb || v < lo || v >= hi) { ok_in = 0; bad = v; }
+    if (i < 0 || i >= nb || v < lo || v >= hi) {
+      ok_in = 0;
+      bad = v;
+    }
     if (i > 0 && i < nb - 1 && (double)(hi - lo) > 0.125 * (double)lo + 1e-9) ok_width = 0;
   }
   CHECKF("hist_value_in_its_bucket", ok_in, "value %llu", (unsigned long long)bad);
   CHECK("hist_bucket_width_12_5pct", ok_width);
-  CHECK("hist_underflow", bf_hist_bucket(0) == 0 && bf_hist_bucket(63) == 0 && bf_hist_bucket(64) == 1);
-  CHECK("hist_overflow", bf_hist_bucket((uint64_t)200e9) == nb - 1 && bf_hist_bucket(UINT64_MAX) == nb - 1);
+  CHECK("hist_underflow",
+        bf_hist_bucket(0) == 0 && bf_hist_bucket(63) == 0 && bf_hist_bucket(64) == 1);
+  CHECK("hist_overflow",
+        bf_hist_bucket((uint64_t)200e9) == nb - 1 && bf_hist_bucket(UINT64_MAX) == nb - 1);
   /* Hand-computed: 500000 ns is in octave 2^18 (262144..524288), 8 buckets of
   ** 32768 ns, sub-bucket 7 -> upper edge 524288. */
   CHECK("hist_upper_by_hand", bf_hist_upper(bf_hist_bucket(500000)) == 524288 &&
-        bf_hist_upper(bf_hist_bucket(950000)) == 524288 + 7 * 65536);
+                                bf_hist_upper(bf_hist_bucket(950000)) == 524288 + 7 * 65536);
 }
 
 static void test_known_quantiles(void) {
   bf_stats_reset();
   bf_stage_summary s;
   bf_stats_stage(BF_ST_ENCODE, &s);
-  CHECK("empty_stage_zero", s.count == 0 && s.total_ns == 0 && s.max_ns == 0 &&
-        s.p50_ns == 0 && s.p99_ns == 0);
+  CHECK("empty_stage_zero",
+        s.count == 0 && s.total_ns == 0 && s.max_ns == 0 && s.p50_ns == 0 && s.p99_ns == 0);
 
   /* 1, 2, ..., 1000 microseconds. */
   for (int k = 1000; k >= 1; k--) bf_stats_time(BF_ST_ENCODE, (uint64_t)k * 1000);
@@ -91,7 +100,7 @@ static void test_known_quantiles(void) {
   CHECKF("known_p95", s.p95_ns == 983040, "p95=%llu", (unsigned long long)s.p95_ns);
   CHECKF("known_p99", s.p99_ns == 1000000, "p99=%llu", (unsigned long long)s.p99_ns);
   CHECK("known_quantile_fn", bf_stats_stage_quantile(BF_ST_ENCODE, 0.5) == 524288 &&
-        bf_stats_stage_quantile(BF_ST_ENCODE, 1.0) == 1000000);
+                               bf_stats_stage_quantile(BF_ST_ENCODE, 1.0) == 1000000);
   bf_stats_stage(BF_ST_TOPK, &s);
   CHECK("other_stage_untouched", s.count == 0);
 
@@ -114,7 +123,7 @@ static void test_known_quantiles(void) {
   bf_stats_time(BF_ST_TOPK, (uint64_t)200e9);
   bf_stats_stage(BF_ST_TOPK, &s);
   CHECK("underflow_overflow", s.count == 2 && s.p50_ns == 64 && s.p99_ns == (uint64_t)200e9 &&
-        s.max_ns == (uint64_t)200e9);
+                                s.max_ns == (uint64_t)200e9);
 
   /* Random skewed samples: every reported quantile is within [exact, exact*1.125]
   ** of the exact sorted-array quantile, and p50 <= p95 <= p99 <= max. */
@@ -125,8 +134,10 @@ static void test_known_quantiles(void) {
   for (int round = 0; round < 5; round++) {
     bf_stats_reset();
     for (int i = 0; i < N; i++) {
-      x ^= x << 13; x ^= x >> 7; x ^= x << 17;              /* xorshift64 */
-      int sh = (int)(x % (16 + 5 * round));                  /* log-uniform-ish spread */
+      x ^= x << 13;
+      x ^= x >> 7;
+      x ^= x << 17;                         /* xorshift64 */
+      int sh = (int)(x % (16 + 5 * round)); /* log-uniform-ish spread */
       v[i] = 100 + ((x >> 20) & ((1ull << sh) - 1)) + (1ull << sh);
       bf_stats_time(BF_ST_CALL, v[i]);
     }
@@ -138,8 +149,8 @@ static void test_known_quantiles(void) {
       uint64_t e = exact_q(v, N, qs[j]);
       if (got[j] < e || (double)got[j] > 1.125 * (double)e + 1) {
         ok_range = 0;
-        printf("# round %d q=%.2f exact=%llu got=%llu\n", round, qs[j],
-               (unsigned long long)e, (unsigned long long)got[j]);
+        printf("# round %d q=%.2f exact=%llu got=%llu\n", round, qs[j], (unsigned long long)e,
+               (unsigned long long)got[j]);
       }
     }
     if (!(s.p50_ns <= s.p95_ns && s.p95_ns <= s.p99_ns && s.p99_ns <= s.max_ns)) ok_mono = 0;
@@ -166,16 +177,17 @@ static void test_batches_and_reset(void) {
 
   bf_stats_add(BF_CT_CALLS, 5);
   bf_stats_add(BF_CT_MISS, 2);
-  bf_stats_add(BF_CT__N, 7);                 /* ignored, no crash */
-  bf_stats_time((bf_stage)BF_ST__N, 5);      /* ignored */
+  bf_stats_add(BF_CT__N, 7);            /* ignored, no crash */
+  bf_stats_time((bf_stage)BF_ST__N, 5); /* ignored */
   bf_stats_time(BF_ST_TOKENIZE, 1234);
   CHECK("counter_add", bf_stats_counter(BF_CT_CALLS) == 5 && bf_stats_counter(BF_CT_MISS) == 2 &&
-        bf_stats_counter(BF_CT_HIT_LRU) == 0 && bf_stats_counter(BF_CT__N) == 0);
+                         bf_stats_counter(BF_CT_HIT_LRU) == 0 && bf_stats_counter(BF_CT__N) == 0);
   bf_stats_reset();
   bf_stage_summary s;
   bf_stats_stage(BF_ST_TOKENIZE, &s);
   int zero = 1;
-  for (int k = 0; k < BF_CT__N; k++) if (bf_stats_counter((bf_counter)k)) zero = 0;
+  for (int k = 0; k < BF_CT__N; k++)
+    if (bf_stats_counter((bf_counter)k)) zero = 0;
   CHECK("reset_counters", zero);
   CHECK("reset_stages", s.count == 0 && s.total_ns == 0 && s.max_ns == 0 && s.p99_ns == 0);
   CHECK("reset_batches", bf_stats_batch_buckets(NULL, NULL, NULL, 0) == 0);
@@ -211,13 +223,15 @@ static void test_concurrent(void) {
     }
   bf_stage_summary s;
   bf_stats_stage(BF_ST_ENCODE, &s);
-  CHECKF("concurrent_counter_exact", bf_stats_counter(BF_CT_CALLS) == (uint64_t)THREADS * ITERS &&
-         bf_stats_counter(BF_CT_TOKENS) == 3ull * THREADS * ITERS, "calls=%llu",
-         (unsigned long long)bf_stats_counter(BF_CT_CALLS));
-  CHECK("concurrent_stage_exact", s.count == (uint64_t)THREADS * ITERS &&
-        s.total_ns == want_total && s.max_ns == want_max);
+  CHECKF("concurrent_counter_exact",
+         bf_stats_counter(BF_CT_CALLS) == (uint64_t)THREADS * ITERS &&
+           bf_stats_counter(BF_CT_TOKENS) == 3ull * THREADS * ITERS,
+         "calls=%llu", (unsigned long long)bf_stats_counter(BF_CT_CALLS));
+  CHECK("concurrent_stage_exact",
+        s.count == (uint64_t)THREADS * ITERS && s.total_ns == want_total && s.max_ns == want_max);
   CHECK("concurrent_quantiles_monotone", s.p50_ns <= s.p95_ns && s.p95_ns <= s.p99_ns &&
-        s.p99_ns <= s.max_ns && s.p50_ns >= 2400000 && s.p50_ns <= 2700000);
+                                           s.p99_ns <= s.max_ns && s.p50_ns >= 2400000 &&
+                                           s.p50_ns <= 2700000);
   int lo[32], hi[32];
   uint64_t c[32], sum = 0;
   int n = bf_stats_batch_buckets(lo, hi, c, 32);

@@ -36,7 +36,14 @@ static char *read_file(const char *path, size_t *len) {
   size_t got;
   while (b && (got = fread(b + n, 1, cap - n, f)) > 0) {
     n += got;
-    if (n == cap) { cap *= 2; char *nb = realloc(b, cap + 1); if (!nb) { free(b); b = NULL; } else b = nb; }
+    if (n == cap) {
+      cap *= 2;
+      char *nb = realloc(b, cap + 1);
+      if (!nb) {
+        free(b);
+        b = NULL;
+      } else b = nb;
+    }
   }
   fclose(f);
   if (!b) return NULL;
@@ -47,7 +54,10 @@ static char *read_file(const char *path, size_t *len) {
 
 static void write_file(const char *path, const char *data, size_t len) {
   FILE *f = fopen(path, "wb");
-  if (!f || fwrite(data, 1, len, f) != len) { printf("FAIL write_file: %s: %s\n", path, strerror(errno)); exit(1); }
+  if (!f || fwrite(data, 1, len, f) != len) {
+    printf("FAIL write_file: %s: %s\n", path, strerror(errno));
+    exit(1);
+  }
   fclose(f);
 }
 
@@ -58,13 +68,16 @@ static void write_str(const char *dir, const char *name, const char *s) {
 }
 
 static void make_dir(const char *dir) {
-  if (mkdir(dir, 0755) != 0 && errno != EEXIST) { printf("FAIL mkdir: %s: %s\n", dir, strerror(errno)); exit(1); }
+  if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+    printf("FAIL mkdir: %s: %s\n", dir, strerror(errno));
+    exit(1);
+  }
 }
 
 /* A model directory WORK/name with the given vocab.txt bytes and optional
 ** tokenizer_config.json / tokenizer.json contents. */
-static const char *model_dir(const char *work, const char *name, const char *vocab, size_t vocab_len,
-                             const char *config, const char *tokjson) {
+static const char *model_dir(const char *work, const char *name, const char *vocab,
+                             size_t vocab_len, const char *config, const char *tokjson) {
   static char dir[4096];
   snprintf(dir, sizeof dir, "%s/%s", work, name);
   make_dir(dir);
@@ -82,21 +95,45 @@ static const char *model_dir(const char *work, const char *name, const char *voc
 static size_t unescape(const char *s, char *out) {
   size_t n = 0;
   while (*s) {
-    if (*s != '\\') { out[n++] = *s++; continue; }
+    if (*s != '\\') {
+      out[n++] = *s++;
+      continue;
+    }
     s++;
-    if (*s == 't') { out[n++] = '\t'; s++; }
-    else if (*s == 'n') { out[n++] = '\n'; s++; }
-    else if (*s == 'r') { out[n++] = '\r'; s++; }
-    else if (*s == '\\') { out[n++] = '\\'; s++; }
-    else if (*s == 'u' && s[1] == '{') {
+    if (*s == 't') {
+      out[n++] = '\t';
+      s++;
+    } else if (*s == 'n') {
+      out[n++] = '\n';
+      s++;
+    } else if (*s == 'r') {
+      out[n++] = '\r';
+      s++;
+    } else if (*s == '\\') {
+      out[n++] = '\\';
+      s++;
+    } else if (*s == 'u' && s[1] == '{') {
       char *end;
       unsigned long c = strtoul(s + 2, &end, 16);
       s = end + 1;
       if (c < 0x80) out[n++] = (char)c;
-      else if (c < 0x800) { out[n++] = (char)(0xC0 | (c >> 6)); out[n++] = (char)(0x80 | (c & 0x3F)); }
-      else if (c < 0x10000) { out[n++] = (char)(0xE0 | (c >> 12)); out[n++] = (char)(0x80 | ((c >> 6) & 0x3F)); out[n++] = (char)(0x80 | (c & 0x3F)); }
-      else { out[n++] = (char)(0xF0 | (c >> 18)); out[n++] = (char)(0x80 | ((c >> 12) & 0x3F)); out[n++] = (char)(0x80 | ((c >> 6) & 0x3F)); out[n++] = (char)(0x80 | (c & 0x3F)); }
-    } else { printf("FAIL golden_escape: bad escape \\%c\n", *s); exit(1); }
+      else if (c < 0x800) {
+        out[n++] = (char)(0xC0 | (c >> 6));
+        out[n++] = (char)(0x80 | (c & 0x3F));
+      } else if (c < 0x10000) {
+        out[n++] = (char)(0xE0 | (c >> 12));
+        out[n++] = (char)(0x80 | ((c >> 6) & 0x3F));
+        out[n++] = (char)(0x80 | (c & 0x3F));
+      } else {
+        out[n++] = (char)(0xF0 | (c >> 18));
+        out[n++] = (char)(0x80 | ((c >> 12) & 0x3F));
+        out[n++] = (char)(0x80 | ((c >> 6) & 0x3F));
+        out[n++] = (char)(0x80 | (c & 0x3F));
+      }
+    } else {
+      printf("FAIL golden_escape: bad escape \\%c\n", *s);
+      exit(1);
+    }
   }
   out[n] = 0;
   return n;
@@ -114,14 +151,20 @@ static int parse_ids(const char *s, int32_t *ids, int max) {
   return n;
 }
 
-typedef struct gline { char *kind, *set, *name, *input, *expect; } gline;
+typedef struct gline {
+  char *kind, *set, *name, *input, *expect;
+} gline;
 
-static gline *G; static int nG;
-static char *golden_txt;  /* G points into it */
+static gline *G;
+static int nG;
+static char *golden_txt; /* G points into it */
 
 static void load_golden(const char *path) {
   char *txt = golden_txt = read_file(path, NULL);
-  if (!txt) { printf("FAIL golden_file: cannot read %s\n", path); exit(1); }
+  if (!txt) {
+    printf("FAIL golden_file: cannot read %s\n", path);
+    exit(1);
+  }
   int cap = 0;
   for (char *line = strtok(txt, "\n"); line; line = strtok(NULL, "\n")) {
     if (line[0] == '#' || !line[0]) continue;
@@ -130,11 +173,21 @@ static void load_golden(const char *path) {
     for (char *p = line; k < 6; k++) {
       f[k] = p;
       char *tab = strchr(p, '\t');
-      if (!tab) { k++; break; }
-      *tab = 0; p = tab + 1;
+      if (!tab) {
+        k++;
+        break;
+      }
+      *tab = 0;
+      p = tab + 1;
     }
-    if (k < 5) { printf("FAIL golden_file: short line in %s\n", path); exit(1); }
-    if (nG == cap) { cap = cap ? cap * 2 : 256; G = realloc(G, (size_t)cap * sizeof *G); }
+    if (k < 5) {
+      printf("FAIL golden_file: short line in %s\n", path);
+      exit(1);
+    }
+    if (nG == cap) {
+      cap = cap ? cap * 2 : 256;
+      G = realloc(G, (size_t)cap * sizeof *G);
+    }
     G[nG++] = (gline){f[0], f[1], f[2], f[3], f[4]};
   }
 }
@@ -147,7 +200,8 @@ static int same_ids(const bf_tokens *t, const char *expect, char *why, size_t wh
   for (int i = 0; ok && i < n; i++) ok = ids[i] == t->ids[i];
   if (!ok) {
     size_t w = (size_t)snprintf(why, whylen, "got");
-    for (int i = 0; i < t->n && i < 40 && w < whylen; i++) w += (size_t)snprintf(why + w, whylen - w, " %d", t->ids[i]);
+    for (int i = 0; i < t->n && i < 40 && w < whylen; i++)
+      w += (size_t)snprintf(why + w, whylen - w, " %d", t->ids[i]);
     if (w < whylen) snprintf(why + w, whylen - w, " (%d ids), expected %s", t->n, expect);
   }
   return ok;
@@ -179,10 +233,15 @@ static int run_set(const bf_tokenizer *tok, const char *set, const char *label, 
     if (ok) {
       int m = 0;
       for (int j = 0; j < t.n; j++) m += t.ids[j] == bf_tokenizer_mask_id(tok);
-      if (m != t.n_masks) { printf("FAIL n_masks_%s_%s: %d, counted %d\n", set, G[i].name, t.n_masks, m); tl_failed++; }
+      if (m != t.n_masks) {
+        printf("FAIL n_masks_%s_%s: %d, counted %d\n", set, G[i].name, t.n_masks, m);
+        tl_failed++;
+      }
     }
   }
-  if (!verbose) CHECKF(label, fails == 0 && count > 0, "%d of %d cases differ; first: %s", fails, count, first_fail);
+  if (!verbose)
+    CHECKF(label, fails == 0 && count > 0, "%d of %d cases differ; first: %s", fails, count,
+           first_fail);
   bf_tokens_free(&t);
   return count;
 }
@@ -203,7 +262,8 @@ static void test_zh(const char *zhdir) {
   CHECK("zh_no_lowercase", bf_tokenizer_lowercase(tok) == 0);
   CHECK("zh_no_strip_accents", bf_tokenizer_strip_accents(tok) == 0);
   CHECK("zh_mask_id_103", bf_tokenizer_mask_id(tok) == 103);
-  CHECK("zh_token_out_of_range", bf_tokenizer_token(tok, -1) == NULL && bf_tokenizer_token(tok, 21128) == NULL);
+  CHECK("zh_token_out_of_range",
+        bf_tokenizer_token(tok, -1) == NULL && bf_tokenizer_token(tok, 21128) == NULL);
 
   /* vocab.txt read as tokenizer.json's vocabulary says (an independent copy
   ** of the same list): split on "\n" only, ids = line numbers */
@@ -220,7 +280,8 @@ static void test_zh(const char *zhdir) {
       const char *mine = id && id->is_int ? bf_tokenizer_token(tok, (int32_t)id->i) : NULL;
       if (!mine || strlen(mine) != kl || memcmp(mine, key, kl) != 0) bad++;
     }
-    CHECKF("zh_vocab_matches_tokenizer_json", n == 21128 && bad == 0, "%zu entries, %zu differ", n, bad);
+    CHECKF("zh_vocab_matches_tokenizer_json", n == 21128 && bad == 0, "%zu entries, %zu differ", n,
+           bad);
     json_free(tj);
   }
 
@@ -229,7 +290,8 @@ static void test_zh(const char *zhdir) {
   for (int i = 0; i < nG; i++) {
     if (strcmp(G[i].kind, "vocab")) continue;
     if (!strcmp(G[i].name, "size")) {
-      CHECKF("zh_vocab_size_reference", bf_tokenizer_vocab_size(tok) == atoi(G[i].input), "%d", bf_tokenizer_vocab_size(tok));
+      CHECKF("zh_vocab_size_reference", bf_tokenizer_vocab_size(tok) == atoi(G[i].input), "%d",
+             bf_tokenizer_vocab_size(tok));
       continue;
     }
     unescape(G[i].input, buf);
@@ -237,7 +299,8 @@ static void test_zh(const char *zhdir) {
     const char *mine = bf_tokenizer_token(tok, id);
     snprintf(name, sizeof name, "zh_vocab_entry_%d", id);
     if (id == 343) snprintf(name, sizeof name, "fact_vocab_split_on_newline_only_343_is_U+2028");
-    CHECKF(name, mine && !strcmp(mine, buf), "token %d is \"%s\", reference \"%s\"", id, mine ? mine : "(null)", buf);
+    CHECKF(name, mine && !strcmp(mine, buf), "token %d is \"%s\", reference \"%s\"", id,
+           mine ? mine : "(null)", buf);
   }
 
   run_set(tok, "zh", NULL, 1);
@@ -248,14 +311,17 @@ static void test_zh(const char *zhdir) {
     if (strcmp(G[i].kind, "bytes")) continue;
     size_t n = 0;
     for (const char *h = G[i].input; h[0] && h[1]; h += 2) {
-      unsigned v; sscanf(h, "%2x", &v); buf[n++] = (char)v;
+      unsigned v;
+      sscanf(h, "%2x", &v);
+      buf[n++] = (char)v;
     }
     int rc = bf_tokenize(tok, buf, (long)n, &t, err, sizeof err);
     snprintf(name, sizeof name, "tok_bytes_%s", G[i].name);
     if (!strncmp(G[i].expect, "ERR@", 4)) {
       char want[64];
       snprintf(want, sizeof want, "byte %s:", G[i].expect + 4);
-      CHECKF(name, rc == BF_ERR_INPUT && strstr(err, "invalid UTF-8") && strstr(err, want) && t.n == 0,
+      CHECKF(name,
+             rc == BF_ERR_INPUT && strstr(err, "invalid UTF-8") && strstr(err, want) && t.n == 0,
              "rc %d, n %d, message \"%s\", expected \"%s\"", rc, t.n, err, want);
     } else {
       char why[1024] = "";
@@ -266,38 +332,63 @@ static void test_zh(const char *zhdir) {
 
   /* reuse of one bf_tokens for a long then a short text; n_masks reset */
   {
-    char big[20000]; size_t n = 0;
-    while (n + 40 < sizeof big) { memcpy(big + n, "今天天气真[MASK]啊，", 27); n += 27; }
+    char big[20000];
+    size_t n = 0;
+    while (n + 40 < sizeof big) {
+      memcpy(big + n, "今天天气真[MASK]啊，", 27);
+      n += 27;
+    }
     big[n] = 0;
     int rc1 = bf_tokenize(tok, big, -1, &t, err, sizeof err);
     int n1 = t.n, m1 = t.n_masks;
     int rc2 = bf_tokenize(tok, "[MASK]", -1, &t, err, sizeof err);
-    CHECKF("zh_tokens_reused", rc1 == BF_OK && rc2 == BF_OK && n1 > 5000 && m1 == (int)(n / 27) &&
-           t.n == 3 && t.n_masks == 1 && t.ids[1] == 103 && t.cap >= n1,
+    CHECKF("zh_tokens_reused",
+           rc1 == BF_OK && rc2 == BF_OK && n1 > 5000 && m1 == (int)(n / 27) && t.n == 3 &&
+             t.n_masks == 1 && t.ids[1] == 103 && t.cap >= n1,
            "rc %d/%d n1 %d m1 %d n %d masks %d", rc1, rc2, n1, m1, t.n, t.n_masks);
   }
   /* NUL-terminated vs explicit length; NULL text */
   {
     int rc1 = bf_tokenize(tok, "中a\0b", 6, &t, err, sizeof err);
-    int ok1 = rc1 == BF_OK && t.n == 4 && t.ids[1] == 704 && t.ids[2] == 9386;   /* 中 ab (NUL dropped) */
+    int ok1 = rc1 == BF_OK && t.n == 4 && t.ids[1] == 704 &&
+              t.ids[2] == 9386; /* 中 ab (NUL dropped) */
     int rc2 = bf_tokenize(tok, "中a\0b", -1, &t, err, sizeof err);
-    int ok2 = rc2 == BF_OK && t.n == 4 && t.ids[2] == 143;                      /* 中 a */
+    int ok2 = rc2 == BF_OK && t.n == 4 && t.ids[2] == 143; /* 中 a */
     CHECKF("zh_length_argument", ok1 && ok2, "rc %d %d n %d", rc1, rc2, t.n);
     int rc3 = bf_tokenize(tok, NULL, 0, &t, err, sizeof err);
     int ok3 = rc3 == BF_OK && t.n == 2 && t.ids[0] == 101 && t.ids[1] == 102;
     int rc4 = bf_tokenize(tok, NULL, -1, &t, err, sizeof err);
     CHECKF("zh_null_text", ok3 && rc4 == BF_ERR_INPUT && t.n == 0, "rc %d %d", rc3, rc4);
-    CHECK("zh_null_tokenizer", bf_tokenize(NULL, "a", 1, &t, err, sizeof err) == BF_ERR_INPUT && err[0]);
+    CHECK("zh_null_tokenizer",
+          bf_tokenize(NULL, "a", 1, &t, err, sizeof err) == BF_ERR_INPUT && err[0]);
   }
 
   /* random input: never a crash; valid results are well formed */
   {
     uint64_t s = 12345;
     int bad = 0, valid = 0;
-    static const char *pieces[] = {"中", "[MASK]", "a", "Z", " ", "\t", "\xe2\x80\xa8", "\xc3\xa9", "##",
-                                   "\xf0\x9f\x98\x80", "\xe2\x80\x8b", "[", "]", "1", "\xef\xbc\x91", ".", "\xed\xa0\x80", "\xc0", "\x80"};
+    static const char *pieces[] = {"中",
+                                   "[MASK]",
+                                   "a",
+                                   "Z",
+                                   " ",
+                                   "\t",
+                                   "\xe2\x80\xa8",
+                                   "\xc3\xa9",
+                                   "##",
+                                   "\xf0\x9f\x98\x80",
+                                   "\xe2\x80\x8b",
+                                   "[",
+                                   "]",
+                                   "1",
+                                   "\xef\xbc\x91",
+                                   ".",
+                                   "\xed\xa0\x80",
+                                   "\xc0",
+                                   "\x80"};
     for (int iter = 0; iter < 3000; iter++) {
-      char b[256]; size_t n = 0;
+      char b[256];
+      size_t n = 0;
       int len = (int)((s >> 33) % 40);
       for (int k = 0; k < len; k++) {
         s = s * 6364136223846793005ULL + 1442695040888963407ULL;
@@ -305,7 +396,10 @@ static void test_zh(const char *zhdir) {
         else {
           const char *pc = pieces[(s >> 35) % (sizeof pieces / sizeof *pieces)];
           size_t l = strlen(pc);
-          if (n + l < sizeof b) { memcpy(b + n, pc, l); n += l; }
+          if (n + l < sizeof b) {
+            memcpy(b + n, pc, l);
+            n += l;
+          }
         }
       }
       s = s * 6364136223846793005ULL + 1442695040888963407ULL;
@@ -313,16 +407,20 @@ static void test_zh(const char *zhdir) {
       if (rc == BF_OK) {
         valid++;
         if (t.n < 2 || t.ids[0] != 101 || t.ids[t.n - 1] != 102) bad++;
-        for (int j = 0; j < t.n; j++) if (t.ids[j] < 0 || t.ids[j] >= 21128) bad++;
+        for (int j = 0; j < t.n; j++)
+          if (t.ids[j] < 0 || t.ids[j] >= 21128) bad++;
       } else if (rc != BF_ERR_INPUT || !strstr(err, "invalid UTF-8 at byte")) bad++;
     }
-    CHECKF("zh_random_input", bad == 0 && valid > 100, "%d bad results, %d valid inputs", bad, valid);
+    CHECKF("zh_random_input", bad == 0 && valid > 100, "%d bad results, %d valid inputs", bad,
+           valid);
   }
 
   /* speed: a 100-character sentence (mixed Chinese, digits, Latin) */
   {
-    const char *s100 = "北京时间2023年10月1日，iPhone 15在中国的售价是5999元。今天天气真[MASK]啊，我们一起去公园散步吧！"
-                       "自然语言处理是人工智能的一个重要方向，BERT模型在很多任务上都取得了很好的效果。";
+    const char *s100 = "北京时间2023年10月1日，iPhone "
+                       "15在中国的售价是5999元。今天天气真[MASK]啊，我们一起去公园散步吧！"
+                       "自然语言处理是人工智能的一个重要方向，BERT模型在很多任务上都取得了很好的效"
+                       "果。";
     int chars = 0;
     for (const char *q = s100; *q; q++) chars += ((unsigned char)*q & 0xC0) != 0x80;
     struct timespec a, b;
@@ -335,7 +433,8 @@ static void test_zh(const char *zhdir) {
       clock_gettime(CLOCK_MONOTONIC, &b);
       el = (double)(b.tv_sec - a.tv_sec) + 1e-9 * (double)(b.tv_nsec - a.tv_nsec);
     } while (el < 0.2 && iters < 200000);
-    printf("# speed: %.2f us per %d-character sentence (%d tokens), %d runs\n", 1e6 * el / iters, chars, t.n, iters);
+    printf("# speed: %.2f us per %d-character sentence (%d tokens), %d runs\n", 1e6 * el / iters,
+           chars, t.n, iters);
   }
   bf_tokens_free(&t);
   bf_tokenizer_free(tok);
@@ -348,34 +447,56 @@ static void test_small(const char *small, const char *work) {
   size_t vlen;
   snprintf(p, sizeof p, "%s/vocab.txt", small);
   char *vocab = read_file(p, &vlen);
-  if (!vocab) { printf("FAIL small_vocab: cannot read %s\n", p); tl_failed++; return; }
+  if (!vocab) {
+    printf("FAIL small_vocab: cannot read %s\n", p);
+    tl_failed++;
+    return;
+  }
   char *tj[4] = {0};
   const char *sets[4] = {"lower", "nostrip", "cased", "added"};
   for (int k = 0; k < 4; k++) {
     snprintf(p, sizeof p, "%s/%s.json", small, sets[k]);
     tj[k] = read_file(p, NULL);
-    if (!tj[k]) { printf("FAIL small_json: cannot read %s\n", p); tl_failed++; free(vocab); return; }
+    if (!tj[k]) {
+      printf("FAIL small_json: cannot read %s\n", p);
+      tl_failed++;
+      free(vocab);
+      return;
+    }
   }
-  struct { const char *dir, *config; int tj, verbose; const char *set, *label; int lower, strip; } v[] = {
+  struct {
+    const char *dir, *config;
+    int tj, verbose;
+    const char *set, *label;
+    int lower, strip;
+  } v[] = {
     {"lower_cfg", "{\"do_lower_case\": true}", -1, 1, "lower", NULL, 1, 1},
     {"lower_defaults", NULL, -1, 0, "lower", "small_defaults_lowercase_and_strip", 1, 1},
     {"lower_tj", NULL, 0, 0, "lower", "small_tokenizer_json_lowercase", 1, 1},
-    {"lower_cfg_over_tj", "{\"do_lower_case\": true}", 2, 0, "lower", "small_config_overrides_tokenizer_json_true", 1, 1},
-    {"nostrip_cfg", "{\"do_lower_case\": true, \"strip_accents\": false}", -1, 1, "nostrip", NULL, 1, 0},
+    {"lower_cfg_over_tj", "{\"do_lower_case\": true}", 2, 0, "lower",
+     "small_config_overrides_tokenizer_json_true", 1, 1},
+    {"nostrip_cfg", "{\"do_lower_case\": true, \"strip_accents\": false}", -1, 1, "nostrip", NULL,
+     1, 0},
     {"nostrip_tj", NULL, 1, 0, "nostrip", "small_tokenizer_json_strip_accents_false", 1, 0},
-    {"nostrip_mixed", "{\"do_lower_case\": true}", 1, 0, "nostrip", "small_strip_accents_from_normalizer", 1, 0},
+    {"nostrip_mixed", "{\"do_lower_case\": true}", 1, 0, "nostrip",
+     "small_strip_accents_from_normalizer", 1, 0},
     {"cased_cfg", "{\"do_lower_case\": false}", -1, 1, "cased", NULL, 0, 0},
     {"cased_tj", NULL, 2, 0, "cased", "small_tokenizer_json_cased", 0, 0},
-    {"cased_cfg_over_tj", "{\"do_lower_case\": false, \"model_max_length\": 512}", 0, 0, "cased", "small_config_overrides_tokenizer_json_false", 0, 0},
+    {"cased_cfg_over_tj", "{\"do_lower_case\": false, \"model_max_length\": 512}", 0, 0, "cased",
+     "small_config_overrides_tokenizer_json_false", 0, 0},
     {"added_tj", NULL, 3, 1, "added", NULL, 1, 1},
   };
   for (size_t i = 0; i < sizeof v / sizeof *v; i++) {
-    const char *dir = model_dir(work, v[i].dir, vocab, vlen, v[i].config, v[i].tj >= 0 ? tj[v[i].tj] : NULL);
+    const char *dir = model_dir(work, v[i].dir, vocab, vlen, v[i].config,
+                                v[i].tj >= 0 ? tj[v[i].tj] : NULL);
     bf_tokenizer *tok = bf_tokenizer_load(dir, err, sizeof err);
     char name[256];
     snprintf(name, sizeof name, "small_load_%s", v[i].dir);
-    CHECKF(name, tok && bf_tokenizer_lowercase(tok) == v[i].lower && bf_tokenizer_strip_accents(tok) == v[i].strip,
-           "%s lower %d strip %d", tok ? "" : err, tok ? bf_tokenizer_lowercase(tok) : -1, tok ? bf_tokenizer_strip_accents(tok) : -1);
+    CHECKF(name,
+           tok && bf_tokenizer_lowercase(tok) == v[i].lower &&
+             bf_tokenizer_strip_accents(tok) == v[i].strip,
+           "%s lower %d strip %d", tok ? "" : err, tok ? bf_tokenizer_lowercase(tok) : -1,
+           tok ? bf_tokenizer_strip_accents(tok) : -1);
     if (!tok) continue;
     run_set(tok, v[i].set, v[i].label, v[i].verbose);
     bf_tokenizer_free(tok);
@@ -385,11 +506,17 @@ static void test_small(const char *small, const char *work) {
   {
     char *crlf = malloc(vlen * 2 + 1);
     size_t n = 0;
-    for (size_t i = 0; i < vlen; i++) { if (vocab[i] == '\n') crlf[n++] = '\r'; crlf[n++] = vocab[i]; }
+    for (size_t i = 0; i < vlen; i++) {
+      if (vocab[i] == '\n') crlf[n++] = '\r';
+      crlf[n++] = vocab[i];
+    }
     const char *dir = model_dir(work, "crlf", crlf, n, "{\"do_lower_case\": true}", NULL);
     bf_tokenizer *tok = bf_tokenizer_load(dir, err, sizeof err);
     CHECKF("small_load_crlf", tok != NULL, "%s", err);
-    if (tok) { run_set(tok, "lower", "small_vocab_crlf_line_ends", 0); bf_tokenizer_free(tok); }
+    if (tok) {
+      run_set(tok, "lower", "small_vocab_crlf_line_ends", 0);
+      bf_tokenizer_free(tok);
+    }
     free(crlf);
   }
   for (int k = 0; k < 4; k++) free(tj[k]);
@@ -410,53 +537,81 @@ static void test_vocab_rules(const char *work) {
   /* duplicates: the later line wins (Python's dict / Rust's HashMap built in
   ** file order); empty lines are entries; no final newline is fine */
   {
-    const char v[] = SPECIALS "abc\n\nxyz\nabc\n##c\nab";  /* ids 5 abc, 6 "", 7 xyz, 8 abc, 9 ##c, 10 ab */
-    bf_tokenizer *tok = load_vocab(work, "dup", v, sizeof v - 1, "{\"do_lower_case\": false}", NULL);
+    const char v[] = SPECIALS
+      "abc\n\nxyz\nabc\n##c\nab"; /* ids 5 abc, 6 "", 7 xyz, 8 abc, 9 ##c, 10 ab */
+    bf_tokenizer *tok = load_vocab(work, "dup", v, sizeof v - 1, "{\"do_lower_case\": false}",
+                                   NULL);
     CHECKF("vocab_dup_load", tok != NULL, "%s", err);
     if (tok) {
       CHECK("vocab_size_counts_empty_and_last_line", bf_tokenizer_vocab_size(tok) == 11);
-      CHECK("vocab_empty_line_is_an_entry", !strcmp(bf_tokenizer_token(tok, 6), "") && !strcmp(bf_tokenizer_token(tok, 10), "ab"));
-      CHECK("vocab_dup_token_strings_kept", !strcmp(bf_tokenizer_token(tok, 5), "abc") && !strcmp(bf_tokenizer_token(tok, 8), "abc"));
+      CHECK("vocab_empty_line_is_an_entry",
+            !strcmp(bf_tokenizer_token(tok, 6), "") && !strcmp(bf_tokenizer_token(tok, 10), "ab"));
+      CHECK("vocab_dup_token_strings_kept", !strcmp(bf_tokenizer_token(tok, 5), "abc") &&
+                                              !strcmp(bf_tokenizer_token(tok, 8), "abc"));
       int rc = bf_tokenize(tok, "abc abcc", -1, &t, err, sizeof err);
-      CHECKF("vocab_dup_later_line_wins", rc == BF_OK && t.n == 5 && t.ids[1] == 8 && t.ids[2] == 8 && t.ids[3] == 9,
-             "rc %d n %d %d %d %d", rc, t.n, t.n > 1 ? t.ids[1] : -1, t.n > 2 ? t.ids[2] : -1, t.n > 3 ? t.ids[3] : -1);
+      CHECKF("vocab_dup_later_line_wins",
+             rc == BF_OK && t.n == 5 && t.ids[1] == 8 && t.ids[2] == 8 && t.ids[3] == 9,
+             "rc %d n %d %d %d %d", rc, t.n, t.n > 1 ? t.ids[1] : -1, t.n > 2 ? t.ids[2] : -1,
+             t.n > 3 ? t.ids[3] : -1);
       bf_tokenizer_free(tok);
     }
   }
   /* a U+2028 entry stays one entry; [MASK] etc. found anywhere in the file */
   {
-    const char v[] = "a\xe2\x80\xa8" "b\n" "[MASK]\n[SEP]\n[CLS]\n[UNK]\n[PAD]\n";
+    const char v[] = "a\xe2\x80\xa8"
+                     "b\n"
+                     "[MASK]\n[SEP]\n[CLS]\n[UNK]\n[PAD]\n";
     bf_tokenizer *tok = load_vocab(work, "u2028", v, sizeof v - 1, NULL, NULL);
-    CHECKF("vocab_u2028_inside_entry", tok && bf_tokenizer_vocab_size(tok) == 6 && !strcmp(bf_tokenizer_token(tok, 0), "a\xe2\x80\xa8" "b") &&
-           bf_tokenizer_mask_id(tok) == 1, "%s", tok ? "" : err);
+    CHECKF("vocab_u2028_inside_entry",
+           tok && bf_tokenizer_vocab_size(tok) == 6 &&
+             !strcmp(bf_tokenizer_token(tok, 0), "a\xe2\x80\xa8"
+                                                 "b") &&
+             bf_tokenizer_mask_id(tok) == 1,
+           "%s", tok ? "" : err);
     bf_tokenizer_free(tok);
   }
   /* load errors: one message naming the file and the problem */
-  struct { const char *name, *vocab, *config, *tokjson, *want1, *want2; } e[] = {
+  struct {
+    const char *name, *vocab, *config, *tokjson, *want1, *want2;
+  } e[] = {
     {"err_missing_mask", "[PAD]\n[UNK]\n[CLS]\n[SEP]\n", NULL, NULL, "vocab.txt", "[MASK]"},
     {"err_missing_unk", "[PAD]\n[MASK]\n[CLS]\n[SEP]\n", NULL, NULL, "vocab.txt", "[UNK]"},
     {"err_empty_vocab", "", NULL, NULL, "vocab.txt", "[UNK]"},
     {"err_lone_cr", SPECIALS "a\rb\n", NULL, NULL, "vocab.txt", "line 6"},
     {"err_vocab_bad_utf8", SPECIALS "ok\nbad\xff\n", NULL, NULL, "vocab.txt", "line 7"},
     {"err_vocab_nul", SPECIALS "a\0b\n", NULL, NULL, "vocab.txt", "NUL"},
-    {"err_config_syntax", SPECIALS, "{\"do_lower_case\": tru}", NULL, "tokenizer_config.json", "line 1"},
-    {"err_config_type", SPECIALS, "{\"do_lower_case\": \"yes\"}", NULL, "tokenizer_config.json", "do_lower_case"},
-    {"err_config_mask_token_type", SPECIALS, "{\"mask_token\": 5}", NULL, "tokenizer_config.json", "mask_token"},
-    {"err_config_custom_mask_missing", SPECIALS, "{\"mask_token\": \"<mask>\"}", NULL, "vocab.txt", "<mask>"},
-    {"err_tokjson_normalizer", SPECIALS, NULL, "{\"normalizer\": {\"type\": \"NFKC\"}}", "tokenizer.json", "NFKC"},
-    {"err_tokjson_pretokenizer", SPECIALS, NULL, "{\"pre_tokenizer\": {\"type\": \"Whitespace\"}}", "tokenizer.json", "Whitespace"},
-    {"err_tokjson_model", SPECIALS, NULL, "{\"model\": {\"type\": \"BPE\"}}", "tokenizer.json", "BPE"},
-    {"err_tokjson_flag_type", SPECIALS, NULL, "{\"normalizer\": {\"type\": \"BertNormalizer\", \"lowercase\": 1}}", "tokenizer.json", "lowercase"},
-    {"err_tokjson_max_chars", SPECIALS, NULL, "{\"model\": {\"type\": \"WordPiece\", \"max_input_chars_per_word\": 0}}", "tokenizer.json", "max_input_chars_per_word"},
-    {"err_added_token_id_range", SPECIALS, NULL, "{\"added_tokens\": [{\"id\": 99, \"content\": \"<x>\"}]}", "tokenizer.json", "<x>"},
-    {"err_added_token_no_content", SPECIALS, NULL, "{\"added_tokens\": [{\"id\": 1}]}", "tokenizer.json", "content"},
+    {"err_config_syntax", SPECIALS, "{\"do_lower_case\": tru}", NULL, "tokenizer_config.json",
+     "line 1"},
+    {"err_config_type", SPECIALS, "{\"do_lower_case\": \"yes\"}", NULL, "tokenizer_config.json",
+     "do_lower_case"},
+    {"err_config_mask_token_type", SPECIALS, "{\"mask_token\": 5}", NULL, "tokenizer_config.json",
+     "mask_token"},
+    {"err_config_custom_mask_missing", SPECIALS, "{\"mask_token\": \"<mask>\"}", NULL, "vocab.txt",
+     "<mask>"},
+    {"err_tokjson_normalizer", SPECIALS, NULL, "{\"normalizer\": {\"type\": \"NFKC\"}}",
+     "tokenizer.json", "NFKC"},
+    {"err_tokjson_pretokenizer", SPECIALS, NULL, "{\"pre_tokenizer\": {\"type\": \"Whitespace\"}}",
+     "tokenizer.json", "Whitespace"},
+    {"err_tokjson_model", SPECIALS, NULL, "{\"model\": {\"type\": \"BPE\"}}", "tokenizer.json",
+     "BPE"},
+    {"err_tokjson_flag_type", SPECIALS, NULL,
+     "{\"normalizer\": {\"type\": \"BertNormalizer\", \"lowercase\": 1}}", "tokenizer.json",
+     "lowercase"},
+    {"err_tokjson_max_chars", SPECIALS, NULL,
+     "{\"model\": {\"type\": \"WordPiece\", \"max_input_chars_per_word\": 0}}", "tokenizer.json",
+     "max_input_chars_per_word"},
+    {"err_added_token_id_range", SPECIALS, NULL,
+     "{\"added_tokens\": [{\"id\": 99, \"content\": \"<x>\"}]}", "tokenizer.json", "<x>"},
+    {"err_added_token_no_content", SPECIALS, NULL, "{\"added_tokens\": [{\"id\": 1}]}",
+     "tokenizer.json", "content"},
     {"err_tokjson_truncated", SPECIALS, NULL, "{\"added_tokens\": [", "tokenizer.json", "line 1"},
   };
   for (size_t i = 0; i < sizeof e / sizeof *e; i++) {
     size_t len = strlen(e[i].vocab);
     if (!strcmp(e[i].name, "err_vocab_nul")) len = sizeof SPECIALS - 1 + 4;
     bf_tokenizer *tok = load_vocab(work, e[i].name, e[i].vocab, len, e[i].config, e[i].tokjson);
-    CHECKF(e[i].name, !tok && strstr(err, e[i].want1) && strstr(err, e[i].want2), "%s", tok ? "loaded" : err);
+    CHECKF(e[i].name, !tok && strstr(err, e[i].want1) && strstr(err, e[i].want2), "%s",
+           tok ? "loaded" : err);
     bf_tokenizer_free(tok);
   }
   {
@@ -468,14 +623,20 @@ static void test_vocab_rules(const char *work) {
   /* settings read from tokenizer.json's model; a custom mask token */
   {
     const char v[] = SPECIALS "<mask>\nab\n##c\n";
-    bf_tokenizer *tok = load_vocab(work, "custom", v, sizeof v - 1, "{\"mask_token\": {\"content\": \"<mask>\"}, \"do_lower_case\": false}",
-                                   "{\"model\": {\"type\": \"WordPiece\", \"max_input_chars_per_word\": 3, \"continuing_subword_prefix\": \"##\"}}");
-    CHECKF("custom_mask_token_load", tok && bf_tokenizer_mask_id(tok) == 5, "%s", tok ? "wrong mask id" : err);
+    bf_tokenizer *tok =
+      load_vocab(work, "custom", v, sizeof v - 1,
+                 "{\"mask_token\": {\"content\": \"<mask>\"}, \"do_lower_case\": false}",
+                 "{\"model\": {\"type\": \"WordPiece\", \"max_input_chars_per_word\": 3, "
+                 "\"continuing_subword_prefix\": \"##\"}}");
+    CHECKF("custom_mask_token_load", tok && bf_tokenizer_mask_id(tok) == 5, "%s",
+           tok ? "wrong mask id" : err);
     if (tok) {
       int rc = bf_tokenize(tok, "abc x<mask>abcd", -1, &t, err, sizeof err);
       /* abc -> ab ##c; x -> [UNK]; <mask> never split; abcd (4 > 3 chars) -> [UNK] */
-      CHECKF("custom_mask_token_and_max_chars", rc == BF_OK && t.n == 7 && t.ids[1] == 6 && t.ids[2] == 7 && t.ids[3] == 1 &&
-             t.ids[4] == 5 && t.ids[5] == 1 && t.n_masks == 1, "rc %d n %d", rc, t.n);
+      CHECKF("custom_mask_token_and_max_chars",
+             rc == BF_OK && t.n == 7 && t.ids[1] == 6 && t.ids[2] == 7 && t.ids[3] == 1 &&
+               t.ids[4] == 5 && t.ids[5] == 1 && t.n_masks == 1,
+             "rc %d n %d", rc, t.n);
       bf_tokenizer_free(tok);
     }
   }
@@ -483,7 +644,10 @@ static void test_vocab_rules(const char *work) {
 }
 
 int main(int argc, char **argv) {
-  if (argc != 5) { fprintf(stderr, "usage: %s GOLDEN.tsv SMALL_DIR ZH_DIR WORK_DIR\n", argv[0]); return 2; }
+  if (argc != 5) {
+    fprintf(stderr, "usage: %s GOLDEN.tsv SMALL_DIR ZH_DIR WORK_DIR\n", argv[0]);
+    return 2;
+  }
   load_golden(argv[1]);
   make_dir(argv[4]);
   int ncase = 0;
@@ -492,6 +656,7 @@ int main(int argc, char **argv) {
   test_zh(argv[3]);
   test_small(argv[2], argv[4]);
   test_vocab_rules(argv[4]);
-  free(G); free(golden_txt);
+  free(G);
+  free(golden_txt);
   TL_EXIT();
 }

@@ -25,8 +25,8 @@ static void check_utf8(const char *name, const char *s, size_t n, long want_at,
     CHECKF(name, at == -1, "invalid at %ld (%s), expected valid", at, why);
     return;
   }
-  CHECKF(name, at == want_at && strcmp(why, want_why) == 0,
-         "got %ld \"%s\", expected %ld \"%s\"", at, why, want_at, want_why);
+  CHECKF(name, at == want_at && strcmp(why, want_why) == 0, "got %ld \"%s\", expected %ld \"%s\"",
+         at, why, want_at, want_why);
 }
 
 static void test_utf8_valid(void) {
@@ -38,8 +38,7 @@ static void test_utf8_valid(void) {
   const char *zh = "今天天气真[MASK]啊";
   check_utf8("utf8: Chinese text", zh, strlen(zh), -1, NULL);
   check_utf8("utf8: U+0080 U+07FF U+0800", "\xC2\x80\xDF\xBF\xE0\xA0\x80", 7, -1, NULL);
-  check_utf8("utf8: U+D7FF U+E000 around the surrogates", "\xED\x9F\xBF\xEE\x80\x80", 6, -1,
-             NULL);
+  check_utf8("utf8: U+D7FF U+E000 around the surrogates", "\xED\x9F\xBF\xEE\x80\x80", 6, -1, NULL);
   check_utf8("utf8: U+FFFF U+10000 U+10FFFF", "\xEF\xBF\xBF\xF0\x90\x80\x80\xF4\x8F\xBF\xBF", 11,
              -1, NULL);
   check_utf8("utf8: only n bytes are read", "ab\xFF", 2, -1, NULL);
@@ -82,9 +81,9 @@ static void test_utf8_invalid(void) {
 }
 
 static void test_utf8_put(void) {
-  static const uint32_t cps[] = { 0, 0x41, 0x7F, 0x80, 0x7FF, 0x800, 0x4E2D, 0xD7FF, 0xE000,
-                                  0xFFFF, 0x10000, 0x1F600, 0x10FFFF };
-  static const size_t lens[] = { 1, 1, 1, 2, 2, 3, 3, 3, 3, 3, 4, 4, 4 };
+  static const uint32_t cps[] = {0,      0x41,   0x7F,   0x80,    0x7FF,   0x800,   0x4E2D,
+                                 0xD7FF, 0xE000, 0xFFFF, 0x10000, 0x1F600, 0x10FFFF};
+  static const size_t lens[] = {1, 1, 1, 2, 2, 3, 3, 3, 3, 3, 4, 4, 4};
   int bad = 0;
   for (size_t i = 0; i < sizeof cps / sizeof cps[0]; i++) {
     char b[4];
@@ -106,7 +105,10 @@ static char captured[512];
 static int with_stderr_captured(int (*fn)(void)) {
   char path[] = "/tmp/bf_test_util_XXXXXX";
   int fd = mkstemp(path);
-  if (fd < 0) { captured[0] = 0; return fn(); }
+  if (fd < 0) {
+    captured[0] = 0;
+    return fn();
+  }
   unlink(path);
   fflush(stderr);
   int saved = dup(2);
@@ -122,9 +124,7 @@ static int with_stderr_captured(int (*fn)(void)) {
 }
 
 static int flag_default_7(void) { return bf_env_flag("BERTFILL_TEST_FLAG", 7); }
-static int int_1_100_default_42(void) {
-  return (int)bf_env_int("BERTFILL_TEST_INT", 1, 100, 42);
-}
+static int int_1_100_default_42(void) { return (int)bf_env_int("BERTFILL_TEST_INT", 1, 100, 42); }
 
 /* BERTFILL_TEST_FLAG=value (NULL: unset) gives want, and writes to stderr
 ** the line of an ignored value (ignored) or nothing. */
@@ -139,7 +139,8 @@ static void check_flag(const char *value, int want, int ignored) {
   if (ignored)
     snprintf(line, sizeof line,
              "bertfill: ignoring BERTFILL_TEST_FLAG='%s': expected 1/on/true/yes or "
-             "0/off/false/no\n", value);
+             "0/off/false/no\n",
+             value);
   CHECKF(name, got == want && strcmp(captured, line) == 0,
          "got %d and stderr \"%s\", expected %d and \"%s\"", got, captured, want, line);
 }
@@ -234,8 +235,8 @@ static void test_clock_and_cores(void) {
   uint64_t a = bf_now_ns(), b = bf_now_ns();
   usleep(2000);
   uint64_t c = bf_now_ns();
-  CHECKF("clock: monotonic, 2 ms sleep seen", b >= a && c - b >= 2000000,
-         "%llu %llu %llu", (unsigned long long)a, (unsigned long long)b, (unsigned long long)c);
+  CHECKF("clock: monotonic, 2 ms sleep seen", b >= a && c - b >= 2000000, "%llu %llu %llu",
+         (unsigned long long)a, (unsigned long long)b, (unsigned long long)c);
   int n = bf_ncores();
   CHECKF("cores: at least 1", n >= 1, "%d", n);
 }
