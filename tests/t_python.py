@@ -543,6 +543,22 @@ def test_progress():
     r = run_child(code, BERTFILL_MODEL=TINY, BERTFILL_PROGRESS="0")
     check("prefill_quiet", "bert_prefill" not in r.stderr, r.stderr)
 
+    # Every text read lands in exactly one count, and they add up: a text
+    # without a mask (of any length, as bert_fill returns it unchanged), a
+    # repeat, and the texts bert_fill rejects (too long with a mask, invalid
+    # UTF-8; the tiny model takes 64 tokens).
+    texts = [fresh(), fresh(), "我[MASK]你", "我[MASK]你", "没有空白", "我" * 200, None,
+             "我" * 100 + "[MASK]", b"\xff[MASK]"]
+    code = ("import sqlite3\n"
+            "c=sqlite3.connect(':memory:'); c.enable_load_extension(True); c.load_extension(%r)\n"
+            "c.execute('create table t(x)')\n"
+            "c.executemany('insert into t values (?)', [(t,) for t in %r])\n"
+            "print(c.execute('select bert_prefill(x) from t').fetchone()[0])\n") % (EXT, texts)
+    r = run_child(code, BERTFILL_MODEL=TINY, BERTFILL_PROGRESS="1")
+    check("prefill_counts_add_up", r.stdout.split() == ["3"] and
+          "bert_prefill: done: 8 texts read, 3 computed, 1 cached or repeated, 2 without a mask, "
+          "2 skipped (invalid or too long)" in r.stderr, r.stdout + r.stderr)
+
 
 def main():
     if not os.path.exists(EXT + ".so") and not os.path.exists(EXT):

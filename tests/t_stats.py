@@ -90,8 +90,11 @@ def test_surface(c):
     check("stats_names_unique", len(kinds) == len(rows))
     e = err_of(c, "CREATE VIRTUAL TABLE temp.x USING bertfill_stats")
     check("stats_eponymous_only", e is not None, "CREATE VIRTUAL TABLE worked")
-    e = err_of(c, "SELECT bert_trace(NULL)")
-    check("trace_null_error", e is not None and "bert_trace" in e, e)
+    # NULL reads the setting, as with every setter; a non-integer is an error
+    on = c.execute("SELECT bert_trace(NULL)").fetchone()[0]
+    check("trace_null_reads", on == 0, "bert_trace(NULL) = %r" % on)
+    e = err_of(c, "SELECT bert_trace('x')")
+    check("trace_text_error", e is not None and "bert_trace: on must be an integer" in e, e)
     e = err_of(c, "SELECT bert_trace(1, 0)")
     check("trace_max_rows_error", e is not None and "max_rows" in e, e)
     e = err_of(c, "SELECT bert_trace(1, 2, 3)")

@@ -170,6 +170,10 @@ int bf_blas_threads(void);
 ** is on) or "openblas". */
 const char *bf_gemm_kernels(void);
 void bf_blas_set_threads(int n); /* <= 0: number of cores */
+/* The most threads OpenBLAS accepts (MAX_THREADS in openblas_get_config(),
+** 64 in Debian's build); 0 when it does not say.  OpenBLAS cuts a larger
+** value given to bf_blas_set_threads down to it. */
+int bf_blas_max_threads(void);
 
 #ifdef __cplusplus
 }

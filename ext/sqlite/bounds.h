@@ -31,5 +31,6 @@
 #define BFX_DEFAULT_BUSY_TIMEOUT_MS 2000
 #define BFX_CACHE_LIMIT_MAX ((long long)1 << 40) /* bert_cache_limit, BERTFILL_CACHE_LIMIT */
 #define BFX_LRU_ENTRIES_MAX 100000000            /* bert_cache_lru */
+#define BFX_TRACE_ROWS_MAX ((long long)1 << 40)  /* bert_trace(on, max_rows) */
 
 #endif

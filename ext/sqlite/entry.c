@@ -28,8 +28,9 @@
 ** results in the cache; the UPDATE that follows reads them from the cache.
 **   SELECT bert_prefill(text) FROM t;           -- returns texts computed
 **   UPDATE t SET filled = bert_fill(text);
-** Progress on stderr ("bert_prefill: 1200 texts, 1100 computed, 85/s") when
-** stderr is a terminal or BERTFILL_PROGRESS=1 (BERTFILL_PROGRESS=0: never).
+** Progress on stderr ("bert_prefill: 1200 texts read, 1100 computed, 85
+** texts/s") when stderr is a terminal or BERTFILL_PROGRESS=1
+** (BERTFILL_PROGRESS=0: never).
 **
 ** The memo cache (see cache.h).  Results are kept in an in-memory
 ** LRU (process-wide) and in the table bertfill_cache of the main database,
@@ -43,7 +44,8 @@
 ** database the result is computed and the write skipped.  A write joins the
 ** user's transaction when one is open.
 **
-** Settings and diagnostics:
+** Settings and diagnostics (no argument or NULL: read the setting; a value
+** out of range is an error, never clamped; README.md has the table):
 **   SELECT bert_threads(2);            -- threads per encoder run (default: cores)
 **   SELECT bert_max_concurrent(4);     -- encoder runs at once in the process
 **                                      -- (default, and 0: cores / threads)

@@ -5,20 +5,28 @@
 **   SELECT bert_prefill(text) FROM t;        -- number of texts computed
 **   UPDATE t SET filled = bert_fill(text);   -- now answered from the cache
 **
-** Each text is tokenized; texts without a mask, texts already in the cache
-** (the table in mode 'on', the LRU in mode 'memory') and repeats are
-** skipped; the rest go through the encoder in batches of up to
-** BFX_BATCH_MAX_SEQS sequences or BFX_BATCH_MAX_TOKENS tokens per run (all
-** tokens of a batch go through each matrix product together), and the
-** results are stored in the cache.  Texts that cannot be filled (invalid
-** UTF-8, longer than the model's limit) are skipped here; bert_fill reports
-** them.  Memory stays bounded: one batch at a time.
+** Each text (NULLs are passed over) is tokenized and lands in exactly one
+** of four counts:
+**   computed   went through the encoder, in batches of up to
+**              BFX_BATCH_MAX_SEQS sequences or BFX_BATCH_MAX_TOKENS tokens
+**              per run (all tokens of a batch go through each matrix product
+**              together); the results are stored in the cache
+**   cached     already in the cache (the table in mode 'on', the LRU in mode
+**              'memory'), or a repeat of a text already counted
+**   no mask    nothing to compute (bert_fill returns such a text unchanged,
+**              whatever its length)
+**   skipped    texts bert_fill would reject (invalid UTF-8, longer than the
+**              model's limit): an aggregate over a column does not stop at
+**              one bad row; bert_fill reports it with its row
+** Memory stays bounded: one batch at a time.  The result is the number
+** computed.
 **
 ** Progress goes to stderr, at most once a second, when stderr is a terminal
 ** or BERTFILL_PROGRESS=1 (BERTFILL_PROGRESS=0 turns it off; the words of
-** bf_env_flag, util.h):
+** bf_env_flag, util.h); the counts of the last line add up to texts read:
 **   bert_prefill: 1200 texts read, 1100 computed, 85 texts/s
-**   bert_prefill: done: 2000 texts read, 1850 computed, 150 cached or repeated, 0 skipped, 21.8 s
+**   bert_prefill: done: 2000 texts read, 1840 computed, 150 cached or repeated, 8 without a
+**   mask, 2 skipped (invalid or too long), 21.8 s
 **
 ** With bert_cache('off') there is nowhere to keep the results: error.
 */
@@ -46,7 +54,7 @@ typedef struct prefill {
   int k;                                   /* candidates per mask to compute */
   bf_tokens batch[BFX_BATCH_MAX_SEQS + 1]; /* last slot: the text being read */
   int nb, btokens;
-  sqlite3_int64 read, computed, cached, skipped;
+  sqlite3_int64 read, computed, cached, nomask, skipped; /* read = the sum of the rest */
   uint64_t t_start, t_progress;
 } prefill;
 
@@ -59,9 +67,9 @@ static void progress(prefill *p, int final) {
   if (final)
     fprintf(stderr,
             "bert_prefill: done: %lld texts read, %lld computed, %lld cached or repeated, "
-            "%lld skipped, %.1f s\n",
-            (long long)p->read, (long long)p->computed, (long long)p->cached, (long long)p->skipped,
-            secs);
+            "%lld without a mask, %lld skipped (invalid or too long), %.1f s\n",
+            (long long)p->read, (long long)p->computed, (long long)p->cached, (long long)p->nomask,
+            (long long)p->skipped, secs);
   else
     fprintf(stderr, "bert_prefill: %lld texts read, %lld computed, %.0f texts/s\n",
             (long long)p->read, (long long)p->computed,
@@ -183,11 +191,14 @@ void bfx_prefill_step(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
     bfx_error(ctx, &e);
     return;
   }
+  if (rc == SQLITE_OK && t->n_masks == 0) { /* as bert_fill: nothing to do, at any length */
+    p->nomask++;
+    goto out;
+  }
   if (rc != SQLITE_OK || t->n > bfx_max_tokens(p->m)) {
     p->skipped++;
     goto out;
   }
-  if (t->n_masks == 0) goto out;
 
   int hit = already_cached(p, t);
   if (hit < 0) {

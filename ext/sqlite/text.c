@@ -1,6 +1,7 @@
 /*
 ** text.c — text in and out of the SQL functions (see text.h).
 */
+#include <stdio.h>
 #include <string.h>
 
 #include "sqlite3ext.h"
@@ -39,6 +40,34 @@ int bfx_arg_int(sqlite3_value *v, sqlite3_int64 lo, sqlite3_int64 hi, sqlite3_in
   if (x < lo || x > hi) return 0;
   *out = x;
   return 1;
+}
+
+void bfx_arg_shown(sqlite3_value *v, char *buf, size_t n) {
+  if (n == 0) return;
+  switch (sqlite3_value_type(v)) {
+    case SQLITE_NULL: snprintf(buf, n, "NULL"); return;
+    case SQLITE_BLOB: snprintf(buf, n, "a blob"); return;
+    default: break;
+  }
+  const char *z = (const char *)sqlite3_value_text(v);
+  size_t len = z ? strlen(z) : 0, max = n < 44 ? (n > 4 ? n - 4 : 0) : 40;
+  const char *more = "";
+  if (len > max) { /* cut before the character that does not fit */
+    len = max;
+    while (len > 0 && ((unsigned char)z[len] & 0xC0) == 0x80) len--;
+    more = "...";
+  }
+  snprintf(buf, n, "%.*s%s", (int)len, z ? z : "", more);
+}
+
+char *bfx_int_arg_msg(const char *fname, const char *what, sqlite3_int64 lo, const char *lo_means,
+                      sqlite3_int64 hi, const char *hi_means, sqlite3_value *v) {
+  char got[48];
+  bfx_arg_shown(v, got, sizeof got);
+  return sqlite3_mprintf("%s: %s must be an integer from %lld%s%s%s to %lld%s%s%s (got %s)", fname,
+                         what, (long long)lo, lo_means ? " (" : "", lo_means ? lo_means : "",
+                         lo_means ? ")" : "", (long long)hi, hi_means ? " (" : "",
+                         hi_means ? hi_means : "", hi_means ? ")" : "", got);
 }
 
 int bfx_mask_offsets(const char *s, int n, int *off, int max) {

@@ -18,8 +18,21 @@ int bfx_arg_text(sqlite3_value *v, const char **p, int *n);
 
 /* 1 with *out when v is an integer from lo to hi (a float with an integral
 ** value counts, within +-BFX_INT_ARG_FLOAT_BOUND, bounds.h); 0 otherwise.
-** The caller words the error. */
+** The caller reports the error with bfx_int_arg_msg. */
 int bfx_arg_int(sqlite3_value *v, sqlite3_int64 lo, sqlite3_int64 hi, sqlite3_int64 *out);
+
+/* How argument v is shown in the "(got ...)" of an error message: numbers
+** and text as SQLite writes them (at most 40 bytes, cut before a character
+** that does not fit, then "..."), "NULL", or "a blob"; n at least 44. */
+void bfx_arg_shown(sqlite3_value *v, char *buf, size_t n);
+
+/* The one shape of the error for an integer argument (or setting) that is
+** out of range or not an integer, sqlite3_malloc'ed (NULL: out of memory):
+**   FNAME: WHAT must be an integer from LO[ (LO_MEANS)] to HI[ (HI_MEANS)] (got V)
+** e.g. "bert_threads: the number of threads must be an integer from 0 (one
+** per core) to 64 (got 1000)".  lo_means and hi_means may be NULL. */
+char *bfx_int_arg_msg(const char *fname, const char *what, sqlite3_int64 lo, const char *lo_means,
+                      sqlite3_int64 hi, const char *hi_means, sqlite3_value *v);
 
 /* Byte offsets of the literal "[MASK]" occurrences (left to right, not
 ** overlapping); writes at most max, returns how many there are. */

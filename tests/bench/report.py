@@ -280,7 +280,7 @@ def main():
                          "ratios involving those runs are not clean — run `make bench` again on a quiet machine.")
             lines.append("")
 
-    # Targets of issue 4.
+    # The project's targets against ONNX Runtime.
     tg = []
 
     def target(name, value, ok, shown):
@@ -297,7 +297,7 @@ def main():
     target("cache hit ≤ 20 µs per bert_fill", hit, None if hit is None else hit <= 20, fmt(hit, " µs"))
     lm = get(bf, "load_ms")
     target("model load ≤ 50 ms", lm, None if lm is None else lm <= 50, fmt(lm, " ms"))
-    lines.append("| target (issue 4) | measured | |")
+    lines.append("| target (against ONNX Runtime) | measured | |")
     lines.append("|---|---|---|")
     lines.extend(tg)
     lines.append("")

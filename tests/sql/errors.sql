@@ -60,13 +60,13 @@ select bert_cache('sometimes');
 select bert_cache_limit(0);
 -- error cache_lru_text: bert_cache_lru: the number of entries must be an integer
 select bert_cache_lru('many');
--- error threads_negative: bert_threads: the number of threads (0: one per core) must be an integer from 0 to 1024
+-- error threads_negative: bert_threads: the number of threads must be an integer from 0 (one per core) to
 select bert_threads(-2);
 -- error max_concurrent_negative: bert_max_concurrent
 select bert_max_concurrent(-1);
--- error batching_two: bert_batching: 1 (on) or 0 (off) must be an integer from 0 to 1
+-- error batching_two: bert_batching: the argument must be an integer from 0 (off) to 1 (on) (got 2)
 select bert_batching(2);
--- error busy_timeout_negative: bert_busy_timeout: milliseconds must be an integer from 0
+-- error busy_timeout_negative: bert_busy_timeout: the wait in milliseconds must be an integer from 0
 select bert_busy_timeout(-5);
 -- error wrong_arg_count: wrong number of arguments to function bert_fill()
 select bert_fill('a', 'b');
