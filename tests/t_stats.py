@@ -67,7 +67,8 @@ def err_of(c, sql, args=()):
 
 COUNTERS = ["calls", "hit_lru", "hit_table", "miss", "encoder_runs", "batches", "seqs",
             "tokens", "masks", "cache_writes", "cache_skipped", "err_input", "err_toolong",
-            "err_model", "err_nomem", "err_other", "busy", "trace_skipped"]
+            "err_model", "err_nomem", "err_other", "busy", "rows", "rows_batches", "rows_seqs",
+            "trace_skipped"]
 STAGES = ["call", "queue", "tokenize", "encode", "topk", "cache_read", "cache_write"]
 COLUMNS = ["name", "kind", "count", "total_ms", "mean_ms", "p50_ms", "p95_ms", "p99_ms",
            "max_ms", "value"]

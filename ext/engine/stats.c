@@ -59,9 +59,10 @@ static const char *const stage_names[BF_ST__N] = {
   "call", "queue", "tokenize", "encode", "topk", "cache_read", "cache_write",
 };
 static const char *const counter_names[BF_CT__N] = {
-  "calls",       "hit_lru",   "hit_table", "miss",         "encoder_runs",  "batches",
-  "seqs",        "tokens",    "masks",     "cache_writes", "cache_skipped", "err_input",
-  "err_toolong", "err_model", "err_nomem", "err_other",    "busy",
+  "calls",         "hit_lru",   "hit_table",   "miss",         "encoder_runs",
+  "batches",       "seqs",      "tokens",      "masks",        "cache_writes",
+  "cache_skipped", "err_input", "err_toolong", "err_model",    "err_nomem",
+  "err_other",     "busy",      "rows",        "rows_batches", "rows_seqs",
 };
 
 const char *bf_stage_name(bf_stage s) { return (s >= 0 && s < BF_ST__N) ? stage_names[s] : "?"; }

@@ -38,7 +38,10 @@ typedef enum bf_counter {
   BF_CT_ERR_MODEL, /* no model / model could not be loaded */
   BF_CT_ERR_NOMEM,
   BF_CT_ERR_OTHER,
-  BF_CT_BUSY, /* rejected by the overload guard */
+  BF_CT_BUSY,         /* rejected by the overload guard */
+  BF_CT_ROWS,         /* rows fill_rows read from its query */
+  BF_CT_ROWS_BATCHES, /* batches of rows fill_rows filled (at most one encoder run each) */
+  BF_CT_ROWS_SEQS,    /* sequences fill_rows sent to the encoder (distinct texts of a batch) */
   BF_CT__N
 } bf_counter;
 

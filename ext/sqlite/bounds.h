@@ -18,6 +18,9 @@
 ** bert_prefill (prefill.c). */
 #define BFX_BATCH_MAX_SEQS 32
 #define BFX_BATCH_MAX_TOKENS 2048
+/* fill_rows (rows.c) reads at most this many rows of its query per batch
+** (cache hits and texts without a mask need no sequence of the run). */
+#define BFX_ROWS_BATCH_MAX_ROWS 256
 
 /* An integer argument is an integer, or a float with an integral value
 ** within +-BFX_INT_ARG_FLOAT_BOUND (below 2^63, so the conversion is exact

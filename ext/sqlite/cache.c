@@ -427,6 +427,17 @@ int bfc_group_end(sqlite3 *db) {
   return ok;
 }
 
+int64_t bfc_table_rows(sqlite3 *db) {
+  if (!table_exists(db)) return 0;
+  sqlite3_stmt *st = NULL;
+  int64_t n = -1;
+  if (sqlite3_prepare_v2(db, "SELECT count(*) FROM main." BFC_TABLE, -1, &st, NULL) == SQLITE_OK &&
+      sqlite3_step(st) == SQLITE_ROW)
+    n = sqlite3_column_int64(st, 0);
+  sqlite3_finalize(st);
+  return n;
+}
+
 int bfc_table_trim(sqlite3 *db, int64_t limit) {
   sqlite3_stmt *st = NULL;
   if (limit < 1) limit = 1;

@@ -80,6 +80,9 @@ int bfc_table_put(sqlite3 *db, const char *fp, const int32_t *ids, int n, int n_
 ** commit fails (e.g. SQLITE_BUSY), rolls the group back (0). */
 int bfc_group_begin(sqlite3 *db);
 int bfc_group_end(sqlite3 *db);
+/* The number of rows of main.bertfill_cache (0 when there is no table),
+** or -1 when it cannot be read. */
+int64_t bfc_table_rows(sqlite3 *db);
 /* Evict the oldest rows beyond limit.  SQLITE_OK or an error code. */
 int bfc_table_trim(sqlite3 *db, int64_t limit);
 /* Delete every row (all models).  SQLITE_OK with *deleted, or an error with

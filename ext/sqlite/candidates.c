@@ -31,7 +31,8 @@
 **
 ** Results come from the memo cache when they can (see cache.h).  The module
 ** is eponymous-only (no CREATE VIRTUAL TABLE) and DIRECTONLY: usable in
-** top-level SQL, never from a view or trigger (registered in entry.c).
+** top-level SQL, never from a view or trigger (registered in entry.c),
+** unless bertfill was loaded through sqlite3_bertfill_trusted_init.
 */
 #include <string.h>
 
@@ -79,7 +80,7 @@ static int cand_connect(sqlite3 *db, void *aux, int argc, const char *const *arg
   if (!v) return SQLITE_NOMEM;
   memset(v, 0, sizeof *v);
   v->c = aux;
-  sqlite3_vtab_config(db, SQLITE_VTAB_DIRECTONLY);
+  if (!v->c->trusted_schema) sqlite3_vtab_config(db, SQLITE_VTAB_DIRECTONLY); /* see entry.c */
   *ppVtab = &v->base;
   return SQLITE_OK;
 }
@@ -233,11 +234,7 @@ static int cand_filter(sqlite3_vtab_cursor *cursor, int idxNum, const char *idxS
   cur->text[n] = 0;
   cur->n = n;
   if (t.n_masks == 0) goto done; /* nothing to fill: no rows */
-  int literal = bfx_mask_offsets(s, n, cur->off, t.n_masks);
-  if (literal != t.n_masks) {
-    bfx_errf(&e, SQLITE_ERROR, BF_CT_ERR_INPUT,
-             "fill_candidates: the text has %d \"[MASK]\" but the tokenizer found %d mask tokens",
-             literal, t.n_masks);
+  if (bfx_find_masks("fill_candidates", s, n, t.n_masks, cur->off, &e) != SQLITE_OK) {
     rc = bfx_error_vtab(vt, &e);
     goto done;
   }

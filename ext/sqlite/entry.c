@@ -23,9 +23,16 @@
 ** model.safetensors (+ tokenizer_config.json).  Loaded models are shared by
 ** every connection of the process (one copy, reference counted).
 **
-** Filling a whole column at batch speed: bert_prefill(text) is an aggregate
-** that runs the encoder over the distinct texts in batches and stores the
-** results in the cache; the UPDATE that follows reads them from the cache.
+** Filling a whole column at batch speed, any number of rows, in memory
+** bounded by one batch: fill_rows(sql [, k]) runs the query, fills its
+** texts in batches through the encoder and yields (key, text, filled, masks,
+** error) (see rows.c):
+**   UPDATE t SET filled = f.filled
+**     FROM fill_rows('SELECT rowid, text FROM t WHERE filled IS NULL') AS f
+**    WHERE t.rowid = f.key;
+** bert_prefill(text) is an aggregate that computes the distinct texts in
+** batches into the cache, for an UPDATE with bert_fill after it; it stops
+** with an error when the cache cannot keep them all (see prefill.c).
 **   SELECT bert_prefill(text) FROM t;           -- returns texts computed
 **   UPDATE t SET filled = bert_fill(text);
 ** Progress on stderr ("bert_prefill: 1200 texts read, 1100 computed, 85
@@ -40,6 +47,8 @@
 **   SELECT bert_cache('clear');        -- empty both; returns rows deleted
 **   SELECT bert_cache_limit(50000);    -- bound on table rows (default 100000)
 **   SELECT bert_cache_lru(20000);      -- bound on LRU entries (default 10000)
+**   SELECT bert_rows_cache('all');     -- what fill_rows stores: 'room' (default),
+**                                      -- 'all', 'none' (see rows.c)
 ** Cache writes never make a statement fail: on a read-only or locked
 ** database the result is computed and the write skipped.  A write joins the
 ** user's transaction when one is open.
@@ -79,6 +88,23 @@
 ** refuse bertfill anyway, as it is not deterministic).  Newer SQLite
 ** refuses CHECK constraints too.
 **
+** Triggers and views that fill (opt-in).  An application that wants
+**   CREATE TRIGGER fill AFTER INSERT ON t BEGIN
+**     UPDATE t SET filled = bert_fill(new.text) WHERE rowid = new.rowid; END;
+** loads bertfill through the other entry point:
+**   .load ./bertfill sqlite3_bertfill_trusted_init        -- the shell
+**   SELECT load_extension('./bertfill', 'sqlite3_bertfill_trusted_init');
+** On that connection the functions marked UNLESS_TRUSTED below (bert_fill,
+** fill_candidates) are registered without DIRECTONLY, and without
+** INNOCUOUS: SQLite then lets views and triggers use them only while PRAGMA
+** trusted_schema is on (its default), and refuses them ("unsafe use of
+** bert_fill()") when the application turns it off for a database it does not
+** trust.  Everything that reads paths, runs given SQL or changes settings
+** (bert_load, fill_rows, bert_prefill, ...) stays DIRECTONLY.  A setting
+** function cannot do this: SQLite refuses to replace a function while a
+** statement runs, so the choice is made when the extension is loaded (from
+** SQL, only as the first load on the connection).
+**
 ** The extension pins itself in memory (RTLD_NODELETE) on first load: loaded
 ** models, the LRU and the engine's threads are process-wide and must
 ** outlive the connection that loaded the library.
@@ -89,6 +115,7 @@
 **   scalars.c     bert_fill, bert_tokenize, bert_load, bert_debug
 **   settings.c    bert_cache*, bert_threads, bert_max_concurrent, ...
 **   candidates.c  the fill_candidates table-valued function
+**   rows.c        the fill_rows table-valued function
 **   prefill.c     the bert_prefill aggregate
 **   stats_sql.c   bertfill_stats, bert_stats, bert_stats_reset
 **   trace.c       bert_trace and the per-call trace table
@@ -115,6 +142,7 @@ SQLITE_EXTENSION_INIT3
 #include "conn.h"
 #include "models.h"
 #include "prefill.h"
+#include "rows.h"
 #include "scalars.h"
 #include "settings.h"
 #include "stats_sql.h"
@@ -128,6 +156,9 @@ enum user_data {
 };
 
 #define DIRECT SQLITE_DIRECTONLY
+/* Not an SQLite flag (removed before registering): DIRECTONLY too, except
+** on a connection loaded through sqlite3_bertfill_trusted_init. */
+#define UNLESS_TRUSTED 0x40000000
 
 typedef struct sql_function {
   const char *name;
@@ -143,8 +174,10 @@ typedef struct sql_function {
 #define SETTING "changes a process-wide setting"
 
 static const sql_function functions[] = {
-  {"bert_fill", 1, DIRECT, bfx_fn_fill, 0, 0, CONN,
-   "loads a model (reads files) on first use; writes the bertfill_cache table"},
+  {"bert_fill", 1, DIRECT | UNLESS_TRUSTED, bfx_fn_fill, 0, 0, CONN,
+   "loads a model (reads files) on first use; writes the bertfill_cache table; through "
+   "sqlite3_bertfill_trusted_init usable by triggers and views while PRAGMA trusted_schema is "
+   "on"},
   {"bert_prefill", 1, DIRECT, 0, bfx_prefill_step, bfx_prefill_final, CONN,
    "reads model files, writes the bertfill_cache table"},
   {"bert_tokenize", 1, DIRECT, bfx_fn_tokenize, 0, 0, CONN, "loads the model's files on first use"},
@@ -168,6 +201,9 @@ static const sql_function functions[] = {
   {"bert_busy_timeout", 1, DIRECT, bfx_fn_busy_timeout, 0, 0, CONN, SETTING},
   {"bert_batching", 0, DIRECT, bfx_fn_batching, 0, 0, CONN, "as bert_batching(n)"},
   {"bert_batching", 1, DIRECT, bfx_fn_batching, 0, 0, CONN, SETTING},
+  {"bert_rows_cache", 0, DIRECT, bfx_fn_rows_cache, 0, 0, CONN, "as bert_rows_cache(mode)"},
+  {"bert_rows_cache", 1, DIRECT, bfx_fn_rows_cache, 0, 0, CONN,
+   "changes what fill_rows writes to the cache table"},
   {"bert_stats", 0, 0, bfx_fn_stats, 0, 0, NO_DATA,
    "no side effects, reads no file or table: views and triggers of a trusted schema may use "
    "it; not INNOCUOUS: it shows the activity of every connection of the process (timings, "
@@ -189,7 +225,11 @@ typedef struct sql_module {
 
 static const sql_module modules[] = {
   {"fill_candidates", &bfx_candidates_module, CONN,
-   "DIRECTONLY (sqlite3_vtab_config in xConnect): as bert_fill"},
+   "DIRECTONLY (sqlite3_vtab_config in xConnect) unless loaded through "
+   "sqlite3_bertfill_trusted_init: as bert_fill"},
+  {"fill_rows", &bfx_rows_module, CONN,
+   "DIRECTONLY (sqlite3_vtab_config in xConnect): runs the SQL it is given, reads model "
+   "files, writes the bertfill_cache table"},
   {"bertfill_stats", &bfx_stats_module, NO_DATA, "none: as bert_stats"},
 };
 
@@ -221,7 +261,9 @@ static int register_function(sqlite3 *db, bfx_conn *c, const sql_function *f) {
   int nomem;
   void *data = user_data(f->data, c, db, &destroy, &nomem);
   if (nomem) return SQLITE_NOMEM;
-  return sqlite3_create_function_v2(db, f->name, f->n_arg, SQLITE_UTF8 | f->flags, data, f->xFunc,
+  int flags = f->flags & ~UNLESS_TRUSTED;
+  if (c->trusted_schema && (f->flags & UNLESS_TRUSTED)) flags &= ~SQLITE_DIRECTONLY;
+  return sqlite3_create_function_v2(db, f->name, f->n_arg, SQLITE_UTF8 | flags, data, f->xFunc,
                                     f->xStep, f->xFinal, destroy);
 }
 
@@ -235,10 +277,8 @@ static int register_module(sqlite3 *db, bfx_conn *c, const sql_module *m) {
 
 #define COUNT(a) (sizeof(a) / sizeof(a)[0])
 
-#ifdef _WIN32
-__declspec(dllexport)
-#endif
-  int sqlite3_bertfill_init(sqlite3 *db, char **pzErrMsg, const sqlite3_api_routines *pApi) {
+/* Register everything on db; trusted: see "Triggers and views" above. */
+static int init(sqlite3 *db, char **pzErrMsg, const sqlite3_api_routines *pApi, int trusted) {
   /* SQLITE_EXTENSION_INIT2(pApi), but written only when it changes: every
   ** connection passes the same routines, and other threads may be calling
   ** bertfill functions (reading sqlite3_api) while this one loads it. */
@@ -251,11 +291,18 @@ __declspec(dllexport)
   bfx_pin_library();
   bfx_conn *c = bfx_conn_new(db); /* this function's reference, dropped at the end */
   if (!c) return SQLITE_NOMEM;
+  c->trusted_schema = trusted;
 
   int rc = SQLITE_OK;
   for (size_t i = 0; i < COUNT(functions) && rc == SQLITE_OK; i++) {
     rc = register_function(db, c, &functions[i]);
-    if (rc != SQLITE_OK && pzErrMsg)
+    if (rc == SQLITE_BUSY && pzErrMsg) /* replacing a function while a statement runs */
+      *pzErrMsg = sqlite3_mprintf("bertfill: cannot replace %s() while a statement runs; load "
+                                  "bertfill this way as the "
+                                  "first load on a new connection, or outside SQL (.load in the "
+                                  "shell)",
+                                  functions[i].name);
+    else if (rc != SQLITE_OK && pzErrMsg)
       *pzErrMsg = functions[i].n_arg < 0
                     ? sqlite3_mprintf("bertfill: cannot register %s(...): %s", functions[i].name,
                                       sqlite3_errstr(rc))
@@ -270,4 +317,19 @@ __declspec(dllexport)
   }
   bfx_conn_unref(c);
   return rc;
+}
+
+#ifdef _WIN32
+__declspec(dllexport)
+#endif
+  int sqlite3_bertfill_init(sqlite3 *db, char **pzErrMsg, const sqlite3_api_routines *pApi) {
+  return init(db, pzErrMsg, pApi, 0);
+}
+
+#ifdef _WIN32
+__declspec(dllexport)
+#endif
+  int sqlite3_bertfill_trusted_init(sqlite3 *db, char **pzErrMsg,
+                                    const sqlite3_api_routines *pApi) {
+  return init(db, pzErrMsg, pApi, 1);
 }

@@ -24,6 +24,8 @@ void bfx_err_nomem(bfx_err *e);
 /* An engine return code (BF_ERR_*) and its message, prefixed "fname: ". */
 void bfx_err_engine(bfx_err *e, const char *fname, int rc, const char *msg);
 
+/* Count e in the stats without reporting it (an error kept in a row). */
+void bfx_err_count(const bfx_err *e);
 /* Report e as the result of ctx, and count it. */
 void bfx_error(sqlite3_context *ctx, const bfx_err *e);
 /* Report e as the error of a virtual table's statement, and count it;

@@ -29,6 +29,14 @@
 **   mask, 2 skipped (invalid or too long), 21.8 s
 **
 ** With bert_cache('off') there is nowhere to keep the results: error.
+**
+** Nor when the cache cannot keep them all: the UPDATE that follows would
+** find the first texts evicted by the last ones and compute every text a
+** second time, one at a time.  As soon as the texts it computed outnumber
+** what the cache holds (bert_cache_limit rows of the table in mode 'on' on
+** a writable database, or bert_cache_lru entries of the LRU), bert_prefill
+** stops with an error that points to fill_rows (rows.c), which fills a
+** column of any size in one pass.  What it computed so far stays cached.
 */
 #include <stdio.h>
 #include <string.h>
@@ -78,6 +86,33 @@ static void progress(prefill *p, int final) {
 
 static int progress_wanted(void) { return bf_env_flag("BERTFILL_PROGRESS", isatty(2)); }
 
+/* How many texts the cache keeps, and the setting that bounds it: the LRU
+** (bert_cache_lru), or in mode 'on' on a writable database the table
+** (bert_cache_limit) when that holds more. */
+static sqlite3_int64 cache_capacity(bfx_conn *c, const char **setting) {
+  sqlite3_int64 n = bfc_lru_max_entries();
+  *setting = "bert_cache_lru";
+  if (c->cache_mode == BFX_CACHE_ON && sqlite3_db_readonly(c->db, "main") == 0 &&
+      c->cache_limit > n) {
+    n = c->cache_limit;
+    *setting = "bert_cache_limit";
+  }
+  return n;
+}
+
+/* The error when the texts computed outnumber what the cache keeps. */
+static void check_capacity(prefill *p, bfx_err *e) {
+  const char *setting;
+  sqlite3_int64 cap = cache_capacity(p->c, &setting);
+  if (p->computed <= cap) return;
+  bfx_errf(e, SQLITE_ERROR, BF_CT_ERR_OTHER,
+           "%lld texts computed but the cache keeps %lld (%s), so the UPDATE after bert_prefill "
+           "would compute them again; fill the column in one pass with fill_rows: UPDATE t SET "
+           "filled = f.filled FROM fill_rows('SELECT rowid, text FROM t') AS f WHERE t.rowid = "
+           "f.key",
+           (long long)p->computed, (long long)cap, setting);
+}
+
 /* Encode the pending batch and store its results in the cache. */
 static int encode_and_store_batch(sqlite3_context *ctx, prefill *p) {
   if (p->nb == 0) return SQLITE_OK;
@@ -107,6 +142,7 @@ static int encode_and_store_batch(sqlite3_context *ctx, prefill *p) {
       bf_stats_add(BF_CT_CACHE_SKIPPED, skipped);
     }
     p->computed += p->nb;
+    check_capacity(p, &e);
   }
   sqlite3_free(out);
   p->nb = 0;

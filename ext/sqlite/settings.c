@@ -12,6 +12,10 @@
 **   bert_max_concurrent([n])    encoder runs at once (0: cores / threads)
 **   bert_busy_timeout([ms])     the longest wait for an encoder slot (0: none)
 **   bert_batching([0|1])        dynamic batching of concurrent calls
+**   bert_rows_cache([mode])     what fill_rows stores in the cache: 'room'
+**                               (default: the LRU, and the table while it
+**                               has fewer rows than bert_cache_limit),
+**                               'all', 'none'
 **
 ** The ranges are in bounds.h.  A value out of range or not an integer is an
 ** error in the one shape of bfx_int_arg_msg (text.h), never clamped:
@@ -166,4 +170,18 @@ void bfx_fn_batching(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
   if (given < 0) return;
   if (given) bfx_batching_set((int)n);
   sqlite3_result_int(ctx, bfx_batching());
+}
+
+void bfx_fn_rows_cache(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+  bfx_conn *c = sqlite3_user_data(ctx);
+  if (argc > 0 && sqlite3_value_type(argv[0]) != SQLITE_NULL) {
+    int mode = bfx_rows_cache_parse((const char *)sqlite3_value_text(argv[0]));
+    if (mode < 0) {
+      sqlite3_result_error(ctx, "bert_rows_cache: the argument must be 'room', 'all' or 'none'",
+                           -1);
+      return;
+    }
+    c->rows_cache = mode;
+  }
+  sqlite3_result_text(ctx, bfx_rows_cache_name(c->rows_cache), -1, SQLITE_STATIC);
 }

@@ -38,7 +38,8 @@
 ** misses may share one run (dynamic batching), so encoder_runs <= seqs and
 ** the encode / topk stages have one sample per run, queue one per call; hits
 ** never run the encoder.  bert_prefill adds batched runs without counting
-** calls.
+** calls; so does fill_rows, which counts its rows, rows_batches and
+** rows_seqs (rows.c).
 **
 ** The flags of bert_stats, bert_stats_reset and bertfill_stats, and why,
 ** are in the table of entry.c.

@@ -84,7 +84,37 @@ int bfx_mask_offsets(const char *s, int n, int *off, int max) {
   return count;
 }
 
+int bfx_find_masks(const char *fname, const char *s, int n, int n_masks, int *off, bfx_err *e) {
+  int literal = bfx_mask_offsets(s, n, off, n_masks);
+  if (literal == n_masks) return SQLITE_OK;
+  bfx_errf(e, SQLITE_ERROR, BF_CT_ERR_INPUT,
+           "%s: the text has %d \"[MASK]\" but the tokenizer found %d mask tokens", fname, literal,
+           n_masks);
+  return SQLITE_ERROR;
+}
+
 int bfx_max_tokens(bf_model *m) { return bf_model_config(m)->max_position_embeddings; }
+
+int bfx_check_length(const char *fname, bf_model *m, const bf_tokens *t, bfx_err *e) {
+  if (t->n <= bfx_max_tokens(m)) return SQLITE_OK;
+  bfx_errf(e, SQLITE_ERROR, BF_CT_ERR_TOOLONG,
+           "%s: the text is %d tokens long ([CLS] and [SEP] included) but the model "
+           "takes at most %d (max_position_embeddings)",
+           fname, t->n, bfx_max_tokens(m));
+  return SQLITE_ERROR;
+}
+
+void bfx_append_filled(sqlite3_str *out, bf_model *m, const char *s, int n, const int *off,
+                       int n_masks, const bf_cand *c, int k) {
+  int at = 0;
+  for (int i = 0; i < n_masks; i++) {
+    sqlite3_str_append(out, s + at, off[i] - at);
+    const char *tok = bf_model_token(m, c[(size_t)i * k].id);
+    sqlite3_str_appendall(out, tok ? tok : "");
+    at = off[i] + BF_MASK_TEXT_LEN;
+  }
+  sqlite3_str_append(out, s + at, n - at);
+}
 
 int bfx_tokenize(const char *fname, bf_model *m, const char *s, int n, bf_tokens *t, uint64_t *ns,
                  bfx_err *e) {

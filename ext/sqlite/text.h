@@ -38,6 +38,11 @@ char *bfx_int_arg_msg(const char *fname, const char *what, sqlite3_int64 lo, con
 ** overlapping); writes at most max, returns how many there are. */
 int bfx_mask_offsets(const char *s, int n, int *off, int max);
 
+/* The byte offsets of the n_masks "[MASK]"s of s[0..n) into off, checking
+** that the text writes as many literal "[MASK]" as the tokenizer found
+** mask tokens (the error, prefixed "fname: ", says both numbers). */
+int bfx_find_masks(const char *fname, const char *s, int n, int n_masks, int *off, bfx_err *e);
+
 /* Tokenize s[0..n) for model m, checking UTF-8 first (the error names the
 ** offending byte).  fname prefixes messages; the time taken is added to
 ** *ns (may be NULL) and to the tokenize stage. */
@@ -45,6 +50,14 @@ int bfx_tokenize(const char *fname, bf_model *m, const char *s, int n, bf_tokens
                  bfx_err *e);
 /* The model's limit on tokens per sequence ([CLS] and [SEP] included). */
 int bfx_max_tokens(bf_model *m);
+/* SQLITE_OK when t fits the model's limit; else an error (counted as
+** err_toolong when reported) that gives both lengths. */
+int bfx_check_length(const char *fname, bf_model *m, const bf_tokens *t, bfx_err *e);
+
+/* Append s[0..n) with its i-th "[MASK]" (at byte off[i]) replaced by the
+** best candidate of mask i, c[i * k]: the text bert_fill returns. */
+void bfx_append_filled(sqlite3_str *out, bf_model *m, const char *s, int n, const int *off,
+                       int n_masks, const bf_cand *c, int k);
 
 /* The text built in s as the result of ctx (s is finished), or out of
 ** memory when building it failed. */
