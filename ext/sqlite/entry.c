@@ -23,6 +23,13 @@
 ** model.safetensors (+ tokenizer_config.json).  Loaded models are shared by
 ** every connection of the process (one copy, reference counted).
 **
+** Whole-word fills: the masks of a text as one blank, decoded together by
+** the chain rule (sequences.c, wholeword.c, joint.c):
+**   SELECT * FROM fill_sequences('两天[MASK][MASK]', 3);
+**       -- rank fill tokens token_ids score sequence: the 3 best whole fills
+**   SELECT bert_fill('两天[MASK][MASK]', 'joint');     -- the best one, filled in
+**   SELECT bert_score('两天[MASK][MASK]', '晒网');      -- P of a given answer
+**
 ** Filling a whole column at batch speed: bert_prefill(text) is an aggregate
 ** that runs the encoder over the distinct texts in batches and stores the
 ** results in the cache; the UPDATE that follows reads them from the cache.
@@ -87,9 +94,12 @@
 **   scalars.c     bert_fill, bert_tokenize, bert_load, bert_debug
 **   settings.c    bert_cache*, bert_threads, bert_max_concurrent, ...
 **   candidates.c  the fill_candidates table-valued function
+**   sequences.c   the fill_sequences table-valued function
+**   wholeword.c   bert_score, bert_fill(text, 'joint')
 **   prefill.c     the bert_prefill aggregate
 **   stats_sql.c   bertfill_stats, bert_stats, bert_stats_reset
 **   trace.c       bert_trace and the per-call trace table
+**   joint.c       whole-word fills: beam search, chain rule, their memo
 **   lookup.c      tokens -> LRU -> cache table -> encoder, and storing
 **   batcher.c     dynamic batching of concurrent encoder calls
 **   encode.c      one encoder run on a slot, counted in the stats
@@ -98,6 +108,7 @@
 **   models.c      the registry of loaded models; the default model
 **   cache.c       the LRU and the bertfill_cache table
 **   text.c        arguments, "[MASK]" positions, tokenizing, text results
+**   tvf.c         the query plan of the table-valued functions
 **   jsonw.c       JSON strings
 **   errors.c      errors: building, counting, reporting
 **   bounds.h      every limit and range;  api.c  SQLite's routines
@@ -114,9 +125,11 @@ SQLITE_EXTENSION_INIT3
 #include "models.h"
 #include "prefill.h"
 #include "scalars.h"
+#include "sequences.h"
 #include "settings.h"
 #include "stats_sql.h"
 #include "trace.h"
+#include "wholeword.h"
 
 /* What a registration gets as its user data (a module: its client data). */
 enum user_data {
@@ -143,8 +156,12 @@ typedef struct sql_function {
 static const sql_function functions[] = {
   {"bert_fill", 1, DIRECT, bfx_fn_fill, 0, 0, CONN,
    "loads a model (reads files) on first use; writes the bertfill_cache table"},
+  {"bert_fill", 2, DIRECT, bfx_fn_fill_joint, 0, 0, CONN, "as bert_fill(text)"},
+  {"bert_score", 2, DIRECT, bfx_fn_score, 0, 0, CONN, "as bert_fill(text)"},
   {"bert_prefill", 1, DIRECT, 0, bfx_prefill_step, bfx_prefill_final, CONN,
    "reads model files, writes the bertfill_cache table"},
+  {"bert_prefill", 2, DIRECT, 0, bfx_prefill_step, bfx_prefill_final, CONN,
+   "as bert_prefill(text)"},
   {"bert_tokenize", 1, DIRECT, bfx_fn_tokenize, 0, 0, CONN, "loads the model's files on first use"},
   {"bert_load", 1, DIRECT, bfx_fn_load, 0, 0, CONN, "reads any directory it is given"},
   {"bert_debug", 0, DIRECT, bfx_fn_debug, 0, 0, CONN,
@@ -187,6 +204,8 @@ typedef struct sql_module {
 
 static const sql_module modules[] = {
   {"fill_candidates", &bfx_candidates_module, CONN,
+   "DIRECTONLY (sqlite3_vtab_config in xConnect): as bert_fill"},
+  {"fill_sequences", &bfx_sequences_module, CONN,
    "DIRECTONLY (sqlite3_vtab_config in xConnect): as bert_fill"},
   {"bertfill_stats", &bfx_stats_module, NO_DATA, "none: as bert_stats"},
 };

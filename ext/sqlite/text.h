@@ -21,6 +21,11 @@ int bfx_arg_text(sqlite3_value *v, const char **p, int *n);
 ** The caller words the error. */
 int bfx_arg_int(sqlite3_value *v, sqlite3_int64 lo, sqlite3_int64 hi, sqlite3_int64 *out);
 
+/* The mode argument of bert_fill(text, 'joint') and bert_prefill(text,
+** 'joint'): 1 for 'joint' (any letter case), 0 for NULL, -1 with e set
+** ("fname: the second argument must be 'joint' ...") for anything else. */
+int bfx_arg_joint(sqlite3_value *v, const char *fname, bfx_err *e);
+
 /* Byte offsets of the literal "[MASK]" occurrences (left to right, not
 ** overlapping); writes at most max, returns how many there are. */
 int bfx_mask_offsets(const char *s, int n, int *off, int max);
@@ -32,6 +37,14 @@ int bfx_tokenize(const char *fname, bf_model *m, const char *s, int n, bf_tokens
                  bfx_err *e);
 /* The model's limit on tokens per sequence ([CLS] and [SEP] included). */
 int bfx_max_tokens(bf_model *m);
+/* SQLITE_OK when t is within that limit; else SQLITE_ERROR with e = "fname:
+** the text is N tokens long ... but the model takes at most M ...". */
+int bfx_check_length(const char *fname, bf_model *m, const bf_tokens *t, bfx_err *e);
+
+/* Append s[0..n) to out with its i-th "[MASK]" (at byte off[i]) replaced by
+** token c[i * stride].id as displayed (bf_model_token), for i < n_masks. */
+void bfx_append_filled(sqlite3_str *out, bf_model *m, const char *s, int n, const int *off,
+                       int n_masks, const bf_cand *c, size_t stride);
 
 /* The text built in s as the result of ctx (s is finished), or out of
 ** memory when building it failed. */
