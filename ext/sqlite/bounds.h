@@ -13,9 +13,13 @@
 #define BFX_MIN_K 5
 #define BFX_DEFAULT_K 5
 
+/* Whole-word fills (joint.c): the beam width k of fill_sequences is from 1
+** to this (default BFX_DEFAULT_K, which bert_fill(text, 'joint') uses). */
+#define BFX_SEQUENCES_MAX_K 100
+
 /* One encoder run over merged sequences holds at most this many sequences
-** and tokens: the batches of dynamic batching (batcher.c) and of
-** bert_prefill (prefill.c). */
+** and tokens: the batches of dynamic batching (batcher.c), of
+** bert_prefill (prefill.c) and of a beam step or a bert_score (joint.c). */
 #define BFX_BATCH_MAX_SEQS 32
 #define BFX_BATCH_MAX_TOKENS 2048
 /* fill_rows (rows.c) reads at most this many rows of its query per batch

@@ -12,6 +12,10 @@
 ** Its value is, for each mask in order, the top k candidates (token id and
 ** probability), together with that k: a lookup that needs more candidates
 ** than an entry holds is a miss.
+** The whole-word functions (joint.c) keep their results in the same LRU and
+** table, under keys that begin with a negative tag (bfc_tagged_key below):
+** no token id is negative, so they never meet a per-mask entry, and
+** databases written before them need no change.
 **
 ** The table (created in the main schema on the first write):
 **   CREATE TABLE bertfill_cache(
@@ -47,6 +51,18 @@
 #define BFC_DEFAULT_LRU_ENTRIES 10000
 #define BFC_DEFAULT_LRU_BYTES (64u << 20)
 #define BFC_BUSY_BUDGET_MS 10
+
+/* ---- keys of the whole-word functions ----
+**   fill_sequences(text, k):   BFC_TAG_SEQUENCES, k, the ids of the text
+**   bert_score(text, answer):  BFC_TAG_SCORE, n, the n ids of the text, the
+**                              ids of the answer
+** The beam width is part of the key: a wider beam is no superset of a
+** narrower one.  Values have the per-mask layout (see joint.h). */
+enum { BFC_TAG_SEQUENCES = -2, BFC_TAG_SCORE = -3 };
+/* tag, arg, ids[0..n), more[0..nmore) as one key of n + nmore + 2 ids
+** (sqlite3_malloc'ed; NULL when out of memory). */
+int32_t *bfc_tagged_key(int32_t tag, int32_t arg, const int32_t *ids, int n, const int32_t *more,
+                        int nmore);
 
 /* ---- process-wide LRU ---- */
 /* Look up (fp, ids[0..n)) holding n_masks masks and at least k_need

@@ -33,6 +33,13 @@
 ** bert_prefill(text) is an aggregate that computes the distinct texts in
 ** batches into the cache, for an UPDATE with bert_fill after it; it stops
 ** with an error when the cache cannot keep them all (see prefill.c).
+** Whole-word fills: the masks of a text as one blank, decoded together by
+** the chain rule (sequences.c, wholeword.c, joint.c):
+**   SELECT * FROM fill_sequences('两天[MASK][MASK]', 3);
+**       -- rank fill tokens token_ids score sequence: the 3 best whole fills
+**   SELECT bert_fill('两天[MASK][MASK]', 'joint');     -- the best one, filled in
+**   SELECT bert_score('两天[MASK][MASK]', '晒网');      -- P of a given answer
+**
 **   SELECT bert_prefill(text) FROM t;           -- returns texts computed
 **   UPDATE t SET filled = bert_fill(text);
 ** Progress on stderr ("bert_prefill: 1200 texts read, 1100 computed, 85
@@ -116,9 +123,12 @@
 **   settings.c    bert_cache*, bert_threads, bert_max_concurrent, ...
 **   candidates.c  the fill_candidates table-valued function
 **   rows.c        the fill_rows table-valued function
+**   sequences.c   the fill_sequences table-valued function
+**   wholeword.c   bert_score, bert_fill(text, 'joint')
 **   prefill.c     the bert_prefill aggregate
 **   stats_sql.c   bertfill_stats, bert_stats, bert_stats_reset
 **   trace.c       bert_trace and the per-call trace table
+**   joint.c       whole-word fills: beam search, chain rule, their memo
 **   lookup.c      tokens -> LRU -> cache table -> encoder, and storing
 **   batcher.c     dynamic batching of concurrent encoder calls
 **   encode.c      one encoder run on a slot, counted in the stats
@@ -127,6 +137,7 @@
 **   models.c      the registry of loaded models; the default model
 **   cache.c       the LRU and the bertfill_cache table
 **   text.c        arguments, "[MASK]" positions, tokenizing, text results
+**   tvf.c         the query plan of the table-valued functions
 **   jsonw.c       JSON strings
 **   errors.c      errors: building, counting, reporting
 **   bounds.h      every limit and range;  api.c  SQLite's routines
@@ -144,9 +155,11 @@ SQLITE_EXTENSION_INIT3
 #include "prefill.h"
 #include "rows.h"
 #include "scalars.h"
+#include "sequences.h"
 #include "settings.h"
 #include "stats_sql.h"
 #include "trace.h"
+#include "wholeword.h"
 
 /* What a registration gets as its user data (a module: its client data). */
 enum user_data {
@@ -178,8 +191,12 @@ static const sql_function functions[] = {
    "loads a model (reads files) on first use; writes the bertfill_cache table; through "
    "sqlite3_bertfill_trusted_init usable by triggers and views while PRAGMA trusted_schema is "
    "on"},
+  {"bert_fill", 2, DIRECT, bfx_fn_fill_joint, 0, 0, CONN, "as bert_fill(text)"},
+  {"bert_score", 2, DIRECT, bfx_fn_score, 0, 0, CONN, "as bert_fill(text)"},
   {"bert_prefill", 1, DIRECT, 0, bfx_prefill_step, bfx_prefill_final, CONN,
    "reads model files, writes the bertfill_cache table"},
+  {"bert_prefill", 2, DIRECT, 0, bfx_prefill_step, bfx_prefill_final, CONN,
+   "as bert_prefill(text)"},
   {"bert_tokenize", 1, DIRECT, bfx_fn_tokenize, 0, 0, CONN, "loads the model's files on first use"},
   {"bert_load", 1, DIRECT, bfx_fn_load, 0, 0, CONN, "reads any directory it is given"},
   {"bert_debug", 0, DIRECT, bfx_fn_debug, 0, 0, CONN,
@@ -230,6 +247,8 @@ static const sql_module modules[] = {
   {"fill_rows", &bfx_rows_module, CONN,
    "DIRECTONLY (sqlite3_vtab_config in xConnect): runs the SQL it is given, reads model "
    "files, writes the bertfill_cache table"},
+  {"fill_sequences", &bfx_sequences_module, CONN,
+   "DIRECTONLY (sqlite3_vtab_config in xConnect): as bert_fill"},
   {"bertfill_stats", &bfx_stats_module, NO_DATA, "none: as bert_stats"},
 };
 

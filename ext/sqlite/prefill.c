@@ -37,6 +37,14 @@
 ** a writable database, or bert_cache_lru entries of the LRU), bert_prefill
 ** stops with an error that points to fill_rows (rows.c), which fills a
 ** column of any size in one pass.  What it computed so far stays cached.
+**
+** bert_prefill(text, 'joint') warms the whole-word fills instead (what
+** fill_sequences(text) and bert_fill(text, 'joint') read, beam width 5):
+**   SELECT bert_prefill(text, 'joint') FROM t;
+**   UPDATE t SET filled = bert_fill(text, 'joint');
+** Those texts are computed one after the other (each mask of a text is one
+** encoder run of the beam's hypotheses, joint.c); cached ones and repeats
+** are skipped.  A NULL second argument skips the row.
 */
 #include <stdio.h>
 #include <string.h>
@@ -50,6 +58,7 @@ SQLITE_EXTENSION_INIT3
 #include "conn.h"
 #include "encode.h"
 #include "errors.h"
+#include "joint.h"
 #include "lookup.h"
 #include "stats.h"
 #include "text.h"
@@ -175,8 +184,26 @@ static int already_cached(prefill *p, const bf_tokens *t) {
   return hit;
 }
 
+/* bert_prefill(text, 'joint'): the whole-word fills of t, from the memo or
+** computed now. */
+static void prefill_joint(sqlite3_context *ctx, prefill *p, const bf_tokens *t) {
+  bfx_err e = BFX_ERR_NONE;
+  bfx_result res;
+  int rc = bfx_joint_fill("bert_prefill", p->c, p->m, t, BFX_DEFAULT_K, BFX_JOINT_PREFILL, &res,
+                          &e);
+  if (rc == SQLITE_OK && strcmp(res.source, "encoder") == 0) p->computed++;
+  else if (rc == SQLITE_OK) p->cached++;
+  bfx_result_clear(&res);
+  if (rc != SQLITE_OK) {
+    p->failed = 1;
+    bfx_err where = e; /* say where the error came from */
+    if (e.rc != SQLITE_NOMEM && strncmp(e.msg, "bert_prefill", 12) != 0)
+      bfx_errf(&where, e.rc, e.kind, "bert_prefill: %s", e.msg);
+    bfx_error(ctx, &where);
+  }
+}
+
 void bfx_prefill_step(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
-  (void)argc;
   prefill *p = sqlite3_aggregate_context(ctx, sizeof *p);
   if (!p) {
     sqlite3_result_error_nomem(ctx);
@@ -209,6 +236,13 @@ void bfx_prefill_step(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
     p->progress = progress_wanted();
     p->t_start = p->t_progress = bf_now_ns();
   }
+  int joint = argc == 2 ? bfx_arg_joint(argv[1], "bert_prefill", &e) : 0;
+  if (joint < 0) {
+    p->failed = 1;
+    bfx_error(ctx, &e);
+    return;
+  }
+  if (argc == 2 && !joint) return; /* NULL mode: as bert_fill(text, NULL), nothing to warm */
   const char *s;
   int n;
   int a = bfx_arg_text(argv[0], &s, &n);
@@ -233,6 +267,11 @@ void bfx_prefill_step(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
   }
   if (rc != SQLITE_OK || t->n > bfx_max_tokens(p->m)) {
     p->skipped++;
+    goto out;
+  }
+  if (joint) {
+    prefill_joint(ctx, p, t);
+    if (p->failed) return;
     goto out;
   }
 

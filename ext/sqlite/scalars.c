@@ -92,7 +92,7 @@ void bfx_fn_fill(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
     goto done;
   }
   sqlite3_str *out = sqlite3_str_new(NULL);
-  bfx_append_filled(out, m, s, n, off, t.n_masks, res.c, res.k);
+  bfx_append_filled(out, m, s, n, off, t.n_masks, res.c, (size_t)res.k);
   bfx_result_str(ctx, out);
   failed = 0;
 done:

@@ -70,6 +70,19 @@ char *bfx_int_arg_msg(const char *fname, const char *what, sqlite3_int64 lo, con
                          hi_means ? hi_means : "", hi_means ? ")" : "", got);
 }
 
+int bfx_arg_joint(sqlite3_value *v, const char *fname, bfx_err *e) {
+  if (sqlite3_value_type(v) == SQLITE_NULL) return 0;
+  const char *z = (const char *)sqlite3_value_text(v);
+  if (z && sqlite3_stricmp(z, "joint") == 0) return 1;
+  if (!z) bfx_err_nomem(e);
+  else
+    bfx_errf(e, SQLITE_ERROR, BF_CT_ERR_INPUT,
+             "%s: the second argument must be 'joint' (got '%.40s'); %s(text) fills each "
+             "[MASK] on its own",
+             fname, z, fname);
+  return -1;
+}
+
 int bfx_mask_offsets(const char *s, int n, int *off, int max) {
   int count = 0;
   for (int i = 0; i + BF_MASK_TEXT_LEN <= n;) {
@@ -105,11 +118,11 @@ int bfx_check_length(const char *fname, bf_model *m, const bf_tokens *t, bfx_err
 }
 
 void bfx_append_filled(sqlite3_str *out, bf_model *m, const char *s, int n, const int *off,
-                       int n_masks, const bf_cand *c, int k) {
+                       int n_masks, const bf_cand *c, size_t stride) {
   int at = 0;
   for (int i = 0; i < n_masks; i++) {
     sqlite3_str_append(out, s + at, off[i] - at);
-    const char *tok = bf_model_token(m, c[(size_t)i * k].id);
+    const char *tok = bf_model_token(m, c[(size_t)i * stride].id);
     sqlite3_str_appendall(out, tok ? tok : "");
     at = off[i] + BF_MASK_TEXT_LEN;
   }

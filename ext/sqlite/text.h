@@ -34,6 +34,11 @@ void bfx_arg_shown(sqlite3_value *v, char *buf, size_t n);
 char *bfx_int_arg_msg(const char *fname, const char *what, sqlite3_int64 lo, const char *lo_means,
                       sqlite3_int64 hi, const char *hi_means, sqlite3_value *v);
 
+/* The mode argument of bert_fill(text, 'joint') and bert_prefill(text,
+** 'joint'): 1 for 'joint' (any letter case), 0 for NULL, -1 with e set
+** ("fname: the second argument must be 'joint' ...") for anything else. */
+int bfx_arg_joint(sqlite3_value *v, const char *fname, bfx_err *e);
+
 /* Byte offsets of the literal "[MASK]" occurrences (left to right, not
 ** overlapping); writes at most max, returns how many there are. */
 int bfx_mask_offsets(const char *s, int n, int *off, int max);
@@ -54,10 +59,10 @@ int bfx_max_tokens(bf_model *m);
 ** err_toolong when reported) that gives both lengths. */
 int bfx_check_length(const char *fname, bf_model *m, const bf_tokens *t, bfx_err *e);
 
-/* Append s[0..n) with its i-th "[MASK]" (at byte off[i]) replaced by the
-** best candidate of mask i, c[i * k]: the text bert_fill returns. */
+/* Append s[0..n) to out with its i-th "[MASK]" (at byte off[i]) replaced by
+** token c[i * stride].id as displayed (bf_model_token), for i < n_masks. */
 void bfx_append_filled(sqlite3_str *out, bf_model *m, const char *s, int n, const int *off,
-                       int n_masks, const bf_cand *c, int k);
+                       int n_masks, const bf_cand *c, size_t stride);
 
 /* The text built in s as the result of ctx (s is finished), or out of
 ** memory when building it failed. */

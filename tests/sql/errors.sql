@@ -69,7 +69,7 @@ select bert_batching(2);
 -- error busy_timeout_negative: bert_busy_timeout: the wait in milliseconds must be an integer from 0
 select bert_busy_timeout(-5);
 -- error wrong_arg_count: wrong number of arguments to function bert_fill()
-select bert_fill('a', 'b');
+select bert_fill('a', 'joint', 'b');
 
 -- DIRECTONLY: never from a view or a trigger (whatever trusted_schema says)
 create table t(x text);
