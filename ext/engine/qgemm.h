@@ -1,0 +1,134 @@
+/*
+** qgemm.h — int8 matrix products: y = x W^T (+ bias) with 8-bit weights and
+** 8-bit activations, summed exactly in int32.
+**
+** What is quantized, and how:
+**   - Weights W [n][k] (PyTorch's Linear layout, y = x W^T): symmetric int8
+**     per output row, W[i][j] ~ scale[i] * q[i][j], q in [-127, 127] (never
+**     -128).  Stored as three plain arrays that can be written to a file and
+**     mmapped (for example as tensors of a .safetensors file): the int8
+**     matrix, row-major [n][k] like the fp32 one; fp32 scale[n]; and int32
+**     sum[n] = sum_j q[i][j], which the activation offset below needs.
+**   - Activations x [t][k]: asymmetric u8 per row, computed at run time,
+**     x[r][j] ~ scale[r] * (q[r][j] - zero[r]), q in [0, 255], zero in
+**     [0, 255], 0.0 exact.  The range of a row is [min(0, min x), max(0, max
+**     x)] in 255 steps: a row after GELU (>= -0.17) gets twice the
+**     resolution a symmetric code would give it, and u8 x s8 is what
+**     AVX512-VNNI's vpdpbusd multiplies.  (This is ONNX Runtime's
+**     DynamicQuantizeLinear, but per row instead of per tensor.)
+**
+** What is computed: for each row r of x and each output i,
+**     acc = sum_j (qx[r][j] - zero[r]) * qw[i][j]
+**         = sum_j qx[r][j] * qw[i][j] - zero[r] * sum[i]      (exact int32)
+**     y[r][i] = (float)acc * (xscale[r] * wscale[i]) + bias[i]
+** The sums are exact integer arithmetic (|acc| <= 255 * 127 * k < 2^31 for
+** k <= QG_MAX_K, with no saturating step on any path), so every kernel gives
+** the same int32 sums and, with one shared epilogue, bit-identical y.
+**
+** Kernels (chosen once per quantized activation matrix, see qg_path):
+**   QG_PORTABLE    plain C;
+**   QG_AVX2        vpmaddwd on int16: x is widened to int16 when quantized,
+**                  W is sign-extended on load (vpmovsxbw) and each extended
+**                  vector is used for several rows of x.  (vpmaddubsw would
+**                  saturate: u8*s8 pairs reach 64770.)
+**   QG_AVX512VNNI  vpdpbusd on u8 x and s8 W as they are in memory.
+** All three read W in place, row-major, and compute dot products of rows of
+** x with rows of W in tiles (several rows of each, accumulators in
+** registers).  BERTFILL_NO_AVX512=1 rules out the AVX-512 kernel.
+**
+** Usage:
+**     // at load (or once, into a file that is mmapped later)
+**     qg_quantize_weights(w, n, k, wq, wscale, wsum);
+**     qg_weights W = { n, k, wq, wscale, wsum };
+**     // per product: quantize x, then multiply (x may serve several W)
+**     qg_rows X;
+**     void *buf = malloc(qg_rows_bytes(t, k));
+**     qg_quantize_rows(&X, buf, x, t, k, ldx, qg_best_path());
+**     qg_matmul(y, ldy, &X, &W, bias);                 // one thread
+** In parallel: qg_job_init(&job, y, ldy, &X, &W, bias), then run
+** qg_job_unit(&job, u, tid) for every u < job.nunits, on any threads and in
+** any order (the shape of bf_pool_run's unit function).  The units are
+** blocks of rows of x times strips of columns of W; they write disjoint
+** parts of y, and y does not depend on how they are shared.
+*/
+#ifndef BERTFILL_QGEMM_H
+#define BERTFILL_QGEMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define QG_MAX_K 65536   /* longest row: 255 * 127 * QG_MAX_K < 2^31 */
+
+typedef enum { QG_PORTABLE = 0, QG_AVX2 = 1, QG_AVX512VNNI = 2 } qg_path;
+
+/* The fastest kernel this CPU (and the OS) supports; BERTFILL_NO_AVX512
+** (read when first asked) rules out QG_AVX512VNNI. */
+qg_path qg_best_path(void);
+/* 1 if the CPU supports path (ignores BERTFILL_NO_AVX512: tests use it). */
+int qg_path_supported(qg_path path);
+const char *qg_path_name(qg_path path);  /* "portable", "avx2", "avx512vnni" */
+
+/* ------------------------------------------------------------ weights */
+
+typedef struct qg_weights {
+  int n, k;                /* W is [n][k]; 1 <= k <= QG_MAX_K */
+  const int8_t *q;         /* [n][k] row-major, values in [-127, 127] */
+  const float *scale;      /* [n] W[i][j] ~ scale[i] * q[i*k + j] */
+  const int32_t *sum;      /* [n] sum over j of q[i*k + j] */
+} qg_weights;
+
+/* Quantize w [n][k] (row-major fp32) into q [n*k], scale [n], sum [n]:
+** scale[i] = max_j |w[i][j]| / 127, q = round(w / scale) (a row of zeros
+** gets scale 0 and q 0).  Returns 0; -1 if w holds a NaN or infinity (the
+** outputs are then unspecified) or k is not in 1..QG_MAX_K (nothing written). */
+int qg_quantize_weights(const float *w, int n, int k, int8_t *q, float *scale, int32_t *sum);
+
+/* ------------------------------------------------------------ activations */
+
+typedef struct qg_rows {
+  int t, k;                /* t rows of k values */
+  qg_path path;            /* the kernel that will multiply them */
+  const void *q;           /* [t][k]: uint8_t, or for QG_AVX2 int16_t (same values) */
+  const float *scale;      /* [t] */
+  const int32_t *zero;     /* [t] */
+} qg_rows;
+
+/* Bytes of buffer qg_quantize_rows needs for t rows of k (any path). */
+size_t qg_rows_bytes(int t, int k);
+
+/* Quantize x [t][k] (row r at x + r*ldx) into buf (qg_rows_bytes(t, k)
+** bytes, any alignment) and describe the result in *out, for the kernel
+** path (which must be supported: qg_best_path() or qg_path_supported).  A
+** row with a NaN or infinity gets scale NaN, so that its outputs are NaN as
+** they would be in fp32.  buf must outlive *out. */
+void qg_quantize_rows(qg_rows *out, void *buf, const float *x, int t, int k, size_t ldx,
+                      qg_path path);
+
+/* ------------------------------------------------------------ products */
+
+/* y[r*ldy + i] = (x W^T)[r][i] + bias[i] (bias may be NULL) for all t rows
+** of x and n outputs, on the calling thread.  x->k must equal w->k. */
+void qg_matmul(float *y, size_t ldy, const qg_rows *x, const qg_weights *w, const float *bias);
+
+/* The exact sums only: c[r*ldc + i] = sum_j (qx[r][j] - zero[r]) * qw[i][j]
+** (for tests and for callers that dequantize themselves). */
+void qg_matmul_i32(int32_t *c, size_t ldc, const qg_rows *x, const qg_weights *w);
+
+/* One product split into units for a thread pool. */
+typedef struct qg_job {
+  float *y; size_t ldy;    /* output (or c/ldc for the int32 form) */
+  int32_t *c; size_t ldc;
+  const qg_rows *x;
+  const qg_weights *w;
+  const float *bias;
+  int row_block, col_strip;  /* rows of x and columns of y per unit */
+  int nrb, ncs;              /* blocks of rows, strips of columns */
+  int nunits;                /* nrb * ncs */
+} qg_job;
+
+void qg_job_init(qg_job *job, float *y, size_t ldy, const qg_rows *x, const qg_weights *w,
+                 const float *bias);
+/* Unit u of job (0 <= u < job->nunits); tid is unused (the pool's shape). */
+void qg_job_unit(void *job, int u, int tid);
+
+#endif
