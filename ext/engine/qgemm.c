@@ -41,16 +41,16 @@
 
 int qg_path_supported(qg_path path) {
   switch (path) {
-  case QG_PORTABLE: return 1;
+    case QG_PORTABLE: return 1;
 #if QG_X86
-  /* __builtin_cpu_supports also checks that the OS saves the ymm/zmm state */
-  case QG_AVX2: __builtin_cpu_init(); return __builtin_cpu_supports("avx2") != 0;
-  case QG_AVX512VNNI:
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512vnni");
+    /* __builtin_cpu_supports also checks that the OS saves the ymm/zmm state */
+    case QG_AVX2: __builtin_cpu_init(); return __builtin_cpu_supports("avx2") != 0;
+    case QG_AVX512VNNI:
+      __builtin_cpu_init();
+      return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+             __builtin_cpu_supports("avx512vnni");
 #else
-  default: return 0;
+    default: return 0;
 #endif
   }
   return 0;
@@ -61,7 +61,8 @@ qg_path qg_best_path(void) {
   int v = atomic_load(&known);
   if (v < 0) {
     v = QG_PORTABLE;
-    if (qg_path_supported(QG_AVX512VNNI) && !bf_env_flag("BERTFILL_NO_AVX512", 0)) v = QG_AVX512VNNI;
+    if (qg_path_supported(QG_AVX512VNNI) && !bf_env_flag("BERTFILL_NO_AVX512", 0))
+      v = QG_AVX512VNNI;
     else if (qg_path_supported(QG_AVX2)) v = QG_AVX2;
     atomic_store(&known, v);
   }
@@ -70,9 +71,9 @@ qg_path qg_best_path(void) {
 
 const char *qg_path_name(qg_path path) {
   switch (path) {
-  case QG_PORTABLE: return "portable";
-  case QG_AVX2: return "avx2";
-  case QG_AVX512VNNI: return "avx512vnni";
+    case QG_PORTABLE: return "portable";
+    case QG_AVX2: return "avx2";
+    case QG_AVX512VNNI: return "avx512vnni";
   }
   return "?";
 }
@@ -91,7 +92,7 @@ int qg_quantize_weights(const float *w, int n, int k, int8_t *q, float *scale, i
       else if (fabsf(row[j]) > amax) amax = fabsf(row[j]);
     }
     int32_t s = 0;
-    if (amax < 127 * FLT_MIN) {  /* zeros (or too small to scale): all q are 0 */
+    if (amax < 127 * FLT_MIN) { /* zeros (or too small to scale): all q are 0 */
       scale[i] = 0;
       memset(qr, 0, (size_t)k);
     } else {
@@ -130,7 +131,7 @@ static inline int32_t round_nearest(float v) {
 /* One row of x: its range, and its codes into q8 or q16 (one is NULL). */
 static void quantize_row(const float *row, int k, float *scale, int32_t *zero, uint8_t *q8,
                          int16_t *q16) {
-  float lo = 0, hi = 0, bad = 0;  /* bad: sum of v * 0, NaN if any v is NaN or infinite */
+  float lo = 0, hi = 0, bad = 0; /* bad: sum of v * 0, NaN if any v is NaN or infinite */
   int j = 0;
 #if QG_X86
   __m128 vlo = _mm_setzero_ps(), vhi = vlo, vbad = vlo, zf = vlo;
@@ -141,7 +142,9 @@ static void quantize_row(const float *row, int k, float *scale, int32_t *zero, u
     vbad = _mm_add_ps(vbad, _mm_mul_ps(v, zf));
   }
   float a[4], b[4], c[4];
-  _mm_storeu_ps(a, vlo); _mm_storeu_ps(b, vhi); _mm_storeu_ps(c, vbad);
+  _mm_storeu_ps(a, vlo);
+  _mm_storeu_ps(b, vhi);
+  _mm_storeu_ps(c, vbad);
   for (int i = 0; i < 4; i++) {
     lo = a[i] < lo ? a[i] : lo;
     hi = b[i] > hi ? b[i] : hi;
@@ -157,9 +160,9 @@ static void quantize_row(const float *row, int k, float *scale, int32_t *zero, u
   float inv = 0;
   int32_t z = 0;
   if (bad != 0 || !isfinite(hi - lo)) {
-    *scale = NAN;  /* the row's outputs become NaN, as in fp32; its codes are 0 */
+    *scale = NAN; /* the row's outputs become NaN, as in fp32; its codes are 0 */
   } else if (hi - lo < 255 * FLT_MIN) {
-    *scale = 0;    /* zeros: codes = zero point = 0 */
+    *scale = 0; /* zeros: codes = zero point = 0 */
   } else {
     *scale = (hi - lo) / 255;
     inv = 255 / (hi - lo);
@@ -205,7 +208,7 @@ void qg_quantize_rows(qg_rows *out, void *buf, const float *x, int t, int k, siz
     int16_t *q16 = path == QG_AVX2 ? (int16_t *)p + (size_t)r * k : NULL;
     quantize_row(x + (size_t)r * ldx, k, &scale[r], &zero[r], q8, q16);
   }
-  *out = (qg_rows){ t, k, path, p, scale, zero };
+  *out = (qg_rows){t, k, path, p, scale, zero};
 }
 
 /* ------------------------------------------------------------ epilogue */
@@ -214,8 +217,10 @@ void qg_quantize_rows(qg_rows *out, void *buf, const float *x, int t, int k, siz
 ** into y (or c).  Not inlined into the kernels, so that every path runs
 ** the same float operations in the same order (no fused multiply-add). */
 typedef struct tile_out {
-  float *y; size_t ldy;
-  int32_t *c; size_t ldc;
+  float *y;
+  size_t ldy;
+  int32_t *c;
+  size_t ldc;
   const qg_rows *x;
   const qg_weights *w;
   const float *bias;
@@ -228,7 +233,7 @@ __attribute__((noinline)) static void finish(const tile_out *o, const int32_t *a
     int32_t z = o->x->zero[r];
     float sx = o->x->scale[r];
     for (int i = 0; i < R; i++) {
-      int32_t a = acc[i * J + j] - z * o->w->sum[i0 + i];  /* exact: |a| <= 255 * 127 * k */
+      int32_t a = acc[i * J + j] - z * o->w->sum[i0 + i]; /* exact: |a| <= 255 * 127 * k */
       if (o->c) {
         o->c[(size_t)r * o->ldc + i0 + i] = a;
       } else {
@@ -285,8 +290,8 @@ static void unit_portable(const tile_out *o, int r0, int r1, int i0, int i1) {
 ** them for one token) take more rows of W at a time. */
 #define A2_R 3
 #define A2_J 3
-static const int a2_rest_r[A2_J] = { 0, 6, 4 };  /* rows of W for 1, 2 rows of x */
-#define MAX_TILE 16                                  /* accumulators of any tile */
+static const int a2_rest_r[A2_J] = {0, 6, 4}; /* rows of W for 1, 2 rows of x */
+#define MAX_TILE 16                           /* accumulators of any tile */
 
 /* Lane i of the result = the sum of the 8 lanes of v[i], i < n (a constant
 ** after inlining; lanes past n are 0). */
@@ -305,16 +310,17 @@ INLINE AVX2 __m256i reduce8_avx2(const __m256i *v, const int n) {
 /* acc[i*J + j] = sum_k x[j*K + k] * w[i*K + k], i < R, j < J (constants
 ** after inlining): x int16 (the u8 codes), w int8 sign-extended on load.
 ** acc has room for a multiple of 8 entries. */
-INLINE AVX2 void tile_avx2(int32_t *acc, const int16_t *x, const int8_t *w, int K,
-                           const int R, const int J) {
+INLINE AVX2 void tile_avx2(int32_t *acc, const int16_t *x, const int8_t *w, int K, const int R,
+                           const int J) {
   __m256i s[MAX_TILE], wv[8];
 #pragma GCC unroll 16
   for (int e = 0; e < R * J; e++) s[e] = _mm256_setzero_si256();
   int k = 0;
   for (; k + 16 <= K; k += 16) {
-    if ((k & 63) == 0) {  /* the next tile's rows of W, which follow these in memory */
+    if ((k & 63) == 0) { /* the next tile's rows of W, which follow these in memory */
 #pragma GCC unroll 8
-      for (int i = 0; i < R; i++) _mm_prefetch((const char *)(w + (size_t)(R + i) * K + k), _MM_HINT_T0);
+      for (int i = 0; i < R; i++)
+        _mm_prefetch((const char *)(w + (size_t)(R + i) * K + k), _MM_HINT_T0);
     }
 #pragma GCC unroll 8
     for (int i = 0; i < R; i++)
@@ -330,7 +336,7 @@ INLINE AVX2 void tile_avx2(int32_t *acc, const int16_t *x, const int8_t *w, int 
 #pragma GCC unroll 2
   for (int e = 0; e < R * J; e += 8)
     _mm256_storeu_si256((__m256i *)(acc + e), reduce8_avx2(s + e, R * J - e < 8 ? R * J - e : 8));
-  for (int i = 0; i < R; i++)  /* the last k % 16 */
+  for (int i = 0; i < R; i++) /* the last k % 16 */
     for (int j = 0; j < J; j++) {
       int32_t t = 0;
       for (int kk = k; kk < K; kk++) t += (int32_t)x[(size_t)j * K + kk] * w[(size_t)i * K + kk];
@@ -351,13 +357,15 @@ AVX2 static void cols_avx2(const tile_out *o, int r0, int r1, int i0, int i1, in
       int J = r1 - r < A2_J ? r1 - r : A2_J;
       const int16_t *xr = x + (size_t)r * K;
       switch (R * 8 + J) {
-#define T(a, b) case a * 8 + b: tile_avx2(acc, xr, w, K, a, b); break;
-        T(3, 3) T(2, 3) T(1, 3)                         /* rows of x in threes */
-        T(6, 1) T(5, 1) T(4, 1) T(3, 1) T(2, 1) T(1, 1) /* the last 1-2 */
-        T(4, 2) T(3, 2) T(2, 2) T(1, 2)
+#define T(a, b) \
+  case a * 8 + b: tile_avx2(acc, xr, w, K, a, b); break;
+        T(3, 3)
+        T(2, 3) T(1, 3)                                   /* rows of x in threes */
+          T(6, 1) T(5, 1) T(4, 1) T(3, 1) T(2, 1) T(1, 1) /* the last 1-2 */
+          T(4, 2) T(3, 2) T(2, 2) T(1, 2)
 #undef T
       }
-      _mm256_zeroupper();  /* finish is SSE code: no AVX-SSE transition */
+      _mm256_zeroupper(); /* finish is SSE code: no AVX-SSE transition */
       finish(o, acc, r, J, i, R);
     }
   }
@@ -376,22 +384,23 @@ AVX2 static void unit_avx2(const tile_out *o, int r0, int r1, int i0, int i1) {
 ** machine with AVX512-VNNI was at hand; see the tests for its checks.) */
 #define VN_R 4
 #define VN_J 4
-static const int vn_rest_r[VN_J] = { 0, 8, 6, 4 };
+static const int vn_rest_r[VN_J] = {0, 8, 6, 4};
 
 /* acc[i*J + j] = sum_k x[j*K + k] * w[i*K + k]: vpdpbusd multiplies 64 u8
 ** of x by 64 s8 of W and adds groups of four products to 16 int32 lanes
 ** (no saturation: four products reach 4 * 255 * 127).  acc has room for a
 ** multiple of 8 entries. */
-INLINE VNNI void tile_vnni(int32_t *acc, const uint8_t *x, const int8_t *w, int K,
-                           const int R, const int J) {
+INLINE VNNI void tile_vnni(int32_t *acc, const uint8_t *x, const int8_t *w, int K, const int R,
+                           const int J) {
   __m512i s[MAX_TILE], wv[8];
   __m256i h[MAX_TILE];
 #pragma GCC unroll 16
   for (int e = 0; e < R * J; e++) s[e] = _mm512_setzero_si512();
   int k = 0;
   for (; k + 64 <= K; k += 64) {
-#pragma GCC unroll 8  /* the next tile's rows of W, which follow these in memory */
-    for (int i = 0; i < R; i++) _mm_prefetch((const char *)(w + (size_t)(R + i) * K + k), _MM_HINT_T0);
+#pragma GCC unroll 8 /* the next tile's rows of W, which follow these in memory */
+    for (int i = 0; i < R; i++)
+      _mm_prefetch((const char *)(w + (size_t)(R + i) * K + k), _MM_HINT_T0);
 #pragma GCC unroll 8
     for (int i = 0; i < R; i++) wv[i] = _mm512_loadu_si512((const void *)(w + (size_t)i * K + k));
 #pragma GCC unroll 4
@@ -402,12 +411,12 @@ INLINE VNNI void tile_vnni(int32_t *acc, const uint8_t *x, const int8_t *w, int 
     }
   }
 #pragma GCC unroll 16
-  for (int e = 0; e < R * J; e++)  /* 16 lanes -> 8 */
+  for (int e = 0; e < R * J; e++) /* 16 lanes -> 8 */
     h[e] = _mm256_add_epi32(_mm512_castsi512_si256(s[e]), _mm512_extracti64x4_epi64(s[e], 1));
 #pragma GCC unroll 2
   for (int e = 0; e < R * J; e += 8)
     _mm256_storeu_si256((__m256i *)(acc + e), reduce8_avx2(h + e, R * J - e < 8 ? R * J - e : 8));
-  add_tail_u8(acc, x, (size_t)K, w, (size_t)K, k, K, R, J);  /* the last k % 64 */
+  add_tail_u8(acc, x, (size_t)K, w, (size_t)K, k, K, R, J); /* the last k % 64 */
 }
 
 VNNI static void cols_vnni(const tile_out *o, int r0, int r1, int i0, int i1, int Rmax) {
@@ -421,14 +430,14 @@ VNNI static void cols_vnni(const tile_out *o, int r0, int r1, int i0, int i1, in
       int J = r1 - r < VN_J ? r1 - r : VN_J;
       const uint8_t *xr = x + (size_t)r * K;
       switch (R * 8 + J) {
-#define T(a, b) case a * 8 + b: tile_vnni(acc, xr, w, K, a, b); break;
-        T(4, 4) T(3, 4) T(2, 4) T(1, 4)
-        T(8, 1) T(7, 1) T(6, 1) T(5, 1) T(4, 1) T(3, 1) T(2, 1) T(1, 1)
-        T(6, 2) T(5, 2) T(4, 2) T(3, 2) T(2, 2) T(1, 2)
-        T(4, 3) T(3, 3) T(2, 3) T(1, 3)
+#define T(a, b) \
+  case a * 8 + b: tile_vnni(acc, xr, w, K, a, b); break;
+        T(4, 4)
+        T(3, 4) T(2, 4) T(1, 4) T(8, 1) T(7, 1) T(6, 1) T(5, 1) T(4, 1) T(3, 1) T(2, 1) T(1, 1)
+          T(6, 2) T(5, 2) T(4, 2) T(3, 2) T(2, 2) T(1, 2) T(4, 3) T(3, 3) T(2, 3) T(1, 3)
 #undef T
       }
-      _mm256_zeroupper();  /* finish is SSE code: no AVX-SSE transition */
+      _mm256_zeroupper(); /* finish is SSE code: no AVX-SSE transition */
       finish(o, acc, r, J, i, R);
     }
   }
@@ -447,8 +456,8 @@ static void job_init(qg_job *job, float *y, size_t ldy, int32_t *c, size_t ldc, 
                      const qg_weights *w, const float *bias) {
   size_t row_bytes = (size_t)x->k * (x->path == QG_AVX2 ? 2 : 1);
   size_t rb = QG_BLOCK_BYTES / row_bytes;
-  rb = rb < 12 ? 12 : rb > 252 ? 252 : rb / 12 * 12;  /* whole tiles of 3 or 4 rows */
-  *job = (qg_job){ y, ldy, c, ldc, x, w, bias, (int)rb, QG_STRIP, 0, 0, 0 };
+  rb = rb < 12 ? 12 : rb > 252 ? 252 : rb / 12 * 12; /* whole tiles of 3 or 4 rows */
+  *job = (qg_job){y, ldy, c, ldc, x, w, bias, (int)rb, QG_STRIP, 0, 0, 0};
   job->nrb = (x->t + job->row_block - 1) / job->row_block;
   job->ncs = (w->n + job->col_strip - 1) / job->col_strip;
   job->nunits = job->nrb * job->ncs;
@@ -462,18 +471,18 @@ void qg_job_init(qg_job *job, float *y, size_t ldy, const qg_rows *x, const qg_w
 void qg_job_unit(void *arg, int u, int tid) {
   (void)tid;
   const qg_job *job = arg;
-  int rb = u % job->nrb, cs = u / job->nrb;  /* neighbouring units share a strip of W */
+  int rb = u % job->nrb, cs = u / job->nrb; /* neighbouring units share a strip of W */
   int r0 = rb * job->row_block, r1 = r0 + job->row_block;
   int i0 = cs * job->col_strip, i1 = i0 + job->col_strip;
   if (r1 > job->x->t) r1 = job->x->t;
   if (i1 > job->w->n) i1 = job->w->n;
-  tile_out o = { job->y, job->ldy, job->c, job->ldc, job->x, job->w, job->bias };
+  tile_out o = {job->y, job->ldy, job->c, job->ldc, job->x, job->w, job->bias};
   switch (job->x->path) {
 #if QG_X86
-  case QG_AVX2: unit_avx2(&o, r0, r1, i0, i1); return;
-  case QG_AVX512VNNI: unit_vnni(&o, r0, r1, i0, i1); return;
+    case QG_AVX2: unit_avx2(&o, r0, r1, i0, i1); return;
+    case QG_AVX512VNNI: unit_vnni(&o, r0, r1, i0, i1); return;
 #endif
-  default: unit_portable(&o, r0, r1, i0, i1); return;
+    default: unit_portable(&o, r0, r1, i0, i1); return;
   }
 }
 

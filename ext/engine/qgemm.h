@@ -57,7 +57,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define QG_MAX_K 65536   /* longest row: 255 * 127 * QG_MAX_K < 2^31 */
+#define QG_MAX_K 65536 /* longest row: 255 * 127 * QG_MAX_K < 2^31 */
 
 typedef enum { QG_PORTABLE = 0, QG_AVX2 = 1, QG_AVX512VNNI = 2 } qg_path;
 
@@ -66,15 +66,15 @@ typedef enum { QG_PORTABLE = 0, QG_AVX2 = 1, QG_AVX512VNNI = 2 } qg_path;
 qg_path qg_best_path(void);
 /* 1 if the CPU supports path (ignores BERTFILL_NO_AVX512: tests use it). */
 int qg_path_supported(qg_path path);
-const char *qg_path_name(qg_path path);  /* "portable", "avx2", "avx512vnni" */
+const char *qg_path_name(qg_path path); /* "portable", "avx2", "avx512vnni" */
 
 /* ------------------------------------------------------------ weights */
 
 typedef struct qg_weights {
-  int n, k;                /* W is [n][k]; 1 <= k <= QG_MAX_K */
-  const int8_t *q;         /* [n][k] row-major, values in [-127, 127] */
-  const float *scale;      /* [n] W[i][j] ~ scale[i] * q[i*k + j] */
-  const int32_t *sum;      /* [n] sum over j of q[i*k + j] */
+  int n, k;           /* W is [n][k]; 1 <= k <= QG_MAX_K */
+  const int8_t *q;    /* [n][k] row-major, values in [-127, 127] */
+  const float *scale; /* [n] W[i][j] ~ scale[i] * q[i*k + j] */
+  const int32_t *sum; /* [n] sum over j of q[i*k + j] */
 } qg_weights;
 
 /* Quantize w [n][k] (row-major fp32) into q [n*k], scale [n], sum [n]:
@@ -86,11 +86,11 @@ int qg_quantize_weights(const float *w, int n, int k, int8_t *q, float *scale, i
 /* ------------------------------------------------------------ activations */
 
 typedef struct qg_rows {
-  int t, k;                /* t rows of k values */
-  qg_path path;            /* the kernel that will multiply them */
-  const void *q;           /* [t][k]: uint8_t, or for QG_AVX2 int16_t (same values) */
-  const float *scale;      /* [t] */
-  const int32_t *zero;     /* [t] */
+  int t, k;            /* t rows of k values */
+  qg_path path;        /* the kernel that will multiply them */
+  const void *q;       /* [t][k]: uint8_t, or for QG_AVX2 int16_t (same values) */
+  const float *scale;  /* [t] */
+  const int32_t *zero; /* [t] */
 } qg_rows;
 
 /* Bytes of buffer qg_quantize_rows needs for t rows of k (any path). */
@@ -116,14 +116,16 @@ void qg_matmul_i32(int32_t *c, size_t ldc, const qg_rows *x, const qg_weights *w
 
 /* One product split into units for a thread pool. */
 typedef struct qg_job {
-  float *y; size_t ldy;    /* output (or c/ldc for the int32 form) */
-  int32_t *c; size_t ldc;
+  float *y;
+  size_t ldy; /* output (or c/ldc for the int32 form) */
+  int32_t *c;
+  size_t ldc;
   const qg_rows *x;
   const qg_weights *w;
   const float *bias;
-  int row_block, col_strip;  /* rows of x and columns of y per unit */
-  int nrb, ncs;              /* blocks of rows, strips of columns */
-  int nunits;                /* nrb * ncs */
+  int row_block, col_strip; /* rows of x and columns of y per unit */
+  int nrb, ncs;             /* blocks of rows, strips of columns */
+  int nunits;               /* nrb * ncs */
 } qg_job;
 
 void qg_job_init(qg_job *job, float *y, size_t ldy, const qg_rows *x, const qg_weights *w,

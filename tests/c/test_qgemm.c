@@ -21,7 +21,7 @@
 #include "testlib.h"
 
 static unsigned rng = 2024;
-static float frand(void) {  /* uniform in [-1, 1) */
+static float frand(void) { /* uniform in [-1, 1) */
   rng = rng * 1103515245u + 12345u;
   return (float)((rng >> 8) & 0xFFFF) / 32768.0f - 1.0f;
 }
@@ -29,20 +29,29 @@ static float gauss(void) { return (frand() + frand() + frand() + frand()) * 0.86
 static float gelu(float v) { return 0.5f * v * (1 + erff(v / sqrtf(2))); }
 
 static int npaths;
-static qg_path paths[3];  /* the SIMD paths this CPU has */
+static qg_path paths[3]; /* the SIMD paths this CPU has */
 static char why[512];
 
-typedef struct wq { int8_t *q; float *scale; int32_t *sum; qg_weights w; } wq;
+typedef struct wq {
+  int8_t *q;
+  float *scale;
+  int32_t *sum;
+  qg_weights w;
+} wq;
 
 static int wq_make(wq *m, const float *w, int n, int k) {
   m->q = malloc((size_t)n * k);
   m->scale = malloc(sizeof(float) * n);
   m->sum = malloc(sizeof(int32_t) * n);
   int rc = qg_quantize_weights(w, n, k, m->q, m->scale, m->sum);
-  m->w = (qg_weights){ n, k, m->q, m->scale, m->sum };
+  m->w = (qg_weights){n, k, m->q, m->scale, m->sum};
   return rc;
 }
-static void wq_free(wq *m) { free(m->q); free(m->scale); free(m->sum); }
+static void wq_free(wq *m) {
+  free(m->q);
+  free(m->scale);
+  free(m->sum);
+}
 
 /* code j of row r of x, whatever the path's storage */
 static int xcode(const qg_rows *x, int r, int j) {
@@ -51,11 +60,14 @@ static int xcode(const qg_rows *x, int r, int j) {
 }
 
 /* One shape through every path; returns 0 when all agrees, else 1 with why[]. */
-static int check_shape(const float *x, size_t ldx, const float *W, const float *bias,
-                       int T, int N, int K, size_t ldy, double *relerr) {
+static int check_shape(const float *x, size_t ldx, const float *W, const float *bias, int T, int N,
+                       int K, size_t ldy, double *relerr) {
   int bad = 0;
   wq m;
-  if (wq_make(&m, W, N, K) != 0) { snprintf(why, sizeof why, "weights refused"); return 1; }
+  if (wq_make(&m, W, N, K) != 0) {
+    snprintf(why, sizeof why, "weights refused");
+    return 1;
+  }
   void *buf = malloc(qg_rows_bytes(T, K));
   qg_rows X;
   qg_quantize_rows(&X, buf, x, T, K, ldx, QG_PORTABLE);
@@ -74,11 +86,14 @@ static int check_shape(const float *x, size_t ldx, const float *W, const float *
         int xq = xcode(&X, r, j) - X.zero[r], wqv = m.q[(size_t)i * K + j];
         s += (int64_t)xq * wqv;
         double t = (X.scale[r] * (double)xq) * (m.scale[i] * (double)wqv);
-        d += t; a += fabs(t);
+        d += t;
+        a += fabs(t);
         f += (double)x[(size_t)r * ldx + j] * W[(size_t)i * K + j];
       }
       double b = bias ? bias[i] : 0;
-      d += b; a += fabs(b); f += b;
+      d += b;
+      a += fabs(b);
+      f += b;
       if (s != c[(size_t)r * N + i]) {
         snprintf(why, sizeof why, "portable int32 sum [%d][%d] = %d, int64 loop %lld", r, i,
                  c[(size_t)r * N + i], (long long)s);
@@ -90,7 +105,8 @@ static int check_shape(const float *x, size_t ldx, const float *W, const float *
                  v, d);
         bad = 1;
       }
-      err2 += (v - f) * (v - f); ref2 += f * f;
+      err2 += (v - f) * (v - f);
+      ref2 += f * f;
     }
   if (relerr) *relerr = sqrt(err2 / (ref2 + 1e-300));
 
@@ -102,7 +118,7 @@ static int check_shape(const float *x, size_t ldx, const float *W, const float *
     int32_t *c2 = malloc(sizeof(int32_t) * T * N);
     float *y2 = malloc(sizeof(float) * T * ldy);
     memset(y2, 0, sizeof(float) * T * ldy);
-    memset(y, 0, sizeof(float) * T * ldy);  /* compare only what both write */
+    memset(y, 0, sizeof(float) * T * ldy); /* compare only what both write */
     qg_matmul(y, ldy, &X, &m.w, bias);
     qg_matmul_i32(c2, (size_t)N, &X2, &m.w);
     qg_matmul(y2, ldy, &X2, &m.w, bias);
@@ -140,9 +156,13 @@ static int check_shape(const float *x, size_t ldx, const float *W, const float *
         bad = 1;
       }
     }
-    free(buf2); free(c2); free(y2);
+    free(buf2);
+    free(c2);
+    free(y2);
   }
-  free(buf); free(c); free(y);
+  free(buf);
+  free(c);
+  free(y);
   wq_free(&m);
   return bad;
 }
@@ -176,7 +196,7 @@ int main(void) {
   {
     int n = 5, k = 37;
     float *w = rand_mat((size_t)n * k, 0.3f);
-    for (int j = 0; j < k; j++) w[2 * k + j] = 0;  /* a row of zeros */
+    for (int j = 0; j < k; j++) w[2 * k + j] = 0; /* a row of zeros */
     w[3 * k + 4] = -2.5f;                         /* a row with one large value */
     wq m;
     int rc = wq_make(&m, w, n, k), bad = 0;
@@ -263,13 +283,16 @@ int main(void) {
         bias2 += y[2 * n + i] == bias[i];
       }
       char name[128];
-      snprintf(name, sizeof name, "qgemm %s: a row with NaN gives NaN, others finite, a zero row the bias",
+      snprintf(name, sizeof name,
+               "qgemm %s: a row with NaN gives NaN, others finite, a zero row the bias",
                qg_path_name(path));
       CHECK(name, nan1 == n && fin0 == n && bias2 == n);
       free(buf);
     }
     wq_free(&m);
-    free(x); free(w); free(bias);
+    free(x);
+    free(w);
+    free(bias);
   }
 
   /* ---- the largest sums: k = QG_MAX_K, every code at its extreme ---- */
@@ -277,10 +300,10 @@ int main(void) {
     int t = 2, n = 2, k = QG_MAX_K;
     float *x = malloc(sizeof(float) * t * k), *w = malloc(sizeof(float) * n * k);
     for (int j = 0; j < k; j++) {
-      x[j] = 1.0f;       /* row 0: codes 255, zero 0 */
-      x[k + j] = -1.0f;  /* row 1: codes 0, zero 255 */
-      w[j] = -1.0f;      /* W row 0: -127 */
-      w[k + j] = 1.0f;   /* W row 1: +127 */
+      x[j] = 1.0f;      /* row 0: codes 255, zero 0 */
+      x[k + j] = -1.0f; /* row 1: codes 0, zero 255 */
+      w[j] = -1.0f;     /* W row 0: -127 */
+      w[k + j] = 1.0f;  /* W row 1: +127 */
     }
     wq m;
     wq_make(&m, w, n, k);
@@ -293,27 +316,28 @@ int main(void) {
       float y[4];
       qg_matmul_i32(c, 2, &X, &m.w);
       qg_matmul(y, 2, &X, &m.w, NULL);
-      int32_t e = 255 * 127 * k;  /* 2,122,383,360 */
+      int32_t e = 255 * 127 * k; /* 2,122,383,360 */
       char name[128];
       snprintf(name, sizeof name, "qgemm %s: k = %d at full scale, exact (|sum| = %d)",
                qg_path_name(path), k, e);
-      CHECKF(name, c[0] == -e && c[1] == e && c[2] == e && c[3] == -e,
-             "sums %d %d %d %d", c[0], c[1], c[2], c[3]);
+      CHECKF(name, c[0] == -e && c[1] == e && c[2] == e && c[3] == -e, "sums %d %d %d %d", c[0],
+             c[1], c[2], c[3]);
       snprintf(name, sizeof name, "qgemm %s: ... and y = x W^T", qg_path_name(path));
-      CHECKF(name, fabsf(y[0] + k) < 1e-5f * k && fabsf(y[1] - k) < 1e-5f * k,
-             "y %g %g", y[0], y[1]);
+      CHECKF(name, fabsf(y[0] + k) < 1e-5f * k && fabsf(y[1] - k) < 1e-5f * k, "y %g %g", y[0],
+             y[1]);
       free(buf);
     }
     wq_free(&m);
-    free(x); free(w);
+    free(x);
+    free(w);
   }
 
   /* ---- small odd shapes, 1..200 rows, strides ---- */
   {
-    static const int Ts[] = { 1, 2, 3, 4, 5, 7, 8, 9, 13, 16, 17, 24, 31, 33, 64, 65, 129, 200 };
-    static const int NKs[][2] = { { 1, 1 }, { 3, 5 }, { 7, 17 }, { 13, 31 }, { 5, 15 },
-                                  { 47, 16 }, { 48, 33 }, { 49, 63 }, { 17, 64 }, { 50, 65 },
-                                  { 100, 129 }, { 9, 200 }, { 4, 1000 } };
+    static const int Ts[] = {1, 2, 3, 4, 5, 7, 8, 9, 13, 16, 17, 24, 31, 33, 64, 65, 129, 200};
+    static const int NKs[][2] = {{1, 1},     {3, 5},   {7, 17},  {13, 31}, {5, 15},
+                                 {47, 16},   {48, 33}, {49, 63}, {17, 64}, {50, 65},
+                                 {100, 129}, {9, 200}, {4, 1000}};
     int nshape = 0, nbad = 0;
     char first[512] = "";
     for (size_t b = 0; b < sizeof NKs / sizeof NKs[0]; b++)
@@ -329,7 +353,9 @@ int main(void) {
           nbad++;
         }
         nshape++;
-        free(x); free(W); free(bias);
+        free(x);
+        free(W);
+        free(bias);
       }
     char name[128];
     snprintf(name, sizeof name, "qgemm: %d small shapes, every path agrees with the exact math",
@@ -343,16 +369,20 @@ int main(void) {
     float *x = rand_mat((size_t)T * K, 1.0f), *W = rand_mat((size_t)N * K, 0.05f);
     int bad = check_shape(x, (size_t)K, W, NULL, T, N, K, (size_t)N, NULL);
     CHECKF("qgemm: 100 rows of 2000 (several blocks of rows per job)", !bad, "%s", why);
-    free(x); free(W);
+    free(x);
+    free(W);
   }
 
   /* ---- bert-base shapes, and int8 against fp32 ---- */
   {
-    static const struct { int N, K, gelu_x; int T[3]; } S[] = {
-      { 768, 768, 0, { 1, 24, 128 } },    /* Q, K, V, attention output */
-      { 3072, 768, 0, { 16, 0, 0 } },     /* feed-forward up */
-      { 768, 3072, 1, { 17, 128, 0 } },   /* feed-forward down, x after GELU */
-      { 21128, 768, 0, { 1, 5, 0 } },     /* MLM decoder */
+    static const struct {
+      int N, K, gelu_x;
+      int T[3];
+    } S[] = {
+      {768, 768, 0, {1, 24, 128}},  /* Q, K, V, attention output */
+      {3072, 768, 0, {16, 0, 0}},   /* feed-forward up */
+      {768, 3072, 1, {17, 128, 0}}, /* feed-forward down, x after GELU */
+      {21128, 768, 0, {1, 5, 0}},   /* MLM decoder */
     };
     for (size_t s = 0; s < sizeof S / sizeof S[0]; s++) {
       int N = S[s].N, K = S[s].K;
@@ -366,7 +396,8 @@ int main(void) {
         double rel = 0;
         int bad = check_shape(x, (size_t)K, W, bias, T, N, K, (size_t)N, &rel);
         char name[128];
-        snprintf(name, sizeof name, "qgemm: bert-base %d -> %d, %d rows, every path exact", K, N, T);
+        snprintf(name, sizeof name, "qgemm: bert-base %d -> %d, %d rows, every path exact", K, N,
+                 T);
         CHECKF(name, !bad, "%s", why);
         printf("# int8 vs fp32, %d -> %d, %d rows%s: relative error of y %.4f\n", K, N, T,
                S[s].gelu_x ? " (x after GELU)" : "", rel);
@@ -375,7 +406,8 @@ int main(void) {
         CHECKF(name, rel < 0.02, "relative error %.4f", rel);
         free(x);
       }
-      free(W); free(bias);
+      free(W);
+      free(bias);
     }
   }
   TL_EXIT();
