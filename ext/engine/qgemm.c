@@ -359,10 +359,11 @@ AVX2 static void cols_avx2(const tile_out *o, int r0, int r1, int i0, int i1, in
       switch (R * 8 + J) {
 #define T(a, b) \
   case a * 8 + b: tile_avx2(acc, xr, w, K, a, b); break;
-        T(3, 3)
-        T(2, 3) T(1, 3)                                   /* rows of x in threes */
-          T(6, 1) T(5, 1) T(4, 1) T(3, 1) T(2, 1) T(1, 1) /* the last 1-2 */
-          T(4, 2) T(3, 2) T(2, 2) T(1, 2)
+        // clang-format off
+        T(3, 3) T(2, 3) T(1, 3)                         /* rows of x in threes */
+        T(6, 1) T(5, 1) T(4, 1) T(3, 1) T(2, 1) T(1, 1) /* the last 1-2 */
+        T(4, 2) T(3, 2) T(2, 2) T(1, 2)
+        // clang-format on
 #undef T
       }
       _mm256_zeroupper(); /* finish is SSE code: no AVX-SSE transition */
@@ -432,9 +433,12 @@ VNNI static void cols_vnni(const tile_out *o, int r0, int r1, int i0, int i1, in
       switch (R * 8 + J) {
 #define T(a, b) \
   case a * 8 + b: tile_vnni(acc, xr, w, K, a, b); break;
-        T(4, 4)
-        T(3, 4) T(2, 4) T(1, 4) T(8, 1) T(7, 1) T(6, 1) T(5, 1) T(4, 1) T(3, 1) T(2, 1) T(1, 1)
-          T(6, 2) T(5, 2) T(4, 2) T(3, 2) T(2, 2) T(1, 2) T(4, 3) T(3, 3) T(2, 3) T(1, 3)
+        // clang-format off
+        T(4, 4) T(3, 4) T(2, 4) T(1, 4)
+        T(8, 1) T(7, 1) T(6, 1) T(5, 1) T(4, 1) T(3, 1) T(2, 1) T(1, 1)
+        T(6, 2) T(5, 2) T(4, 2) T(3, 2) T(2, 2) T(1, 2)
+        T(4, 3) T(3, 3) T(2, 3) T(1, 3)
+        // clang-format on
 #undef T
       }
       _mm256_zeroupper(); /* finish is SSE code: no AVX-SSE transition */
