@@ -192,10 +192,11 @@ static int cand_filter(sqlite3_vtab_cursor *cursor, int idxNum, const char *idxS
   sqlite3_int64 k = BFX_DEFAULT_K;
   if ((idxNum & 2) && argc >= 2 && sqlite3_value_type(argv[1]) != SQLITE_NULL) {
     if (!bfx_arg_int(argv[1], 1, BF_MAX_K, &k)) {
-      const unsigned char *z = sqlite3_value_text(argv[1]);
+      const char *z = (const char *)sqlite3_value_text(argv[1]);
+      bfx_quote q;
       bfx_errf(&e, SQLITE_ERROR, BF_CT_ERR_INPUT,
-               "fill_candidates: k must be an integer from 1 to %d (got %.40s)", BF_MAX_K,
-               z ? (const char *)z : "?");
+               "fill_candidates: k must be an integer from 1 to %d (got %s)", BF_MAX_K,
+               z ? bfx_quoted(&q, z, sqlite3_value_bytes(argv[1])) : "?");
       return bfx_error_vtab(vt, &e);
     }
   }

@@ -22,6 +22,7 @@ SQLITE_EXTENSION_INIT3
 #include "bounds.h"
 #include "cache.h"
 #include "conn.h"
+#include "errors.h"
 #include "guard.h"
 #include "text.h"
 
@@ -52,10 +53,10 @@ void bfx_fn_cache(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
     char *err = NULL;
     bfc_lru_clear();
     if (bfc_table_clear(c->db, &deleted, &err) != SQLITE_OK) {
-      char *m = sqlite3_mprintf("bert_cache: cannot clear the bertfill_cache table: %s",
-                                err ? err : "error");
-      sqlite3_result_error(ctx, m ? m : "bert_cache: cannot clear the bertfill_cache table", -1);
-      sqlite3_free(m);
+      bfx_err e = BFX_ERR_NONE;
+      bfx_errf(&e, SQLITE_ERROR, -1, "bert_cache: cannot clear the bertfill_cache table: %s",
+               err ? err : "error");
+      bfx_error(ctx, &e);
       sqlite3_free(err);
       return;
     }
@@ -98,9 +99,9 @@ void bfx_fn_cache_lru(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
 void bfx_fn_threads(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
   char err[256] = "";
   if (bf_blas_init(err, sizeof err) != BF_OK) {
-    char *m = sqlite3_mprintf("bert_threads: %s", err);
-    sqlite3_result_error(ctx, m ? m : "bert_threads: OpenBLAS could not be loaded", -1);
-    sqlite3_free(m);
+    bfx_err e = BFX_ERR_NONE;
+    bfx_errf(&e, SQLITE_ERROR, -1, "bert_threads: %s", err);
+    bfx_error(ctx, &e);
     return;
   }
   sqlite3_int64 n;
