@@ -10,14 +10,22 @@ scrape read), and compared with bertfill_stats:
     its total in seconds, P95 as Prometheus' histogram_quantile() computes it
     within a bucket of bertfill_stats' p95;
   * bertfill_batch_size: _sum = seqs, _count = encoder_runs;
-  * the format argument: 'json' (the default), 'prometheus', else an error.
+  * the format argument: 'json' (the default), 'prometheus', else an error;
+  * with promtool (Debian's prometheus package; not installed by
+    .ci/install-deps, it is large): `promtool check metrics` finds nothing
+    to lint, and the alert rule of docs/prometheus/bertfill-alerts.yml
+    passes `promtool check rules` and its unit test
+    tests/prometheus_alerts_test.yml (fires on P95 > 500 ms only).
 
 Skipped with the reason when prometheus_client is missing (Debian:
 apt-get install python3-prometheus-client; .ci/install-deps does it).
 """
 import json
 import math
+import os
+import shutil
 import sqlite3
+import subprocess
 import sys
 
 from bftest import EXT, TINY, check, exit_code, skip
@@ -140,7 +148,24 @@ def main():
     c.execute("CREATE TEMP VIEW v AS SELECT bert_stats('prometheus') AS p")
     check("prometheus_in_view", c.execute("SELECT p LIKE '# HELP %' FROM v").fetchone()[0] == 1)
     c.close()
+    promtool(text)
     return exit_code()
+
+
+def promtool(text):
+    exe = shutil.which("promtool")
+    if not exe:
+        skip("promtool", "promtool not installed (Debian: apt-get install prometheus)")
+        return
+    r = subprocess.run([exe, "check", "metrics"], input=text, capture_output=True, text=True)
+    check("promtool_check_metrics", r.returncode == 0 and not r.stdout.strip(), r.stdout + r.stderr)
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+    r = subprocess.run([exe, "check", "rules", "docs/prometheus/bertfill-alerts.yml"], cwd=root,
+                       capture_output=True, text=True)
+    check("promtool_check_rules", r.returncode == 0, r.stdout + r.stderr)
+    r = subprocess.run([exe, "test", "rules", "tests/prometheus_alerts_test.yml"], cwd=root,
+                       capture_output=True, text=True)
+    check("promtool_alert_p95_500ms", r.returncode == 0, r.stdout + r.stderr)
 
 
 if __name__ == "__main__":
