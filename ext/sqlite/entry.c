@@ -96,13 +96,15 @@
 **   batcher.c     dynamic batching of concurrent encoder calls
 **   encode.c      one encoder run on a slot, counted in the stats
 **   guard.c       the overload guard: encoder slots and their scratch
+**   machine_guard.c  encoder slots shared by the processes of the machine
 **   conn.c        the state of a connection (refcounted): its model, its cache
 **   models.c      the registry of loaded models; the default model
 **   cache.c       the LRU and the bertfill_cache table
 **   text.c        arguments, "[MASK]" positions, tokenizing, text results
 **   jsonw.c       JSON strings
 **   errors.c      errors: building, counting, reporting
-**   bounds.h      every limit and range;  api.c  SQLite's routines
+**   bounds.h      every limit and range;  api.c  SQLite's routines;
+**   version.h     the version
 ** and below all of them the engine (ext/engine), which never sees SQLite.
 ** A new SQL function: write it in the file of its kind (or a new one that
 ** includes only what lies below it) and add a row to `functions`.
