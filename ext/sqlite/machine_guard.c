@@ -30,7 +30,7 @@
 ** Waiting.  A waiter tries every slot; when all are taken it sleeps on a
 ** counter in the file's first bytes (shared mmap, a futex on Linux) that
 ** every release increments, so it wakes as soon as a slot is given back,
-** and at least every 20 ms to try again (a holder that died wakes no one).
+** and at least every 100 ms to try again (a holder that died wakes no one).
 ** Elsewhere than Linux it sleeps 2 ms between tries.
 */
 #include <errno.h>
@@ -56,7 +56,7 @@
 
 #define FILE_SIZE 4096         /* the wake-up counter lives at offset 0 */
 #define LOCK_BASE 4096         /* slot i: the byte at LOCK_BASE + i */
-#define RECHECK_NS 20000000ull /* a sleeping waiter tries again this often */
+#define RECHECK_NS 100000000ull /* a sleeping waiter tries again this often */
 
 static struct {
   pthread_once_t once;
