@@ -3,8 +3,9 @@
 ** (ext/sqlite/machine_guard.c), with real processes: a slot held by one
 ** process is taken for another; a holder killed with SIGKILL leaks no slot
 ** (the kernel drops its record locks); a waiter wakes as soon as a slot is
-** given back (not at its 100 ms recheck); two threads of one process never
-** share a slot; the wait ends at the deadline; a forked child holds none of
+** given back (not at its 100 ms recheck); waiters are served in the order
+** they came, and one killed while waiting holds up no one; two threads of
+** one process never share a slot; the wait ends at the deadline; a forked child holds none of
 ** its parent's slots.  The slot file is a fresh one under $TMPDIR
 ** (BERTFILL_MACHINE_GUARD_FILE), so other runs on the machine do not count.
 ** Links the SQLite layer's objects (see test_sqlite.h).
@@ -49,6 +50,20 @@ static int wait_ready(int fd) {
   int r = (int)read(fd, &ok, 1);
   close(fd);
   return r == 1 && ok == 1;
+}
+
+/* A child that waits for one of n slots (until its deadline, wait_ms), writes
+** its id on fd when it has it, holds it for hold_ms and exits. */
+static pid_t waiter(int n, char id, int wait_ms, int hold_ms, int fd) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    if (bfx_machine_acquire_until(n, bf_now_ns() + (uint64_t)wait_ms * MS) != 1) _exit(1);
+    if (write(fd, &id, 1) != 1) _exit(2);
+    usleep((useconds_t)hold_ms * 1000);
+    bfx_machine_release();
+    _exit(0);
+  }
+  return pid;
 }
 
 typedef struct {
@@ -121,6 +136,42 @@ int main(void) {
     if (!quick) printf("# round %d: got %d after %.1f ms\n", round, got, (double)dt / 1e6);
   }
   CHECK("mg_woken_by_release", quick);
+
+  /* first come, first served: three waiters get the slot in the order
+  ** they came, whatever order the wake-ups come in */
+  int order[2];
+  if (pipe(order) != 0) return 1;
+  pid = holder(1, 1, 300, &fd);
+  wait_ready(fd);
+  pid_t w[3];
+  for (int i = 0; i < 3; i++) {
+    w[i] = waiter(1, (char)('A' + i), 5000, 30, order[1]);
+    usleep(40 * 1000);
+  }
+  char got3[4] = "";
+  for (int i = 0; i < 3; i++)
+    if (read(order[0], &got3[i], 1) != 1) break;
+  for (int i = 0; i < 3; i++) waitpid(w[i], NULL, 0);
+  waitpid(pid, NULL, 0);
+  CHECKF("mg_first_come_first_served", strcmp(got3, "ABC") == 0, "order %s", got3);
+
+  /* a waiter killed while it waits does not hold up the line: this process
+  ** gets the slot when the holder lets go, not at its deadline */
+  pid = holder(1, 1, 200, &fd);
+  wait_ready(fd);
+  pid_t dead = waiter(1, 'D', 5000, 0, order[1]);
+  usleep(50 * 1000); /* it is waiting, ahead of this process */
+  t0 = bf_now_ns();
+  kill(dead, SIGKILL);
+  waitpid(dead, NULL, 0);
+  got = bfx_machine_acquire_until(1, t0 + 3000 * MS);
+  dt = bf_now_ns() - t0;
+  waitpid(pid, NULL, 0);
+  CHECKF("mg_dead_waiter_skipped", got == 1 && dt < 400 * MS, "got %d after %.1f ms", got,
+         (double)dt / 1e6);
+  bfx_machine_release();
+  close(order[0]);
+  close(order[1]);
 
   /* threads of one process: distinct slots */
   thread_arg a[3] = {{2, -1}, {2, -1}, {2, -1}};
