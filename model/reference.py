@@ -4,6 +4,11 @@
     /usr/bin/python3 model/make_test_models.py build/models
     /usr/bin/python3 model/reference.py build/models tests/golden [NAME ...]
     /usr/bin/python3 model/reference.py --mutations build/models [NAME ...]
+    /usr/bin/python3 model/reference.py --joint build/models tests/golden [NAME ...]
+
+--joint writes tests/golden/joint_NAME.json for tiny and small (or the NAMEs
+given): whole-word fills by the chain rule and the beam search (see "Joint
+decoding" below), checked by tests/t_joint.py.
 
 For each test model build/models/NAME (every one made by make_test_models.py,
 or the NAMEs given) this runs a fixed set of token-id sequences through a
@@ -33,6 +38,20 @@ x_1..x_n (n <= max_position_embeddings), hidden size H, A heads of d = H/A:
     at each [MASK]:  t = LN(gelu(h Wt^T + bt));  logits = t D^T + b;  p = softmax(logits)
 where D is cls.predictions.decoder.weight, or E_word when that tensor is absent
 (tied), b is cls.predictions.bias, and LN(x) = (x - mean) / sqrt(var + eps) * g + beta.
+
+Joint decoding (the definitions of issue 12, written here from them, not from
+ext/sqlite/joint.c).  For the masks m_1..m_n of a sequence, in order,
+    P(t_1..t_n) = prod_i p_i(t_i)
+where p_i is the softmax at m_i of the sequence with m_1..m_{i-1} replaced by
+t_1..t_{i-1} (m_i..m_n still [MASK]): chain_score.  beam_search(k) keeps the
+k best partial fills by cumulative log-probability: step i extends each by its
+top k tokens at m_i (on its own sequence), ties to the lower token ids compared
+position by position.  It also reports the margin: the smallest gap, over the
+steps, between the k-th and (k+1)-th partial fill by probability among all
+extensions of the beam by every token of the vocabulary.  (A token outside a
+fill's own top k is never in the k best: the k tokens above it extend the same
+fill with at least its probability.)  Where the margin exceeds the C engine's
+float32 error, the C beam search must find the very same fills.
 """
 import hashlib
 import json
@@ -292,6 +311,141 @@ def dump(doc):
     return head[:-2] + ',\n "sequences": [\n  ' + ",\n  ".join(lines) + "\n ]\n}\n"
 
 
+# ---------------------------------------------------------------- joint decoding
+def probs_at(m, ids, at):
+    """The distribution at the [MASK] at position at of ids (float64 numpy, [V]).
+    (A fill may be the [MASK] token itself: that position then stays a mask.)"""
+    pos, p = m.probs(ids)
+    return p[pos.index(at)].numpy()
+
+
+def fill(ids, mask_at, tokens):
+    """ids with its first len(tokens) masks (positions mask_at) replaced."""
+    out = list(ids)
+    for at, t in zip(mask_at, tokens):
+        out[at] = t
+    return out
+
+
+def chain_score(m, ids, answer):
+    """P(answer) by the chain rule: (P, [p_1..p_n])."""
+    mask_at = [i for i, x in enumerate(ids) if x == m.mask_id]
+    assert len(answer) == len(mask_at) > 0
+    ps = []
+    for i in range(len(answer)):
+        ps.append(float(probs_at(m, fill(ids, mask_at, answer[:i]), mask_at[i])[answer[i]]))
+    return math.prod(ps), ps
+
+
+def top_ids(p, k):
+    """The k most probable token ids of p, ties to the lower id."""
+    order = np.lexsort((np.arange(len(p)), -p))      # by -p, then by id
+    return [int(i) for i in order[:k]]
+
+
+def beam_search(m, ids, k):
+    """The k best whole fills of ids: ([(tokens, [p_i], P)], margin)."""
+    mask_at = [i for i, x in enumerate(ids) if x == m.mask_id]
+    k = min(k, m.V)
+    beam = [((), (), 0.0)]                            # tokens, probabilities, log P
+    margin = float("inf")
+    for i in range(len(mask_at)):
+        ext, every = [], []
+        for toks, ps, lp in beam:
+            p = probs_at(m, fill(ids, mask_at, toks), mask_at[i])
+            every.append(math.exp(lp) * p)              # P of every extension
+            for t in top_ids(p, k):
+                ext.append((lp + math.log(p[t]), toks + (t,), ps + (float(p[t]),)))
+        ext.sort(key=lambda e: (-e[0], e[1]))
+        beam = [(t, ps, lp) for lp, t, ps in ext[:k]]
+        allp = np.sort(np.concatenate(every))[::-1]
+        if len(allp) > k:
+            margin = min(margin, float(allp[k - 1] - allp[k]))
+    return [(list(t), list(ps), math.prod(ps)) for t, ps, _ in beam], margin
+
+
+# Texts of the joint goldens: [MASK] and characters of the test vocabularies.
+JOINT_FILLS = [  # (text, k)
+    ("我们今天去山[MASK][MASK]看花", 5),             # two masks, adjacent
+    ("[MASK]天我们去山里看[MASK]", 5),               # two masks apart, at the ends
+    ("他[MASK]说[MASK]话[MASK]", 3),                 # three masks apart
+    ("[MASK][MASK]天气[MASK]好[MASK]", 5),           # four masks
+    ("你[MASK][MASK]什么", 1),                       # k = 1: greedy
+    ("今天天气真[MASK]", 5),                         # one mask: fill_candidates' rows
+    ("小猫[MASK][MASK]鱼", 10),                      # a wider beam
+    ("[MASK][MASK][MASK]", 4),                       # nothing but masks
+]
+JOINT_SCORES = [  # (text, answer as given, the answer's tokens)
+    ("我们今天去山[MASK][MASK]看花", "里面", ["里", "面"]),
+    ("[MASK]天我们去山里看[MASK]", '["今","花"]', ["今", "花"]),
+    ("他[MASK]说[MASK]话[MASK]", "也不好", ["也", "不", "好"]),
+    ("今天天气真[MASK]", "好", ["好"]),
+    ("小猫[MASK][MASK]鱼", "吃龙", ["吃", "龙"]),
+]
+JOINT_WORDPIECE = [  # needs ## entries (small's vocabulary): a word-piece answer
+    ("他说[MASK][MASK]好", "goods", ["good", "##s"]),
+    ("[MASK]你[MASK]", "wording", ["word", "##ing"]),
+]
+
+
+def text_ids(m, text):
+    """[CLS] + one id per character or [MASK] + [SEP] (the texts above only)."""
+    ids, rest = [m.vocab.index("[CLS]")], text
+    while rest:
+        if rest.startswith("[MASK]"):
+            ids.append(m.mask_id)
+            rest = rest[6:]
+        else:
+            ids.append(m.vocab.index(rest[0]))
+            rest = rest[1:]
+    return ids + [m.vocab.index("[SEP]")]
+
+
+def sig(x):
+    """x to 12 significant digits (probabilities can be far below 1e-12)."""
+    return float("%.12g" % x)
+
+
+def joint_golden_for(model_dir, name):
+    m = Bert(model_dir, torch.float64)
+    fills, scores = [], []
+    for text, k in JOINT_FILLS:
+        ids = text_ids(m, text)
+        rows, margin = beam_search(m, ids, k)
+        fills.append({"text": text, "ids": ids, "k": k, "margin": margin,
+                      "rows": [{"tokens": [m.vocab[t] for t in toks], "ids": toks,
+                                "p": [sig(x) for x in ps], "P": sig(P)}
+                               for toks, ps, P in rows]})
+    cases = JOINT_SCORES + (JOINT_WORDPIECE if "##s" in m.vocab else [])
+    for text, answer, toks in cases:
+        ids = text_ids(m, text)
+        aids = [m.vocab.index(t) for t in toks]
+        P, ps = chain_score(m, ids, aids)
+        scores.append({"text": text, "ids": ids, "answer": answer, "tokens": toks,
+                       "answer_ids": aids, "p": [sig(x) for x in ps], "P": sig(P)})
+    return {
+        "model": name,
+        "safetensors_sha256": file_sha256(os.path.join(model_dir, "model.safetensors")),
+        "reference": "model/reference.py --joint: chain rule and beam search on the float64 "
+                     "forward pass",
+        "fills": fills,
+        "scores": scores,
+    }
+
+
+def joint_goldens(models_dir, golden_dir, names):
+    torch.set_num_threads(1)
+    for name in names or ["tiny", "small"]:
+        doc = joint_golden_for(os.path.join(models_dir, name), name)
+        path = os.path.join(golden_dir, "joint_%s.json" % name)
+        with open(path, "w") as f:
+            f.write(json.dumps(doc, ensure_ascii=False, indent=1) + "\n")
+        margins = sorted(f["margin"] for f in doc["fills"] if f["margin"] != float("inf"))
+        print("%s: %d fills (smallest margins %s), %d scores -> %s"
+              % (name, len(doc["fills"]), ", ".join("%.1e" % x for x in margins[:3]),
+                 len(doc["scores"]), path))
+
+
 MUTATIONS = ["gelu-tanh", "eps-1e-12", "no-ln-bias", "token-type-1", "pos-off-by-one",
              "scale-sqrt-H", "causal", "heads-transposed", "no-output-bias"]
 
@@ -318,6 +472,9 @@ def mutations(models_dir, names):
 
 
 def main():
+    if len(sys.argv) > 3 and sys.argv[1] == "--joint":
+        joint_goldens(sys.argv[2], sys.argv[3], sys.argv[4:])
+        return
     if len(sys.argv) > 1 and sys.argv[1] == "--mutations":
         sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
         import make_test_models

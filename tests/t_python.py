@@ -217,8 +217,10 @@ def test_errors():
     # Messages are valid UTF-8 whatever the input: an OperationalError, never
     # UnicodeDecodeError; invalid bytes and control characters as \xNN, long
     # input cut to its start and end.
-    expect_error("err_k_invalid_utf8", conn, "select * from fill_candidates('好[MASK]', ?)",
+    expect_error("err_k_invalid_utf8", conn, "select * from fill_candidates('好[MASK]', cast(? as text))",
                  (b"\xed\xa0\x80",), "k must be an integer from 1 to 1000 (got \\xED\\xA0\\x80)")
+    expect_error("err_k_blob", conn, "select * from fill_candidates('好[MASK]', ?)",
+                 (b"\xed\xa0\x80",), "k must be an integer from 1 to 1000 (got a blob)")
     expect_error("err_k_control_chars", conn, "select * from fill_candidates('好[MASK]', ?)",
                  ("a\nb\x00c",), "(got a\\x0Ab\\x00c)")
     expect_error("err_k_long_cut", conn, "select * from fill_candidates('好[MASK]', ?)",
@@ -562,6 +564,22 @@ def test_progress():
     check("prefill_progress", "bert_prefill: done: 100 texts read, 100 computed" in r.stderr, r.stderr)
     r = run_child(code, BERTFILL_MODEL=TINY, BERTFILL_PROGRESS="0")
     check("prefill_quiet", "bert_prefill" not in r.stderr, r.stderr)
+
+    # Every text read lands in exactly one count, and they add up: a text
+    # without a mask (of any length, as bert_fill returns it unchanged), a
+    # repeat, and the texts bert_fill rejects (too long with a mask, invalid
+    # UTF-8; the tiny model takes 64 tokens).
+    texts = [fresh(), fresh(), "我[MASK]你", "我[MASK]你", "没有空白", "我" * 200, None,
+             "我" * 100 + "[MASK]", b"\xff[MASK]"]
+    code = ("import sqlite3\n"
+            "c=sqlite3.connect(':memory:'); c.enable_load_extension(True); c.load_extension(%r)\n"
+            "c.execute('create table t(x)')\n"
+            "c.executemany('insert into t values (?)', [(t,) for t in %r])\n"
+            "print(c.execute('select bert_prefill(x) from t').fetchone()[0])\n") % (EXT, texts)
+    r = run_child(code, BERTFILL_MODEL=TINY, BERTFILL_PROGRESS="1")
+    check("prefill_counts_add_up", r.stdout.split() == ["3"] and
+          "bert_prefill: done: 8 texts read, 3 computed, 1 cached or repeated, 2 without a mask, "
+          "2 skipped (invalid or too long)" in r.stderr, r.stdout + r.stderr)
 
 
 def main():

@@ -67,7 +67,8 @@ def err_of(c, sql, args=()):
 
 COUNTERS = ["calls", "hit_lru", "hit_table", "miss", "encoder_runs", "batches", "seqs",
             "tokens", "masks", "cache_writes", "cache_skipped", "err_input", "err_toolong",
-            "err_model", "err_nomem", "err_other", "busy", "trace_skipped"]
+            "err_model", "err_nomem", "err_other", "busy", "rows", "rows_batches", "rows_seqs",
+            "trace_skipped"]
 STAGES = ["call", "queue", "tokenize", "encode", "topk", "cache_read", "cache_write"]
 COLUMNS = ["name", "kind", "count", "total_ms", "mean_ms", "p50_ms", "p95_ms", "p99_ms",
            "max_ms", "value"]
@@ -90,8 +91,11 @@ def test_surface(c):
     check("stats_names_unique", len(kinds) == len(rows))
     e = err_of(c, "CREATE VIRTUAL TABLE temp.x USING bertfill_stats")
     check("stats_eponymous_only", e is not None, "CREATE VIRTUAL TABLE worked")
-    e = err_of(c, "SELECT bert_trace(NULL)")
-    check("trace_null_error", e is not None and "bert_trace" in e, e)
+    # NULL reads the setting, as with every setter; a non-integer is an error
+    on = c.execute("SELECT bert_trace(NULL)").fetchone()[0]
+    check("trace_null_reads", on == 0, "bert_trace(NULL) = %r" % on)
+    e = err_of(c, "SELECT bert_trace('x')")
+    check("trace_text_error", e is not None and "bert_trace: on must be an integer" in e, e)
     e = err_of(c, "SELECT bert_trace(1, 0)")
     check("trace_max_rows_error", e is not None and "max_rows" in e, e)
     e = err_of(c, "SELECT bert_trace(1, 2, 3)")

@@ -88,6 +88,9 @@ void bf_tokens_free(bf_tokens *t);
 
 int bf_tokenizer_vocab_size(const bf_tokenizer *tok);
 const char *bf_tokenizer_token(const bf_tokenizer *tok, int32_t id); /* NULL if out of range */
+/* The id of the vocabulary entry that is exactly entry[0..len) ("好",
+** "##ing", "[UNK]"), or -1 when there is none. */
+int32_t bf_tokenizer_find(const bf_tokenizer *tok, const char *entry, size_t len);
 int32_t bf_tokenizer_mask_id(const bf_tokenizer *tok);
 int bf_tokenizer_lowercase(const bf_tokenizer *tok);     /* do_lower_case in effect */
 int bf_tokenizer_strip_accents(const bf_tokenizer *tok); /* strip_accents in effect */
@@ -156,6 +159,15 @@ const bf_timings *bf_run_timings(const bf_run *r);
 int bf_fill(const bf_model *m, bf_run *r, int nseq, const bf_tokens *seqs, int k, bf_cand *out,
             char *err, size_t errlen);
 
+/* bf_fill, and also the probability of one given token at each [MASK]
+** (what scoring a given answer needs, when it may be outside the top k):
+** want[j] is a token id for the j-th mask overall (counted as out is), or -1
+** for none; want_prob[j] gets its probability, the very number bf_fill gives
+** that token when it is among the top k (0 for -1).  want NULL: bf_fill.
+** Errors as bf_fill's, and BF_ERR_INPUT for a wanted id out of range. */
+int bf_fill_scored(const bf_model *m, bf_run *r, int nseq, const bf_tokens *seqs, int k,
+                   bf_cand *out, const int32_t *want, float *want_prob, char *err, size_t errlen);
+
 /* ---- BLAS ---- */
 /* Load OpenBLAS at run time (choosing fast kernels for CPUs the installed
 ** OpenBLAS does not know, e.g. SkylakeX kernels on Sapphire Rapids when it
@@ -170,6 +182,10 @@ int bf_blas_threads(void);
 ** is on) or "openblas". */
 const char *bf_gemm_kernels(void);
 void bf_blas_set_threads(int n); /* <= 0: number of cores */
+/* The most threads OpenBLAS accepts (MAX_THREADS in openblas_get_config(),
+** 64 in Debian's build); 0 when it does not say.  OpenBLAS cuts a larger
+** value given to bf_blas_set_threads down to it. */
+int bf_blas_max_threads(void);
 
 #ifdef __cplusplus
 }

@@ -127,6 +127,11 @@ int bf_blas_init(char *err, size_t errlen) {
 const char *bf_blas_core(void) { return p_sgemm ? core : ""; }
 const char *bf_blas_config(void) { return p_sgemm ? config : ""; }
 
+int bf_blas_max_threads(void) {
+  const char *at = p_sgemm ? strstr(config, "MAX_THREADS=") : NULL;
+  return at ? atoi(at + strlen("MAX_THREADS=")) : 0;
+}
+
 int bf_blas_threads(void) { return (p_sgemm && p_get_threads) ? p_get_threads() : 0; }
 
 void bf_blas_set_threads(int n) {

@@ -15,6 +15,7 @@
 **     h      = LayerNorm(gelu(x Wh^T + bh))
 **     logits = h Wdec^T + bdec                                [M, vocab]
 **     p      = softmax(logits), keep the k largest
+**              (bf_fill_scored: and p of one given token per mask)
 **
 ** The weights are used as PyTorch stores them ([out, in], so y = x W^T).
 ** The matrix products with the weights run on the AVX-512 kernels of gemm.c
@@ -549,12 +550,15 @@ static int cand_cmp(const void *pa, const void *pb) {
   return (a->id > b->id) - (a->id < b->id);
 }
 
-/* Softmax over one row of V logits and the k most probable tokens, sorted.
+/* Softmax over one row of V logits and the k most probable tokens, sorted;
+** also the probability of token want into *want_prob (want < 0: none).
 ** Returns 0, or -1 if a logit is NaN or infinite. */
-static int topk_row(const float *logits, int V, int k, topk_entry *h, bf_cand *out) {
+static int topk_row(const float *logits, int V, int k, topk_entry *h, bf_cand *out, int32_t want,
+                    float *want_prob) {
   float mx;
   if (!max_finite(logits, V, &mx)) return -1;
   double sum = exp_sum(NULL, logits, V, mx);
+  if (want >= 0) *want_prob = (float)(expf(logits[want] - mx) / sum); /* as for the top k */
 
   /* The k best by a size-k min-heap: O(V log k), never a sort of V. */
   int n = 0;
@@ -680,6 +684,26 @@ static int check_inputs(const bf_model *m, int nseq, const bf_tokens *seqs, int 
   return BF_OK;
 }
 
+/* Step 1b: the wanted tokens of bf_fill_scored, one per mask: -1 or an id
+** of the vocabulary.  BF_OK or BF_ERR_INPUT with err set. */
+static int check_wanted(const bf_model *m, const batch *b, const int32_t *want,
+                        const float *want_prob, char *err, size_t errlen) {
+  if (!want) return BF_OK;
+  if (!want_prob) {
+    bf_errf(err, errlen, "bf_fill_scored: no array for the probabilities");
+    return BF_ERR_INPUT;
+  }
+  for (size_t j = 0; j < b->M; j++)
+    if (want[j] < -1 || want[j] >= m->cfg.vocab_size) {
+      bf_errf(err, errlen,
+              "bf_fill_scored: wanted token id %ld at mask %zu is out of range "
+              "(the vocabulary has %d entries)",
+              (long)want[j], j, m->cfg.vocab_size);
+      return BF_ERR_INPUT;
+    }
+  return BF_OK;
+}
+
 /* Step 2: the scratch buffers for batch b and k candidates.  0 when out of
 ** memory. */
 static int reserve_scratch(bf_run *r, const bf_config *c, const batch *b, int k) {
@@ -755,19 +779,31 @@ static void mlm_head(bf_run *r, const bf_model *m, const float *xm, int n) {
 }
 
 /* Step 6: softmax and the k most probable tokens of each of the n rows of
-** logits, into out[n,k].  BF_OK, or BF_ERR_MODEL with err set. */
-static int topk_rows(bf_run *r, int V, int n, int k, bf_cand *out, char *err, size_t errlen) {
+** logits, into out[n,k]; with want, also the probability of token want[i]
+** of row i (-1: none, 0) into want_prob[i].  BF_OK, or BF_ERR_MODEL with
+** err set. */
+static int topk_rows(bf_run *r, int V, int n, int k, bf_cand *out, const int32_t *want,
+                     float *want_prob, char *err, size_t errlen) {
   const float *logits = r->logits.p;
-  for (int i = 0; i < n; i++)
-    if (topk_row(logits + (size_t)i * V, V, k, r->heap.p, out + (size_t)i * k) != 0) {
+  for (int i = 0; i < n; i++) {
+    int32_t w = want ? want[i] : -1;
+    if (want) want_prob[i] = 0;
+    if (topk_row(logits + (size_t)i * V, V, k, r->heap.p, out + (size_t)i * k, w,
+                 want ? want_prob + i : NULL) != 0) {
       bf_errf(err, errlen, "the model produced NaN/Inf (corrupt weights?)");
       return BF_ERR_MODEL;
     }
+  }
   return BF_OK;
 }
 
 int bf_fill(const bf_model *m, bf_run *r, int nseq, const bf_tokens *seqs, int k, bf_cand *out,
             char *err, size_t errlen) {
+  return bf_fill_scored(m, r, nseq, seqs, k, out, NULL, NULL, err, errlen);
+}
+
+int bf_fill_scored(const bf_model *m, bf_run *r, int nseq, const bf_tokens *seqs, int k,
+                   bf_cand *out, const int32_t *want, float *want_prob, char *err, size_t errlen) {
   if (err && errlen > 0) err[0] = 0;
   if (!m || !r) {
     bf_errf(err, errlen, "bf_fill: no model or no run");
@@ -776,6 +812,7 @@ int bf_fill(const bf_model *m, bf_run *r, int nseq, const bf_tokens *seqs, int k
   memset(&r->t, 0, sizeof r->t);
   batch b;
   int rc = check_inputs(m, nseq, seqs, k, out, &b, err, errlen);
+  if (rc == BF_OK) rc = check_wanted(m, &b, want, want_prob, err, errlen);
   if (rc != BF_OK || b.M == 0) return rc; /* an error, or no mask: nothing to run */
   if (!reserve_scratch(r, &m->cfg, &b, k)) {
     bf_errf(err, errlen, "out of memory for the scratch buffers of %zu tokens in %d sequences", b.T,
@@ -802,7 +839,8 @@ int bf_fill(const bf_model *m, bf_run *r, int nseq, const bf_tokens *seqs, int k
     mlm_head(r, m, xm + m0 * H, n);
     uint64_t tb = bf_now_ns();
     r->t.head_ns += tb - ta;
-    rc = topk_rows(r, V, n, k, out + m0 * k, err, errlen);
+    rc = topk_rows(r, V, n, k, out + m0 * k, want ? want + m0 : NULL, want ? want_prob + m0 : NULL,
+                   err, errlen);
     if (rc != BF_OK) return rc;
     r->t.topk_ns += bf_now_ns() - tb;
   }

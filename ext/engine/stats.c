@@ -56,12 +56,13 @@ static _Alignas(64) _Atomic uint64_t g_batch[B_NBUCKETS];
 static _Atomic uint64_t g_epoch_ns; /* load time or last reset */
 
 static const char *const stage_names[BF_ST__N] = {
-  "call", "queue", "tokenize", "encode", "topk", "cache_read", "cache_write",
+  "call", "queue", "tokenize", "encode", "topk", "cache_read", "cache_write", "joint",
 };
 static const char *const counter_names[BF_CT__N] = {
-  "calls",       "hit_lru",   "hit_table", "miss",         "encoder_runs",  "batches",
-  "seqs",        "tokens",    "masks",     "cache_writes", "cache_skipped", "err_input",
-  "err_toolong", "err_model", "err_nomem", "err_other",    "busy",
+  "calls",        "hit_lru",   "hit_table",   "miss",         "encoder_runs",  "batches",
+  "seqs",         "tokens",    "masks",       "cache_writes", "cache_skipped", "err_input",
+  "err_toolong",  "err_model", "err_nomem",   "err_other",    "busy",          "rows",
+  "rows_batches", "rows_seqs", "joint_calls", "joint_hits",   "joint_misses",  "joint_runs",
 };
 
 const char *bf_stage_name(bf_stage s) { return (s >= 0 && s < BF_ST__N) ? stage_names[s] : "?"; }

@@ -18,6 +18,7 @@ typedef enum bf_stage {
   BF_ST_TOPK,        /* softmax + top-k */
   BF_ST_CACHE_READ,  /* LRU + cache table lookup */
   BF_ST_CACHE_WRITE, /* cache table insert */
+  BF_ST_JOINT,       /* whole fill_sequences / bert_fill(text, 'joint') / bert_score call */
   BF_ST__N
 } bf_stage;
 
@@ -38,7 +39,14 @@ typedef enum bf_counter {
   BF_CT_ERR_MODEL, /* no model / model could not be loaded */
   BF_CT_ERR_NOMEM,
   BF_CT_ERR_OTHER,
-  BF_CT_BUSY, /* rejected by the overload guard */
+  BF_CT_BUSY,         /* rejected by the overload guard */
+  BF_CT_ROWS,         /* rows fill_rows read from its query */
+  BF_CT_ROWS_BATCHES, /* batches of rows fill_rows filled (at most one encoder run each) */
+  BF_CT_ROWS_SEQS,    /* sequences fill_rows sent to the encoder (distinct texts of a batch) */
+  BF_CT_JOINT_CALLS,  /* calls of fill_sequences, bert_fill(text, 'joint'), bert_score */
+  BF_CT_JOINT_HITS,   /* ... answered from the memo cache (LRU or table) */
+  BF_CT_JOINT_MISSES, /* ... that ran the encoder (chain rule, beam search) */
+  BF_CT_JOINT_RUNS,   /* encoder runs of those (also counted in encoder_runs) */
   BF_CT__N
 } bf_counter;
 

@@ -691,6 +691,14 @@ const char *bf_tokenizer_token(const bf_tokenizer *tok, int32_t id) {
   return tok->vocab + tok->off[id];
 }
 
+int32_t bf_tokenizer_find(const bf_tokenizer *tok, const char *entry, size_t len) {
+  if (!tok || !entry) return -1;
+  int cont = tok->prefix_len > 0 && len >= (size_t)tok->prefix_len &&
+             memcmp(entry, tok->prefix, (size_t)tok->prefix_len) == 0;
+  size_t skip = cont ? (size_t)tok->prefix_len : 0;
+  return vocab_find(tok, entry + skip, len - skip, cont);
+}
+
 void bf_tokenizer_free(bf_tokenizer *tok) {
   if (!tok) return;
   for (int i = 0; i < tok->n_added; i++) {

@@ -3,6 +3,7 @@
 */
 #include "util.h"
 
+#include <pthread.h>
 #include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -129,8 +130,22 @@ int bf_ncores(void) {
   return n > 0 ? (int)n : 1;
 }
 
+/* The line for an ignored value, once per process for each name and value
+** (a variable read by every new connection would otherwise repeat it). */
 static void env_ignored(const char *name, const char *value, const char *expected) {
-  fprintf(stderr, "bertfill: ignoring %s='%s': expected %s\n", name, value, expected);
+  static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+  static uint64_t said[32];
+  static int nsaid;
+  uint64_t h = 1469598103934665603ull; /* FNV-1a of name '=' value */
+  for (const char *p = name; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
+  h = (h ^ '=') * 1099511628211ull;
+  for (const char *p = value; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
+  int again = 0;
+  pthread_mutex_lock(&mu);
+  for (int i = 0; i < nsaid && !again; i++) again = said[i] == h;
+  if (!again && nsaid < (int)(sizeof said / sizeof said[0])) said[nsaid++] = h;
+  pthread_mutex_unlock(&mu);
+  if (!again) fprintf(stderr, "bertfill: ignoring %s='%s': expected %s\n", name, value, expected);
 }
 
 int bf_env_flag(const char *name, int dflt) {

@@ -66,7 +66,8 @@ int bf_ncores(void);
 **   - bf_env_choice: one of the n words in choices (any letter case); the
 **     result is its index.
 **   - Anything else is ignored: the default is used and one line saying so
-**     goes to stderr ("bertfill: ignoring BERTFILL_X='12abc': ...").
+**     goes to stderr ("bertfill: ignoring BERTFILL_X='12abc': ..."), once
+**     per process for each variable and value.
 */
 int bf_env_flag(const char *name, int dflt);
 long long bf_env_int(const char *name, long long lo, long long hi, long long dflt);

@@ -13,11 +13,18 @@
 #define BFX_MIN_K 5
 #define BFX_DEFAULT_K 5
 
+/* Whole-word fills (joint.c): the beam width k of fill_sequences is from 1
+** to this (default BFX_DEFAULT_K, which bert_fill(text, 'joint') uses). */
+#define BFX_SEQUENCES_MAX_K 100
+
 /* One encoder run over merged sequences holds at most this many sequences
-** and tokens: the batches of dynamic batching (batcher.c) and of
-** bert_prefill (prefill.c). */
+** and tokens: the batches of dynamic batching (batcher.c), of
+** bert_prefill (prefill.c) and of a beam step or a bert_score (joint.c). */
 #define BFX_BATCH_MAX_SEQS 32
 #define BFX_BATCH_MAX_TOKENS 2048
+/* fill_rows (rows.c) reads at most this many rows of its query per batch
+** (cache hits and texts without a mask need no sequence of the run). */
+#define BFX_ROWS_BATCH_MAX_ROWS 256
 
 /* An integer argument is an integer, or a float with an integral value
 ** within +-BFX_INT_ARG_FLOAT_BOUND (below 2^63, so the conversion is exact
@@ -36,5 +43,6 @@
 #define BFX_DEFAULT_BUSY_TIMEOUT_MS 2000
 #define BFX_CACHE_LIMIT_MAX ((long long)1 << 40) /* bert_cache_limit, BERTFILL_CACHE_LIMIT */
 #define BFX_LRU_ENTRIES_MAX 100000000            /* bert_cache_lru */
+#define BFX_TRACE_ROWS_MAX ((long long)1 << 40)  /* bert_trace(on, max_rows) */
 
 #endif

@@ -13,6 +13,17 @@
 SQLITE_EXTENSION_INIT3
 #include "cache.h"
 
+int32_t *bfc_tagged_key(int32_t tag, int32_t arg, const int32_t *ids, int n, const int32_t *more,
+                        int nmore) {
+  int32_t *key = sqlite3_malloc64(((size_t)n + (size_t)nmore + 2) * sizeof *key);
+  if (!key) return NULL;
+  key[0] = tag;
+  key[1] = arg;
+  if (n > 0) memcpy(key + 2, ids, (size_t)n * sizeof *ids);
+  if (nmore > 0) memcpy(key + 2 + n, more, (size_t)nmore * sizeof *more);
+  return key;
+}
+
 /* ======================================================================
 ** LRU: hash table (chained) + doubly linked recency list, one mutex.
 ** An entry is one malloc: the struct, then the ids, then the candidates.
@@ -425,6 +436,17 @@ int bfc_group_end(sqlite3 *db) {
   }
   if (old > BFC_BUSY_BUDGET_MS) sqlite3_busy_timeout(db, old);
   return ok;
+}
+
+int64_t bfc_table_rows(sqlite3 *db) {
+  if (!table_exists(db)) return 0;
+  sqlite3_stmt *st = NULL;
+  int64_t n = -1;
+  if (sqlite3_prepare_v2(db, "SELECT count(*) FROM main." BFC_TABLE, -1, &st, NULL) == SQLITE_OK &&
+      sqlite3_step(st) == SQLITE_ROW)
+    n = sqlite3_column_int64(st, 0);
+  sqlite3_finalize(st);
+  return n;
 }
 
 int bfc_table_trim(sqlite3 *db, int64_t limit) {

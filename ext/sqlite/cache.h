@@ -12,6 +12,10 @@
 ** Its value is, for each mask in order, the top k candidates (token id and
 ** probability), together with that k: a lookup that needs more candidates
 ** than an entry holds is a miss.
+** The whole-word functions (joint.c) keep their results in the same LRU and
+** table, under keys that begin with a negative tag (bfc_tagged_key below):
+** no token id is negative, so they never meet a per-mask entry, and
+** databases written before them need no change.
 **
 ** The table (created in the main schema on the first write):
 **   CREATE TABLE bertfill_cache(
@@ -48,6 +52,18 @@
 #define BFC_DEFAULT_LRU_BYTES (64u << 20)
 #define BFC_BUSY_BUDGET_MS 10
 
+/* ---- keys of the whole-word functions ----
+**   fill_sequences(text, k):   BFC_TAG_SEQUENCES, k, the ids of the text
+**   bert_score(text, answer):  BFC_TAG_SCORE, n, the n ids of the text, the
+**                              ids of the answer
+** The beam width is part of the key: a wider beam is no superset of a
+** narrower one.  Values have the per-mask layout (see joint.h). */
+enum { BFC_TAG_SEQUENCES = -2, BFC_TAG_SCORE = -3 };
+/* tag, arg, ids[0..n), more[0..nmore) as one key of n + nmore + 2 ids
+** (sqlite3_malloc'ed; NULL when out of memory). */
+int32_t *bfc_tagged_key(int32_t tag, int32_t arg, const int32_t *ids, int n, const int32_t *more,
+                        int nmore);
+
 /* ---- process-wide LRU ---- */
 /* Look up (fp, ids[0..n)) holding n_masks masks and at least k_need
 ** candidates per mask.  Returns 1 on a hit with *out = sqlite3_malloc'ed
@@ -80,6 +96,9 @@ int bfc_table_put(sqlite3 *db, const char *fp, const int32_t *ids, int n, int n_
 ** commit fails (e.g. SQLITE_BUSY), rolls the group back (0). */
 int bfc_group_begin(sqlite3 *db);
 int bfc_group_end(sqlite3 *db);
+/* The number of rows of main.bertfill_cache (0 when there is no table),
+** or -1 when it cannot be read. */
+int64_t bfc_table_rows(sqlite3 *db);
 /* Evict the oldest rows beyond limit.  SQLITE_OK or an error code. */
 int bfc_table_trim(sqlite3 *db, int64_t limit);
 /* Delete every row (all models).  SQLITE_OK with *deleted, or an error with

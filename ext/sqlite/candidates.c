@@ -31,7 +31,8 @@
 **
 ** Results come from the memo cache when they can (see cache.h).  The module
 ** is eponymous-only (no CREATE VIRTUAL TABLE) and DIRECTONLY: usable in
-** top-level SQL, never from a view or trigger (registered in entry.c).
+** top-level SQL, never from a view or trigger (registered in entry.c),
+** unless bertfill was loaded through sqlite3_bertfill_trusted_init.
 */
 #include <string.h>
 
@@ -45,6 +46,7 @@ SQLITE_EXTENSION_INIT3
 #include "stats.h"
 #include "text.h"
 #include "trace.h"
+#include "tvf.h"
 #include "util.h"
 
 enum { COL_MASK, COL_RANK, COL_TOKEN, COL_TOKEN_ID, COL_SCORE, COL_SEQUENCE, COL_TEXT, COL_K };
@@ -79,7 +81,7 @@ static int cand_connect(sqlite3 *db, void *aux, int argc, const char *const *arg
   if (!v) return SQLITE_NOMEM;
   memset(v, 0, sizeof *v);
   v->c = aux;
-  sqlite3_vtab_config(db, SQLITE_VTAB_DIRECTONLY);
+  if (!v->c->trusted_schema) sqlite3_vtab_config(db, SQLITE_VTAB_DIRECTONLY); /* see entry.c */
   *ppVtab = &v->base;
   return SQLITE_OK;
 }
@@ -116,54 +118,12 @@ static int cand_close(sqlite3_vtab_cursor *cursor) {
   return SQLITE_OK;
 }
 
-/*
-** The plan.  text (argument 1) must be given by an equality constraint
-** (without one, xFilter fails with "fill_candidates: missing text
-** argument"); k (argument 2) is optional.  When such a constraint exists but is not
-** usable in this plan (the text comes from a table that is not yet joined
-** at this point), return SQLITE_CONSTRAINT so that SQLite picks a join
-** order where it is usable.  idxNum: bit 1 = text given, bit 2 = k given.
-*/
+/* The plan (tvf.h); rows come ordered by (mask, rank), so ORDER BY mask /
+** mask, rank is free. */
 static int cand_best_index(sqlite3_vtab *pVtab, sqlite3_index_info *info) {
   (void)pVtab;
-  int text_i = -1, k_i = -1, text_unusable = 0, k_unusable = 0;
-  for (int i = 0; i < info->nConstraint; i++) {
-    const struct sqlite3_index_constraint *cs = &info->aConstraint[i];
-    if (cs->iColumn != COL_TEXT && cs->iColumn != COL_K) continue;
-    if (cs->op != SQLITE_INDEX_CONSTRAINT_EQ) continue; /* checked by SQLite on our rows */
-    if (!cs->usable) {
-      if (cs->iColumn == COL_TEXT) text_unusable = 1;
-      else k_unusable = 1;
-      continue;
-    }
-    if (cs->iColumn == COL_TEXT && text_i < 0) text_i = i;
-    if (cs->iColumn == COL_K && k_i < 0) k_i = i;
-  }
-  if (text_i < 0) {
-    if (text_unusable) return SQLITE_CONSTRAINT;
-    /* No text constraint at all.  This is not always an error in the
-    ** query: SQLite also asks about each branch of an OR in the WHERE
-    ** clause with only that branch's terms.  Offer a plan that no one would
-    ** choose; if it is the only plan, xFilter reports the missing text. */
-    info->idxNum = 0;
-    info->estimatedCost = 1e300;
-    info->estimatedRows = 2147483647;
-    return SQLITE_OK;
-  }
-  if (k_i < 0 && k_unusable) return SQLITE_CONSTRAINT;
-  info->aConstraintUsage[text_i].argvIndex = 1;
-  info->aConstraintUsage[text_i].omit = 1;
-  info->idxNum = 1;
-  if (k_i >= 0) {
-    info->aConstraintUsage[k_i].argvIndex = 2;
-    info->aConstraintUsage[k_i].omit = 1;
-    info->idxNum |= 2;
-  }
-  /* One encoder run (or a cache lookup) per scan: expensive compared with
-  ** reading a table row, and independent of any index. */
-  info->estimatedCost = 1000.0;
-  info->estimatedRows = 5;
-  /* Rows come ordered by (mask, rank): ORDER BY mask / mask, rank is free. */
+  int rc = bfx_tvf_best_index(info, COL_TEXT, COL_K);
+  if (rc != SQLITE_OK || !(info->idxNum & BFX_TVF_TEXT)) return rc;
   if (info->nOrderBy >= 1 && info->nOrderBy <= 2) {
     int ok = info->aOrderBy[0].iColumn == COL_MASK && !info->aOrderBy[0].desc;
     if (info->nOrderBy == 2)
@@ -181,7 +141,7 @@ static int cand_filter(sqlite3_vtab_cursor *cursor, int idxNum, const char *idxS
   bfx_conn *c = ((cand_vtab *)vt)->c;
   bfx_err e = BFX_ERR_NONE;
   cursor_reset(cur);
-  if (!(idxNum & 1) || argc < 1) {
+  if (!(idxNum & BFX_TVF_TEXT) || argc < 1) {
     bfx_errf(&e, SQLITE_ERROR, BF_CT_ERR_INPUT,
              "fill_candidates: missing text argument; use fill_candidates(text [, k]), "
              "e.g. SELECT * FROM fill_candidates('今天天气真[MASK]啊', 5)");
@@ -190,13 +150,12 @@ static int cand_filter(sqlite3_vtab_cursor *cursor, int idxNum, const char *idxS
 
   /* k: default BFX_DEFAULT_K; an integer from 1 to BF_MAX_K. */
   sqlite3_int64 k = BFX_DEFAULT_K;
-  if ((idxNum & 2) && argc >= 2 && sqlite3_value_type(argv[1]) != SQLITE_NULL) {
+  if ((idxNum & BFX_TVF_K) && argc >= 2 && sqlite3_value_type(argv[1]) != SQLITE_NULL) {
     if (!bfx_arg_int(argv[1], 1, BF_MAX_K, &k)) {
-      const char *z = (const char *)sqlite3_value_text(argv[1]);
-      bfx_quote q;
-      bfx_errf(&e, SQLITE_ERROR, BF_CT_ERR_INPUT,
-               "fill_candidates: k must be an integer from 1 to %d (got %s)", BF_MAX_K,
-               z ? bfx_quoted(&q, z, sqlite3_value_bytes(argv[1])) : "?");
+      char *m = bfx_int_arg_msg("fill_candidates", "k", 1, NULL, BF_MAX_K, NULL, argv[1]);
+      if (!m) return SQLITE_NOMEM;
+      bfx_errf(&e, SQLITE_ERROR, BF_CT_ERR_INPUT, "%s", m);
+      sqlite3_free(m);
       return bfx_error_vtab(vt, &e);
     }
   }
@@ -234,11 +193,7 @@ static int cand_filter(sqlite3_vtab_cursor *cursor, int idxNum, const char *idxS
   cur->text[n] = 0;
   cur->n = n;
   if (t.n_masks == 0) goto done; /* nothing to fill: no rows */
-  int literal = bfx_mask_offsets(s, n, cur->off, t.n_masks);
-  if (literal != t.n_masks) {
-    bfx_errf(&e, SQLITE_ERROR, BF_CT_ERR_INPUT,
-             "fill_candidates: the text has %d \"[MASK]\" but the tokenizer found %d mask tokens",
-             literal, t.n_masks);
+  if (bfx_find_masks("fill_candidates", s, n, t.n_masks, cur->off, &e) != SQLITE_OK) {
     rc = bfx_error_vtab(vt, &e);
     goto done;
   }

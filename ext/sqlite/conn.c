@@ -23,6 +23,18 @@ const char *bfx_cache_mode_name(int mode) {
   return mode >= 0 && mode < 3 ? cache_modes[mode] : "off";
 }
 
+static const char *const rows_cache_modes[] = {"none", "room", "all"}; /* BFX_ROWS_CACHE_* */
+
+int bfx_rows_cache_parse(const char *s) {
+  for (int m = 0; s && m < 3; m++)
+    if (sqlite3_stricmp(s, rows_cache_modes[m]) == 0) return m;
+  return -1;
+}
+
+const char *bfx_rows_cache_name(int mode) {
+  return mode >= 0 && mode < 3 ? rows_cache_modes[mode] : "none";
+}
+
 bfx_conn *bfx_conn_new(sqlite3 *db) {
   bfx_conn *c = sqlite3_malloc(sizeof *c);
   if (!c) return NULL;
@@ -32,6 +44,7 @@ bfx_conn *bfx_conn_new(sqlite3 *db) {
   c->cache_mode = bf_env_choice("BERTFILL_CACHE", cache_modes, 3, BFX_CACHE_ON);
   c->cache_limit = bf_env_int("BERTFILL_CACHE_LIMIT", 1, BFX_CACHE_LIMIT_MAX,
                               BFC_DEFAULT_TABLE_LIMIT);
+  c->rows_cache = BFX_ROWS_CACHE_ROOM;
   return c;
 }
 

@@ -16,6 +16,9 @@
 
 /* Cache modes of a connection (bert_cache). */
 enum { BFX_CACHE_OFF = 0, BFX_CACHE_MEMORY = 1, BFX_CACHE_ON = 2 };
+/* Where fill_rows stores what it computes (bert_rows_cache): nowhere; the
+** LRU always and the table while it has room (default); both always. */
+enum { BFX_ROWS_CACHE_NONE = 0, BFX_ROWS_CACHE_ROOM = 1, BFX_ROWS_CACHE_ALL = 2 };
 
 typedef struct bfx_conn {
   sqlite3 *db;
@@ -25,6 +28,8 @@ typedef struct bfx_conn {
   int cache_mode;           /* BFX_CACHE_* */
   int64_t cache_limit;      /* max rows of the cache table */
   int64_t writes_since_trim;
+  int rows_cache;     /* BFX_ROWS_CACHE_* */
+  int trusted_schema; /* loaded with sqlite3_bertfill_trusted_init (entry.c) */
 } bfx_conn;
 
 /* A new state for db with one reference, its cache settings from
@@ -47,5 +52,8 @@ int bfx_conn_set_model(bfx_conn *c, const char *dir, bfx_err *e);
 /* "on", "memory", "off" (any letter case) -> BFX_CACHE_*; -1 otherwise. */
 int bfx_cache_mode_parse(const char *s);
 const char *bfx_cache_mode_name(int mode);
+/* "none", "room", "all" (any letter case) -> BFX_ROWS_CACHE_*; -1 otherwise. */
+int bfx_rows_cache_parse(const char *s);
+const char *bfx_rows_cache_name(int mode);
 
 #endif

@@ -11,22 +11,35 @@ SQLITE_EXTENSION_INIT3
 #include "guard.h"
 #include "stats.h"
 
-int bfx_encode(bf_model *m, int nseq, const bf_tokens *seqs, int k, bf_cand *out, bfx_times *tm,
-               bfx_err *e) {
+static int encode_on(bf_model *m, bf_run *run, int nseq, const bf_tokens *seqs, int k, bf_cand *out,
+                     const int32_t *want, float *want_prob, bfx_times *tm, bfx_err *e);
+
+int bfx_encode_scored(bf_model *m, int nseq, const bf_tokens *seqs, int k, bf_cand *out,
+                      const int32_t *want, float *want_prob, bfx_times *tm, bfx_err *e) {
   uint64_t waited = 0;
   bf_run *run = bfx_guard_acquire(&waited, e);
   bf_stats_time(BF_ST_QUEUE, waited);
   if (tm) tm->queue_ns += waited;
   if (!run) return e->rc;
-  int rc = bfx_encode_on(m, run, nseq, seqs, k, out, tm, e);
+  int rc = encode_on(m, run, nseq, seqs, k, out, want, want_prob, tm, e);
   bfx_guard_release(run);
   return rc;
 }
 
+int bfx_encode(bf_model *m, int nseq, const bf_tokens *seqs, int k, bf_cand *out, bfx_times *tm,
+               bfx_err *e) {
+  return bfx_encode_scored(m, nseq, seqs, k, out, NULL, NULL, tm, e);
+}
+
 int bfx_encode_on(bf_model *m, bf_run *run, int nseq, const bf_tokens *seqs, int k, bf_cand *out,
                   bfx_times *tm, bfx_err *e) {
+  return encode_on(m, run, nseq, seqs, k, out, NULL, NULL, tm, e);
+}
+
+static int encode_on(bf_model *m, bf_run *run, int nseq, const bf_tokens *seqs, int k, bf_cand *out,
+                     const int32_t *want, float *want_prob, bfx_times *tm, bfx_err *e) {
   char msg[256] = "";
-  int rc = bf_fill(m, run, nseq, seqs, k, out, msg, sizeof msg);
+  int rc = bf_fill_scored(m, run, nseq, seqs, k, out, want, want_prob, msg, sizeof msg);
   if (rc != BF_OK) {
     bfx_err_engine(e, "bertfill", rc, msg);
     return e->rc;

@@ -23,6 +23,10 @@ typedef struct bfx_times {
 ** bf_fill).  Times are added to tm (may be NULL); stats are counted. */
 int bfx_encode(bf_model *m, int nseq, const bf_tokens *seqs, int k, bf_cand *out, bfx_times *tm,
                bfx_err *e);
+/* bfx_encode, and the probability of one given token at each mask
+** (bf_fill_scored: want[j] a token id or -1, want_prob[j] its probability). */
+int bfx_encode_scored(bf_model *m, int nseq, const bf_tokens *seqs, int k, bf_cand *out,
+                      const int32_t *want, float *want_prob, bfx_times *tm, bfx_err *e);
 /* The same on a run the caller holds (no slot taken or given back). */
 int bfx_encode_on(bf_model *m, bf_run *run, int nseq, const bf_tokens *seqs, int k, bf_cand *out,
                   bfx_times *tm, bfx_err *e);

@@ -23,13 +23,28 @@
 ** model.safetensors (+ tokenizer_config.json).  Loaded models are shared by
 ** every connection of the process (one copy, reference counted).
 **
-** Filling a whole column at batch speed: bert_prefill(text) is an aggregate
-** that runs the encoder over the distinct texts in batches and stores the
-** results in the cache; the UPDATE that follows reads them from the cache.
+** Filling a whole column at batch speed, any number of rows, in memory
+** bounded by one batch: fill_rows(sql [, k]) runs the query, fills its
+** texts in batches through the encoder and yields (key, text, filled, masks,
+** error) (see rows.c):
+**   UPDATE t SET filled = f.filled
+**     FROM fill_rows('SELECT rowid, text FROM t WHERE filled IS NULL') AS f
+**    WHERE t.rowid = f.key;
+** bert_prefill(text) is an aggregate that computes the distinct texts in
+** batches into the cache, for an UPDATE with bert_fill after it; it stops
+** with an error when the cache cannot keep them all (see prefill.c).
+** Whole-word fills: the masks of a text as one blank, decoded together by
+** the chain rule (sequences.c, wholeword.c, joint.c):
+**   SELECT * FROM fill_sequences('两天[MASK][MASK]', 3);
+**       -- rank fill tokens token_ids score sequence: the 3 best whole fills
+**   SELECT bert_fill('两天[MASK][MASK]', 'joint');     -- the best one, filled in
+**   SELECT bert_score('两天[MASK][MASK]', '晒网');      -- P of a given answer
+**
 **   SELECT bert_prefill(text) FROM t;           -- returns texts computed
 **   UPDATE t SET filled = bert_fill(text);
-** Progress on stderr ("bert_prefill: 1200 texts, 1100 computed, 85/s") when
-** stderr is a terminal or BERTFILL_PROGRESS=1 (BERTFILL_PROGRESS=0: never).
+** Progress on stderr ("bert_prefill: 1200 texts read, 1100 computed, 85
+** texts/s") when stderr is a terminal or BERTFILL_PROGRESS=1
+** (BERTFILL_PROGRESS=0: never).
 **
 ** The memo cache (see cache.h).  Results are kept in an in-memory
 ** LRU (process-wide) and in the table bertfill_cache of the main database,
@@ -39,11 +54,14 @@
 **   SELECT bert_cache('clear');        -- empty both; returns rows deleted
 **   SELECT bert_cache_limit(50000);    -- bound on table rows (default 100000)
 **   SELECT bert_cache_lru(20000);      -- bound on LRU entries (default 10000)
+**   SELECT bert_rows_cache('all');     -- what fill_rows stores: 'room' (default),
+**                                      -- 'all', 'none' (see rows.c)
 ** Cache writes never make a statement fail: on a read-only or locked
 ** database the result is computed and the write skipped.  A write joins the
 ** user's transaction when one is open.
 **
-** Settings and diagnostics:
+** Settings and diagnostics (no argument or NULL: read the setting; a value
+** out of range is an error, never clamped; README.md has the table):
 **   SELECT bert_threads(2);            -- threads per encoder run (default: cores)
 **   SELECT bert_max_concurrent(4);     -- encoder runs at once in the process
 **                                      -- (default, and 0: cores / threads)
@@ -78,6 +96,23 @@
 ** refuse bertfill anyway, as it is not deterministic).  Newer SQLite
 ** refuses CHECK constraints too.
 **
+** Triggers and views that fill (opt-in).  An application that wants
+**   CREATE TRIGGER fill AFTER INSERT ON t BEGIN
+**     UPDATE t SET filled = bert_fill(new.text) WHERE rowid = new.rowid; END;
+** loads bertfill through the other entry point:
+**   .load ./bertfill sqlite3_bertfill_trusted_init        -- the shell
+**   SELECT load_extension('./bertfill', 'sqlite3_bertfill_trusted_init');
+** On that connection the functions marked UNLESS_TRUSTED below (bert_fill,
+** fill_candidates) are registered without DIRECTONLY, and without
+** INNOCUOUS: SQLite then lets views and triggers use them only while PRAGMA
+** trusted_schema is on (its default), and refuses them ("unsafe use of
+** bert_fill()") when the application turns it off for a database it does not
+** trust.  Everything that reads paths, runs given SQL or changes settings
+** (bert_load, fill_rows, bert_prefill, ...) stays DIRECTONLY.  A setting
+** function cannot do this: SQLite refuses to replace a function while a
+** statement runs, so the choice is made when the extension is loaded (from
+** SQL, only as the first load on the connection).
+**
 ** The extension pins itself in memory (RTLD_NODELETE) on first load: loaded
 ** models, the LRU and the engine's threads are process-wide and must
 ** outlive the connection that loaded the library.
@@ -88,10 +123,14 @@
 **   scalars.c     bert_fill, bert_tokenize, bert_load, bert_debug, bert_version
 **   settings.c    bert_cache*, bert_threads, bert_max_concurrent, ...
 **   candidates.c  the fill_candidates table-valued function
+**   rows.c        the fill_rows table-valued function
+**   sequences.c   the fill_sequences table-valued function
+**   wholeword.c   bert_score, bert_fill(text, 'joint')
 **   prefill.c     the bert_prefill aggregate
 **   stats_sql.c   bertfill_stats, bert_stats, bert_stats_reset
 **   prometheus.c  bert_stats('prometheus'): the Prometheus text format
 **   trace.c       bert_trace and the per-call trace table
+**   joint.c       whole-word fills: beam search, chain rule, their memo
 **   lookup.c      tokens -> LRU -> cache table -> encoder, and storing
 **   batcher.c     dynamic batching of concurrent encoder calls
 **   encode.c      one encoder run on a slot, counted in the stats
@@ -101,6 +140,7 @@
 **   models.c      the registry of loaded models; the default model
 **   cache.c       the LRU and the bertfill_cache table
 **   text.c        arguments, "[MASK]" positions, tokenizing, text results
+**   tvf.c         the query plan of the table-valued functions
 **   jsonw.c       JSON strings
 **   errors.c      errors: building, counting, reporting
 **   bounds.h      every limit and range;  api.c  SQLite's routines;
@@ -117,10 +157,13 @@ SQLITE_EXTENSION_INIT3
 #include "conn.h"
 #include "models.h"
 #include "prefill.h"
+#include "rows.h"
 #include "scalars.h"
+#include "sequences.h"
 #include "settings.h"
 #include "stats_sql.h"
 #include "trace.h"
+#include "wholeword.h"
 
 /* What a registration gets as its user data (a module: its client data). */
 enum user_data {
@@ -130,6 +173,9 @@ enum user_data {
 };
 
 #define DIRECT SQLITE_DIRECTONLY
+/* Not an SQLite flag (removed before registering): DIRECTONLY too, except
+** on a connection loaded through sqlite3_bertfill_trusted_init. */
+#define UNLESS_TRUSTED 0x40000000
 
 typedef struct sql_function {
   const char *name;
@@ -145,10 +191,16 @@ typedef struct sql_function {
 #define SETTING "changes a process-wide setting"
 
 static const sql_function functions[] = {
-  {"bert_fill", 1, DIRECT, bfx_fn_fill, 0, 0, CONN,
-   "loads a model (reads files) on first use; writes the bertfill_cache table"},
+  {"bert_fill", 1, DIRECT | UNLESS_TRUSTED, bfx_fn_fill, 0, 0, CONN,
+   "loads a model (reads files) on first use; writes the bertfill_cache table; through "
+   "sqlite3_bertfill_trusted_init usable by triggers and views while PRAGMA trusted_schema is "
+   "on"},
+  {"bert_fill", 2, DIRECT, bfx_fn_fill_joint, 0, 0, CONN, "as bert_fill(text)"},
+  {"bert_score", 2, DIRECT, bfx_fn_score, 0, 0, CONN, "as bert_fill(text)"},
   {"bert_prefill", 1, DIRECT, 0, bfx_prefill_step, bfx_prefill_final, CONN,
    "reads model files, writes the bertfill_cache table"},
+  {"bert_prefill", 2, DIRECT, 0, bfx_prefill_step, bfx_prefill_final, CONN,
+   "as bert_prefill(text)"},
   {"bert_tokenize", 1, DIRECT, bfx_fn_tokenize, 0, 0, CONN, "loads the model's files on first use"},
   {"bert_load", 1, DIRECT, bfx_fn_load, 0, 0, CONN, "reads any directory it is given"},
   {"bert_debug", 0, DIRECT, bfx_fn_debug, 0, 0, CONN,
@@ -170,6 +222,9 @@ static const sql_function functions[] = {
   {"bert_busy_timeout", 1, DIRECT, bfx_fn_busy_timeout, 0, 0, CONN, SETTING},
   {"bert_batching", 0, DIRECT, bfx_fn_batching, 0, 0, CONN, "as bert_batching(n)"},
   {"bert_batching", 1, DIRECT, bfx_fn_batching, 0, 0, CONN, SETTING},
+  {"bert_rows_cache", 0, DIRECT, bfx_fn_rows_cache, 0, 0, CONN, "as bert_rows_cache(mode)"},
+  {"bert_rows_cache", 1, DIRECT, bfx_fn_rows_cache, 0, 0, CONN,
+   "changes what fill_rows writes to the cache table"},
   {"bert_version", 0, SQLITE_INNOCUOUS, bfx_fn_version, 0, 0, NO_DATA,
    "a constant of the loaded bertfill.so: no side effect, reveals nothing about the process or "
    "its files, so any schema may use it; not DETERMINISTIC: an index or generated column must "
@@ -197,6 +252,12 @@ typedef struct sql_module {
 
 static const sql_module modules[] = {
   {"fill_candidates", &bfx_candidates_module, CONN,
+   "DIRECTONLY (sqlite3_vtab_config in xConnect) unless loaded through "
+   "sqlite3_bertfill_trusted_init: as bert_fill"},
+  {"fill_rows", &bfx_rows_module, CONN,
+   "DIRECTONLY (sqlite3_vtab_config in xConnect): runs the SQL it is given, reads model "
+   "files, writes the bertfill_cache table"},
+  {"fill_sequences", &bfx_sequences_module, CONN,
    "DIRECTONLY (sqlite3_vtab_config in xConnect): as bert_fill"},
   {"bertfill_stats", &bfx_stats_module, NO_DATA, "none: as bert_stats"},
 };
@@ -229,7 +290,9 @@ static int register_function(sqlite3 *db, bfx_conn *c, const sql_function *f) {
   int nomem;
   void *data = user_data(f->data, c, db, &destroy, &nomem);
   if (nomem) return SQLITE_NOMEM;
-  return sqlite3_create_function_v2(db, f->name, f->n_arg, SQLITE_UTF8 | f->flags, data, f->xFunc,
+  int flags = f->flags & ~UNLESS_TRUSTED;
+  if (c->trusted_schema && (f->flags & UNLESS_TRUSTED)) flags &= ~SQLITE_DIRECTONLY;
+  return sqlite3_create_function_v2(db, f->name, f->n_arg, SQLITE_UTF8 | flags, data, f->xFunc,
                                     f->xStep, f->xFinal, destroy);
 }
 
@@ -243,10 +306,8 @@ static int register_module(sqlite3 *db, bfx_conn *c, const sql_module *m) {
 
 #define COUNT(a) (sizeof(a) / sizeof(a)[0])
 
-#ifdef _WIN32
-__declspec(dllexport)
-#endif
-  int sqlite3_bertfill_init(sqlite3 *db, char **pzErrMsg, const sqlite3_api_routines *pApi) {
+/* Register everything on db; trusted: see "Triggers and views" above. */
+static int init(sqlite3 *db, char **pzErrMsg, const sqlite3_api_routines *pApi, int trusted) {
   /* SQLITE_EXTENSION_INIT2(pApi), but written only when it changes: every
   ** connection passes the same routines, and other threads may be calling
   ** bertfill functions (reading sqlite3_api) while this one loads it. */
@@ -259,11 +320,18 @@ __declspec(dllexport)
   bfx_pin_library();
   bfx_conn *c = bfx_conn_new(db); /* this function's reference, dropped at the end */
   if (!c) return SQLITE_NOMEM;
+  c->trusted_schema = trusted;
 
   int rc = SQLITE_OK;
   for (size_t i = 0; i < COUNT(functions) && rc == SQLITE_OK; i++) {
     rc = register_function(db, c, &functions[i]);
-    if (rc != SQLITE_OK && pzErrMsg)
+    if (rc == SQLITE_BUSY && pzErrMsg) /* replacing a function while a statement runs */
+      *pzErrMsg = sqlite3_mprintf("bertfill: cannot replace %s() while a statement runs; load "
+                                  "bertfill this way as the "
+                                  "first load on a new connection, or outside SQL (.load in the "
+                                  "shell)",
+                                  functions[i].name);
+    else if (rc != SQLITE_OK && pzErrMsg)
       *pzErrMsg = functions[i].n_arg < 0
                     ? sqlite3_mprintf("bertfill: cannot register %s(...): %s", functions[i].name,
                                       sqlite3_errstr(rc))
@@ -278,4 +346,19 @@ __declspec(dllexport)
   }
   bfx_conn_unref(c);
   return rc;
+}
+
+#ifdef _WIN32
+__declspec(dllexport)
+#endif
+  int sqlite3_bertfill_init(sqlite3 *db, char **pzErrMsg, const sqlite3_api_routines *pApi) {
+  return init(db, pzErrMsg, pApi, 0);
+}
+
+#ifdef _WIN32
+__declspec(dllexport)
+#endif
+  int sqlite3_bertfill_trusted_init(sqlite3 *db, char **pzErrMsg,
+                                    const sqlite3_api_routines *pApi) {
+  return init(db, pzErrMsg, pApi, 1);
 }

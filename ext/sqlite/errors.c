@@ -96,18 +96,18 @@ void bfx_err_engine(bfx_err *e, const char *fname, int rc, const char *msg) {
   bfx_errf(e, SQLITE_ERROR, kind, "%s: %s", fname, msg);
 }
 
-static void count(const bfx_err *e) {
+void bfx_err_count(const bfx_err *e) {
   if (e->kind >= 0) bf_stats_add((bf_counter)e->kind, 1);
 }
 
 void bfx_error(sqlite3_context *ctx, const bfx_err *e) {
-  count(e);
+  bfx_err_count(e);
   if (e->rc == SQLITE_NOMEM) sqlite3_result_error_nomem(ctx);
   else sqlite3_result_error(ctx, e->msg, -1);
 }
 
 int bfx_error_vtab(sqlite3_vtab *vt, const bfx_err *e) {
-  count(e);
+  bfx_err_count(e);
   if (e->rc == SQLITE_NOMEM) return SQLITE_NOMEM;
   sqlite3_free(vt->zErrMsg);
   vt->zErrMsg = sqlite3_mprintf("%s", e->msg);

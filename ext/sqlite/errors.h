@@ -39,6 +39,9 @@ void bfx_err_nomem(bfx_err *e);
 /* An engine return code (BF_ERR_*) and its message, prefixed "fname: ". */
 void bfx_err_engine(bfx_err *e, const char *fname, int rc, const char *msg);
 
+/* Count e in the stats without reporting it (an error kept in a row). */
+void bfx_err_count(const bfx_err *e);
+
 /* User input s[0..n) (n < 0: up to its NUL) made fit for a message, in q:
 ** valid UTF-8 as it is, except control characters; those and every byte
 ** that is not part of valid UTF-8 as \xNN (so x'eda080' is \xED\xA0\x80);

@@ -85,13 +85,7 @@ int bfx_lookup_or_encode(const char *fname, bfx_conn *c, bf_model *m, const bf_t
   res->n_masks = t->n_masks;
   res->source = "none";
   if (t->n_masks == 0) return SQLITE_OK;
-  if (t->n > bfx_max_tokens(m)) {
-    bfx_errf(e, SQLITE_ERROR, BF_CT_ERR_TOOLONG,
-             "%s: the text is %d tokens long ([CLS] and [SEP] included) but the model "
-             "takes at most %d (max_position_embeddings)",
-             fname, t->n, bfx_max_tokens(m));
-    return SQLITE_ERROR;
-  }
+  if (bfx_check_length(fname, m, t, e) != SQLITE_OK) return SQLITE_ERROR;
 
   if (c->cache_mode != BFX_CACHE_OFF) {
     int hit = lookup_cache(c, m, t, k, res);

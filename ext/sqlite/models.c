@@ -42,11 +42,19 @@ SQLITE_EXTENSION_INIT3
 #define INSTALLED_MODEL_NAME "share/bertfill/bertfill-zh-tiny" /* from the .so's ../ */
 #define MAX_CANDIDATES 6
 
+/* What a model directory is, and how to name one: the advice of the errors
+** "no model" and "cannot open model directory".  When the directory came
+** from BERTFILL_MODEL, the advice is to fix or unset it instead. */
+#define MODEL_DIR_IS \
+  "A model directory holds config.json, vocab.txt and model.safetensors, e.g. those of " \
+  "bert-base-chinese from the Hugging Face hub " \
+  "(https://huggingface.co/google-bert/bert-base-chinese)."
 #define HOWTO \
   "Load one with SELECT bert_load('/path/to/model-dir') or set the environment variable " \
-  "BERTFILL_MODEL=/path/to/model-dir.  A model directory holds config.json, vocab.txt and " \
-  "model.safetensors, e.g. those of bert-base-chinese from the Hugging Face hub " \
-  "(https://huggingface.co/google-bert/bert-base-chinese)."
+  "BERTFILL_MODEL=/path/to/model-dir.  " MODEL_DIR_IS
+#define HOWTO_ENV \
+  "Point BERTFILL_MODEL at a model directory, or unset it to use the shipped model, or load " \
+  "one with SELECT bert_load('/path/to/model-dir').  " MODEL_DIR_IS
 
 typedef struct reg_ent {
   char *path; /* canonical directory */
@@ -59,13 +67,15 @@ typedef struct reg_ent {
 static pthread_mutex_t reg_mu = PTHREAD_MUTEX_INITIALIZER;
 static reg_ent *reg_head;
 
-/* Load (or share) the model in dir.  On failure *err says why. */
-static bf_model *registry_get(const char *dir, char **err) {
+/* Load (or share) the model in dir.  On failure *err says why; from (may be
+** "") follows the directory's name in the message, howto is the advice when
+** the directory cannot be opened. */
+static bf_model *registry_get(const char *dir, const char *from, const char *howto, char **err) {
   char canon[PATH_MAX];
   bfx_quote q;
   if (!realpath(dir, canon)) {
-    *err = sqlite3_mprintf("bertfill: cannot open model directory '%s': %s.  " HOWTO,
-                           bfx_quoted(&q, dir, -1), strerror(errno));
+    *err = sqlite3_mprintf("bertfill: cannot open model directory '%s'%s: %s.  %s",
+                           bfx_quoted(&q, dir, -1), from, strerror(errno), howto);
     return NULL;
   }
   bf_model *m = NULL;
@@ -98,8 +108,8 @@ static bf_model *registry_get(const char *dir, char **err) {
       free(path);
       if (strstr(msg, "out of memory")) *err = NULL; /* reported as SQLITE_NOMEM */
       else
-        *err = sqlite3_mprintf("bertfill: cannot load the model in '%s': %s",
-                               bfx_quoted(&q, dir, -1), msg[0] ? msg : "unknown error");
+        *err = sqlite3_mprintf("bertfill: cannot load the model in '%s'%s: %s",
+                               bfx_quoted(&q, dir, -1), from, msg[0] ? msg : "unknown error");
     } else {
       e->path = path;
       e->m = m;
@@ -233,20 +243,14 @@ static bf_model *resolve_default(const char **source, char **err) {
   *err = NULL;
   if (env && *env) {
     *source = "BERTFILL_MODEL";
-    bf_model *m = registry_get(env, err);
-    if (!m && *err) {
-      char *e2 = sqlite3_mprintf("%s (from the environment variable BERTFILL_MODEL)", *err);
-      sqlite3_free(*err);
-      *err = e2;
-    }
-    return m;
+    return registry_get(env, " (from the environment variable BERTFILL_MODEL)", HOWTO_ENV, err);
   }
   char cand[MAX_CANDIDATES][PATH_MAX];
   int n = default_candidates(cand, MAX_CANDIDATES);
   for (int i = 0; i < n; i++) {
     if (has_config(cand[i])) {
       *source = "default";
-      return registry_get(cand[i], err);
+      return registry_get(cand[i], "", HOWTO, err);
     }
   }
   char *where = bfx_default_model_paths();
@@ -266,7 +270,7 @@ static void take_error(bfx_err *e, char *msg) {
 
 bf_model *bfx_model_get(const char *dir, bfx_err *e) {
   char *err = NULL;
-  bf_model *m = registry_get(dir, &err);
+  bf_model *m = registry_get(dir, "", HOWTO, &err);
   if (!m) take_error(e, err);
   return m;
 }

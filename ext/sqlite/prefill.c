@@ -5,22 +5,46 @@
 **   SELECT bert_prefill(text) FROM t;        -- number of texts computed
 **   UPDATE t SET filled = bert_fill(text);   -- now answered from the cache
 **
-** Each text is tokenized; texts without a mask, texts already in the cache
-** (the table in mode 'on', the LRU in mode 'memory') and repeats are
-** skipped; the rest go through the encoder in batches of up to
-** BFX_BATCH_MAX_SEQS sequences or BFX_BATCH_MAX_TOKENS tokens per run (all
-** tokens of a batch go through each matrix product together), and the
-** results are stored in the cache.  Texts that cannot be filled (invalid
-** UTF-8, longer than the model's limit) are skipped here; bert_fill reports
-** them.  Memory stays bounded: one batch at a time.
+** Each text (NULLs are passed over) is tokenized and lands in exactly one
+** of four counts:
+**   computed   went through the encoder, in batches of up to
+**              BFX_BATCH_MAX_SEQS sequences or BFX_BATCH_MAX_TOKENS tokens
+**              per run (all tokens of a batch go through each matrix product
+**              together); the results are stored in the cache
+**   cached     already in the cache (the table in mode 'on', the LRU in mode
+**              'memory'), or a repeat of a text already counted
+**   no mask    nothing to compute (bert_fill returns such a text unchanged,
+**              whatever its length)
+**   skipped    texts bert_fill would reject (invalid UTF-8, longer than the
+**              model's limit): an aggregate over a column does not stop at
+**              one bad row; bert_fill reports it with its row
+** Memory stays bounded: one batch at a time.  The result is the number
+** computed.
 **
 ** Progress goes to stderr, at most once a second, when stderr is a terminal
 ** or BERTFILL_PROGRESS=1 (BERTFILL_PROGRESS=0 turns it off; the words of
-** bf_env_flag, util.h):
+** bf_env_flag, util.h); the counts of the last line add up to texts read:
 **   bert_prefill: 1200 texts read, 1100 computed, 85 texts/s
-**   bert_prefill: done: 2000 texts read, 1850 computed, 150 cached or repeated, 0 skipped, 21.8 s
+**   bert_prefill: done: 2000 texts read, 1840 computed, 150 cached or repeated, 8 without a
+**   mask, 2 skipped (invalid or too long), 21.8 s
 **
 ** With bert_cache('off') there is nowhere to keep the results: error.
+**
+** Nor when the cache cannot keep them all: the UPDATE that follows would
+** find the first texts evicted by the last ones and compute every text a
+** second time, one at a time.  As soon as the texts it computed outnumber
+** what the cache holds (bert_cache_limit rows of the table in mode 'on' on
+** a writable database, or bert_cache_lru entries of the LRU), bert_prefill
+** stops with an error that points to fill_rows (rows.c), which fills a
+** column of any size in one pass.  What it computed so far stays cached.
+**
+** bert_prefill(text, 'joint') warms the whole-word fills instead (what
+** fill_sequences(text) and bert_fill(text, 'joint') read, beam width 5):
+**   SELECT bert_prefill(text, 'joint') FROM t;
+**   UPDATE t SET filled = bert_fill(text, 'joint');
+** Those texts are computed one after the other (each mask of a text is one
+** encoder run of the beam's hypotheses, joint.c); cached ones and repeats
+** are skipped.  A NULL second argument skips the row.
 */
 #include <stdio.h>
 #include <string.h>
@@ -34,6 +58,7 @@ SQLITE_EXTENSION_INIT3
 #include "conn.h"
 #include "encode.h"
 #include "errors.h"
+#include "joint.h"
 #include "lookup.h"
 #include "stats.h"
 #include "text.h"
@@ -46,7 +71,7 @@ typedef struct prefill {
   int k;                                   /* candidates per mask to compute */
   bf_tokens batch[BFX_BATCH_MAX_SEQS + 1]; /* last slot: the text being read */
   int nb, btokens;
-  sqlite3_int64 read, computed, cached, skipped;
+  sqlite3_int64 read, computed, cached, nomask, skipped; /* read = the sum of the rest */
   uint64_t t_start, t_progress;
 } prefill;
 
@@ -59,9 +84,9 @@ static void progress(prefill *p, int final) {
   if (final)
     fprintf(stderr,
             "bert_prefill: done: %lld texts read, %lld computed, %lld cached or repeated, "
-            "%lld skipped, %.1f s\n",
-            (long long)p->read, (long long)p->computed, (long long)p->cached, (long long)p->skipped,
-            secs);
+            "%lld without a mask, %lld skipped (invalid or too long), %.1f s\n",
+            (long long)p->read, (long long)p->computed, (long long)p->cached, (long long)p->nomask,
+            (long long)p->skipped, secs);
   else
     fprintf(stderr, "bert_prefill: %lld texts read, %lld computed, %.0f texts/s\n",
             (long long)p->read, (long long)p->computed,
@@ -69,6 +94,33 @@ static void progress(prefill *p, int final) {
 }
 
 static int progress_wanted(void) { return bf_env_flag("BERTFILL_PROGRESS", isatty(2)); }
+
+/* How many texts the cache keeps, and the setting that bounds it: the LRU
+** (bert_cache_lru), or in mode 'on' on a writable database the table
+** (bert_cache_limit) when that holds more. */
+static sqlite3_int64 cache_capacity(bfx_conn *c, const char **setting) {
+  sqlite3_int64 n = bfc_lru_max_entries();
+  *setting = "bert_cache_lru";
+  if (c->cache_mode == BFX_CACHE_ON && sqlite3_db_readonly(c->db, "main") == 0 &&
+      c->cache_limit > n) {
+    n = c->cache_limit;
+    *setting = "bert_cache_limit";
+  }
+  return n;
+}
+
+/* The error when the texts computed outnumber what the cache keeps. */
+static void check_capacity(prefill *p, bfx_err *e) {
+  const char *setting;
+  sqlite3_int64 cap = cache_capacity(p->c, &setting);
+  if (p->computed <= cap) return;
+  bfx_errf(e, SQLITE_ERROR, BF_CT_ERR_OTHER,
+           "%lld texts computed but the cache keeps %lld (%s), so the UPDATE after bert_prefill "
+           "would compute them again; fill the column in one pass with fill_rows: UPDATE t SET "
+           "filled = f.filled FROM fill_rows('SELECT rowid, text FROM t') AS f WHERE t.rowid = "
+           "f.key",
+           (long long)p->computed, (long long)cap, setting);
+}
 
 /* Encode the pending batch and store its results in the cache. */
 static int encode_and_store_batch(sqlite3_context *ctx, prefill *p) {
@@ -99,6 +151,7 @@ static int encode_and_store_batch(sqlite3_context *ctx, prefill *p) {
       bf_stats_add(BF_CT_CACHE_SKIPPED, skipped);
     }
     p->computed += p->nb;
+    check_capacity(p, &e);
   }
   sqlite3_free(out);
   p->nb = 0;
@@ -131,8 +184,26 @@ static int already_cached(prefill *p, const bf_tokens *t) {
   return hit;
 }
 
+/* bert_prefill(text, 'joint'): the whole-word fills of t, from the memo or
+** computed now. */
+static void prefill_joint(sqlite3_context *ctx, prefill *p, const bf_tokens *t) {
+  bfx_err e = BFX_ERR_NONE;
+  bfx_result res;
+  int rc = bfx_joint_fill("bert_prefill", p->c, p->m, t, BFX_DEFAULT_K, BFX_JOINT_PREFILL, &res,
+                          &e);
+  if (rc == SQLITE_OK && strcmp(res.source, "encoder") == 0) p->computed++;
+  else if (rc == SQLITE_OK) p->cached++;
+  bfx_result_clear(&res);
+  if (rc != SQLITE_OK) {
+    p->failed = 1;
+    bfx_err where = e; /* say where the error came from */
+    if (e.rc != SQLITE_NOMEM && strncmp(e.msg, "bert_prefill", 12) != 0)
+      bfx_errf(&where, e.rc, e.kind, "bert_prefill: %s", e.msg);
+    bfx_error(ctx, &where);
+  }
+}
+
 void bfx_prefill_step(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
-  (void)argc;
   prefill *p = sqlite3_aggregate_context(ctx, sizeof *p);
   if (!p) {
     sqlite3_result_error_nomem(ctx);
@@ -165,6 +236,13 @@ void bfx_prefill_step(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
     p->progress = progress_wanted();
     p->t_start = p->t_progress = bf_now_ns();
   }
+  int joint = argc == 2 ? bfx_arg_joint(argv[1], "bert_prefill", &e) : 0;
+  if (joint < 0) {
+    p->failed = 1;
+    bfx_error(ctx, &e);
+    return;
+  }
+  if (argc == 2 && !joint) return; /* NULL mode: as bert_fill(text, NULL), nothing to warm */
   const char *s;
   int n;
   int a = bfx_arg_text(argv[0], &s, &n);
@@ -183,11 +261,19 @@ void bfx_prefill_step(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
     bfx_error(ctx, &e);
     return;
   }
+  if (rc == SQLITE_OK && t->n_masks == 0) { /* as bert_fill: nothing to do, at any length */
+    p->nomask++;
+    goto out;
+  }
   if (rc != SQLITE_OK || t->n > bfx_max_tokens(p->m)) {
     p->skipped++;
     goto out;
   }
-  if (t->n_masks == 0) goto out;
+  if (joint) {
+    prefill_joint(ctx, p, t);
+    if (p->failed) return;
+    goto out;
+  }
 
   int hit = already_cached(p, t);
   if (hit < 0) {

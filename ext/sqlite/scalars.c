@@ -86,11 +86,7 @@ void bfx_fn_fill(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
     bfx_error(ctx, &e);
     goto done;
   }
-  int literal = bfx_mask_offsets(s, n, off, t.n_masks);
-  if (literal != t.n_masks) {
-    bfx_errf(&e, SQLITE_ERROR, BF_CT_ERR_INPUT,
-             "bert_fill: the text has %d \"[MASK]\" but the tokenizer found %d mask tokens",
-             literal, t.n_masks);
+  if (bfx_find_masks("bert_fill", s, n, t.n_masks, off, &e) != SQLITE_OK) {
     bfx_error(ctx, &e);
     goto done;
   }
@@ -98,17 +94,8 @@ void bfx_fn_fill(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
     bfx_error(ctx, &e);
     goto done;
   }
-
-  /* The text with the i-th "[MASK]" replaced by the top candidate of mask i. */
   sqlite3_str *out = sqlite3_str_new(NULL);
-  int at = 0;
-  for (int i = 0; i < t.n_masks; i++) {
-    sqlite3_str_append(out, s + at, off[i] - at);
-    const char *tok = bf_model_token(m, res.c[(size_t)i * res.k].id);
-    sqlite3_str_appendall(out, tok ? tok : "");
-    at = off[i] + BF_MASK_TEXT_LEN;
-  }
-  sqlite3_str_append(out, s + at, n - at);
+  bfx_append_filled(out, m, s, n, off, t.n_masks, res.c, (size_t)res.k);
   bfx_result_str(ctx, out);
   failed = 0;
 done:

@@ -16,5 +16,6 @@ void bfx_fn_threads(sqlite3_context *ctx, int argc, sqlite3_value **argv);
 void bfx_fn_max_concurrent(sqlite3_context *ctx, int argc, sqlite3_value **argv);
 void bfx_fn_busy_timeout(sqlite3_context *ctx, int argc, sqlite3_value **argv);
 void bfx_fn_batching(sqlite3_context *ctx, int argc, sqlite3_value **argv);
+void bfx_fn_rows_cache(sqlite3_context *ctx, int argc, sqlite3_value **argv);
 
 #endif

@@ -39,7 +39,16 @@
 ** misses may share one run (dynamic batching), so encoder_runs <= seqs and
 ** the encode / topk stages have one sample per run, queue one per call; hits
 ** never run the encoder.  bert_prefill adds batched runs without counting
-** calls.
+** calls; so does fill_rows, which counts its rows, rows_batches and
+** rows_seqs (rows.c).
+**
+** The whole-word functions (fill_sequences, bert_fill(text, 'joint'),
+** bert_score; joint.c) count apart: each call with non-NULL arguments is one
+** `joint_calls` and one sample of the `joint` stage, and one of joint_hits,
+** joint_misses unless stopped before (err_*) or without a mask; a miss makes
+** one encoder run per mask (bert_score: one in all), counted in joint_runs
+** and also in encoder_runs, seqs, tokens, masks and the encode / topk /
+** queue stages.  bert_prefill(text, 'joint') adds joint_runs only.
 **
 ** The flags of bert_stats, bert_stats_reset and bertfill_stats, and why,
 ** are in the table of entry.c.

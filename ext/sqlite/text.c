@@ -1,6 +1,7 @@
 /*
 ** text.c — text in and out of the SQL functions (see text.h).
 */
+#include <stdio.h>
 #include <string.h>
 
 #include "sqlite3ext.h"
@@ -41,6 +42,40 @@ int bfx_arg_int(sqlite3_value *v, sqlite3_int64 lo, sqlite3_int64 hi, sqlite3_in
   return 1;
 }
 
+const char *bfx_arg_shown(sqlite3_value *v, bfx_quote *q) {
+  switch (sqlite3_value_type(v)) {
+    case SQLITE_NULL: return bfx_quoted(q, "NULL", -1);
+    case SQLITE_BLOB: return bfx_quoted(q, "a blob", -1);
+    default: break;
+  }
+  const char *z = (const char *)sqlite3_value_text(v);
+  return bfx_quoted(q, z ? z : "", z ? sqlite3_value_bytes(v) : 0);
+}
+
+char *bfx_int_arg_msg(const char *fname, const char *what, sqlite3_int64 lo, const char *lo_means,
+                      sqlite3_int64 hi, const char *hi_means, sqlite3_value *v) {
+  bfx_quote q;
+  const char *got = bfx_arg_shown(v, &q);
+  return sqlite3_mprintf("%s: %s must be an integer from %lld%s%s%s to %lld%s%s%s (got %s)", fname,
+                         what, (long long)lo, lo_means ? " (" : "", lo_means ? lo_means : "",
+                         lo_means ? ")" : "", (long long)hi, hi_means ? " (" : "",
+                         hi_means ? hi_means : "", hi_means ? ")" : "", got);
+}
+
+int bfx_arg_joint(sqlite3_value *v, const char *fname, bfx_err *e) {
+  bfx_quote q;
+  if (sqlite3_value_type(v) == SQLITE_NULL) return 0;
+  const char *z = (const char *)sqlite3_value_text(v);
+  if (z && sqlite3_stricmp(z, "joint") == 0) return 1;
+  if (!z) bfx_err_nomem(e);
+  else
+    bfx_errf(e, SQLITE_ERROR, BF_CT_ERR_INPUT,
+             "%s: the second argument must be 'joint' (got '%s'); %s(text) fills each "
+             "[MASK] on its own",
+             fname, bfx_quoted(&q, z, sqlite3_value_bytes(v)), fname);
+  return -1;
+}
+
 int bfx_mask_offsets(const char *s, int n, int *off, int max) {
   int count = 0;
   for (int i = 0; i + BF_MASK_TEXT_LEN <= n;) {
@@ -55,7 +90,37 @@ int bfx_mask_offsets(const char *s, int n, int *off, int max) {
   return count;
 }
 
+int bfx_find_masks(const char *fname, const char *s, int n, int n_masks, int *off, bfx_err *e) {
+  int literal = bfx_mask_offsets(s, n, off, n_masks);
+  if (literal == n_masks) return SQLITE_OK;
+  bfx_errf(e, SQLITE_ERROR, BF_CT_ERR_INPUT,
+           "%s: the text has %d \"[MASK]\" but the tokenizer found %d mask tokens", fname, literal,
+           n_masks);
+  return SQLITE_ERROR;
+}
+
 int bfx_max_tokens(bf_model *m) { return bf_model_config(m)->max_position_embeddings; }
+
+int bfx_check_length(const char *fname, bf_model *m, const bf_tokens *t, bfx_err *e) {
+  if (t->n <= bfx_max_tokens(m)) return SQLITE_OK;
+  bfx_errf(e, SQLITE_ERROR, BF_CT_ERR_TOOLONG,
+           "%s: the text is %d tokens long ([CLS] and [SEP] included) but the model "
+           "takes at most %d (max_position_embeddings)",
+           fname, t->n, bfx_max_tokens(m));
+  return SQLITE_ERROR;
+}
+
+void bfx_append_filled(sqlite3_str *out, bf_model *m, const char *s, int n, const int *off,
+                       int n_masks, const bf_cand *c, size_t stride) {
+  int at = 0;
+  for (int i = 0; i < n_masks; i++) {
+    sqlite3_str_append(out, s + at, off[i] - at);
+    const char *tok = bf_model_token(m, c[(size_t)i * stride].id);
+    sqlite3_str_appendall(out, tok ? tok : "");
+    at = off[i] + BF_MASK_TEXT_LEN;
+  }
+  sqlite3_str_append(out, s + at, n - at);
+}
 
 int bfx_tokenize(const char *fname, bf_model *m, const char *s, int n, bf_tokens *t, uint64_t *ns,
                  bfx_err *e) {

@@ -18,12 +18,35 @@ int bfx_arg_text(sqlite3_value *v, const char **p, int *n);
 
 /* 1 with *out when v is an integer from lo to hi (a float with an integral
 ** value counts, within +-BFX_INT_ARG_FLOAT_BOUND, bounds.h); 0 otherwise.
-** The caller words the error. */
+** The caller reports the error with bfx_int_arg_msg. */
 int bfx_arg_int(sqlite3_value *v, sqlite3_int64 lo, sqlite3_int64 hi, sqlite3_int64 *out);
+
+/* How argument v is shown in the "(got ...)" of an error message, in q:
+** numbers and text as SQLite writes them, quoted with bfx_quoted (errors.h:
+** invalid UTF-8 escaped, long text cut), "NULL", or "a blob".  Returns q->s. */
+const char *bfx_arg_shown(sqlite3_value *v, bfx_quote *q);
+
+/* The one shape of the error for an integer argument (or setting) that is
+** out of range or not an integer, sqlite3_malloc'ed (NULL: out of memory):
+**   FNAME: WHAT must be an integer from LO[ (LO_MEANS)] to HI[ (HI_MEANS)] (got V)
+** e.g. "bert_threads: the number of threads must be an integer from 0 (one
+** per core) to 64 (got 1000)".  lo_means and hi_means may be NULL. */
+char *bfx_int_arg_msg(const char *fname, const char *what, sqlite3_int64 lo, const char *lo_means,
+                      sqlite3_int64 hi, const char *hi_means, sqlite3_value *v);
+
+/* The mode argument of bert_fill(text, 'joint') and bert_prefill(text,
+** 'joint'): 1 for 'joint' (any letter case), 0 for NULL, -1 with e set
+** ("fname: the second argument must be 'joint' ...") for anything else. */
+int bfx_arg_joint(sqlite3_value *v, const char *fname, bfx_err *e);
 
 /* Byte offsets of the literal "[MASK]" occurrences (left to right, not
 ** overlapping); writes at most max, returns how many there are. */
 int bfx_mask_offsets(const char *s, int n, int *off, int max);
+
+/* The byte offsets of the n_masks "[MASK]"s of s[0..n) into off, checking
+** that the text writes as many literal "[MASK]" as the tokenizer found
+** mask tokens (the error, prefixed "fname: ", says both numbers). */
+int bfx_find_masks(const char *fname, const char *s, int n, int n_masks, int *off, bfx_err *e);
 
 /* Tokenize s[0..n) for model m, checking UTF-8 first (the error names the
 ** offending byte).  fname prefixes messages; the time taken is added to
@@ -32,6 +55,14 @@ int bfx_tokenize(const char *fname, bf_model *m, const char *s, int n, bf_tokens
                  bfx_err *e);
 /* The model's limit on tokens per sequence ([CLS] and [SEP] included). */
 int bfx_max_tokens(bf_model *m);
+/* SQLITE_OK when t fits the model's limit; else an error (counted as
+** err_toolong when reported) that gives both lengths. */
+int bfx_check_length(const char *fname, bf_model *m, const bf_tokens *t, bfx_err *e);
+
+/* Append s[0..n) to out with its i-th "[MASK]" (at byte off[i]) replaced by
+** token c[i * stride].id as displayed (bf_model_token), for i < n_masks. */
+void bfx_append_filled(sqlite3_str *out, bf_model *m, const char *s, int n, const int *off,
+                       int n_masks, const bf_cand *c, size_t stride);
 
 /* The text built in s as the result of ctx (s is finished), or out of
 ** memory when building it failed. */

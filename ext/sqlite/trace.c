@@ -5,6 +5,7 @@
 **   SELECT bert_trace(1, 1000);          -- this connection into the table bertfill_trace
 **   SELECT bert_trace(0);                -- (keeping at most the newest 1000 rows; default
 **   SELECT bert_trace();                 -- 100000); returns the new / current state 1|0
+**                                        -- (NULL for either argument: keep it as it is)
 **   SELECT * FROM bertfill_trace ORDER BY total_ms DESC LIMIT 10;   -- the slowest calls
 **
 ** bertfill_trace(id, ts, func, text, source, total_ms, queue_ms, tokenize_ms,
@@ -32,7 +33,9 @@
 #include "sqlite3ext.h"
 SQLITE_EXTENSION_INIT3
 #include "trace.h"
+#include "bounds.h"
 #include "errors.h"
+#include "text.h"
 #include "util.h"
 
 #define TRACE_TABLE "bertfill_trace"
@@ -206,26 +209,26 @@ void bfx_fn_trace(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
                          -1);
     return;
   }
-  if (argc == 0) {
-    sqlite3_result_int(ctx, st->enabled);
-    return;
+  /* Each argument: NULL (or left out) keeps what is set; otherwise it must
+  ** be in range (the error shape of bfx_int_arg_msg). */
+  int on = st->enabled;
+  sqlite3_int64 v, max_rows = st->max_rows;
+  char *bad = NULL;
+  if (argc >= 1 && sqlite3_value_type(argv[0]) != SQLITE_NULL) {
+    if (bfx_arg_int(argv[0], 0, 1, &v)) on = (int)v;
+    else if (!(bad = bfx_int_arg_msg("bert_trace", "on", 0, "stop", 1, "start tracing", argv[0])))
+      goto nomem;
   }
-  if (sqlite3_value_type(argv[0]) == SQLITE_NULL) {
-    sqlite3_result_error(ctx, "bert_trace(on): on must be 1 (start tracing) or 0 (stop), not NULL",
-                         -1);
-    return;
+  if (!bad && argc >= 2 && sqlite3_value_type(argv[1]) != SQLITE_NULL) {
+    if (bfx_arg_int(argv[1], 1, BFX_TRACE_ROWS_MAX, &v)) max_rows = v;
+    else if (!(bad = bfx_int_arg_msg("bert_trace", "max_rows (the newest rows kept)", 1, NULL,
+                                     BFX_TRACE_ROWS_MAX, NULL, argv[1])))
+      goto nomem;
   }
-  int on = sqlite3_value_int(argv[0]) != 0;
-  sqlite3_int64 max_rows = st->max_rows;
-  if (argc >= 2) {
-    if (sqlite3_value_type(argv[1]) != SQLITE_INTEGER || sqlite3_value_int64(argv[1]) < 1) {
-      sqlite3_result_error(ctx,
-                           "bert_trace(on, max_rows): max_rows must be a positive integer "
-                           "(the newest rows kept in " TRACE_TABLE ")",
-                           -1);
-      return;
-    }
-    max_rows = sqlite3_value_int64(argv[1]);
+  if (bad) {
+    sqlite3_result_error(ctx, bad, -1);
+    sqlite3_free(bad);
+    return;
   }
   if (on && !st->enabled) {
     char *err = NULL;
@@ -245,6 +248,9 @@ void bfx_fn_trace(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
   st->max_rows = max_rows;
   pthread_mutex_unlock(&registry_mu);
   sqlite3_result_int(ctx, on);
+  return;
+nomem:
+  sqlite3_result_error_nomem(ctx);
 }
 
 void *bfx_trace_state_new(sqlite3 *db) {

@@ -9,6 +9,10 @@
 **       the same model through the SQLite extension: cache-hit latency of a
 **       repeated bert_fill(), and filling a table column in one statement
 **       (SELECT bert_prefill(text) FROM t, then UPDATE t SET filled = bert_fill(text)).
+**       "column fill, N rows": the batch-2000 set as a column, filled by
+**       UPDATE ... FROM fill_rows(...), by bert_prefill + UPDATE, and by a plain
+**       UPDATE (bert_fill per row); then with bert_cache_limit and bert_cache_lru
+**       lowered below N (fill_rows + UPDATE, and bert_prefill, which refuses).
 **
 ** Options: --reps N (timed runs per single-sentence length, default 20)
 **          --warmup N (untimed runs first, default 3)
@@ -18,6 +22,8 @@
 **          --limit N (use at most N sentences of each batch set; 0 = all)
 **          --threads N (BLAS threads; 0 = the engine's default)
 **          --hits N (cache-hit calls timed in sql mode, default 20000)
+**          --column 0 (leave out the column fill: its plain UPDATE alone runs
+**                     the encoder once per row, minutes on a bert-base model)
 **
 ** Each mode runs in its own process so that its peak RSS is its own.  The
 ** sentences file is made by tests/bench/sentences.py; the engine must tokenize
@@ -131,6 +137,7 @@ static void json_str(FILE *o, const char *s) {
 static int o_big_rounds = 2;
 static int o_reps = 20, o_warmup = 3, o_rounds = 3, o_batch = 32, o_limit = 0, o_threads = 0, o_hits = 20000;
 static const char *o_ext = NULL;
+static int o_column = 1;
 
 static int set_len(const sset *s) { return o_limit > 0 && s->n > o_limit ? o_limit : s->n; }
 static int rounds_for(const sset *s) {
@@ -320,6 +327,103 @@ static void step_all(sqlite3_stmt *st, const char *what) {
   sqlite3_reset(st);
 }
 
+/* ---- column fill, N rows, through SQL ---- */
+
+static long long counter(const char *name) {
+  sqlite3_stmt *st = prep("SELECT value FROM bertfill_stats WHERE name = ?");
+  sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
+  long long v = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int64(st, 0) : -1;
+  sqlite3_finalize(st);
+  return v;
+}
+
+static void column_table(const sset *ss, int n) {
+  exec("SELECT bert_cache('clear')");
+  exec("DROP TABLE IF EXISTS t; CREATE TABLE t(id INTEGER PRIMARY KEY, text TEXT, filled TEXT)");
+  exec("BEGIN");
+  sqlite3_stmt *st = prep("INSERT INTO t(text) VALUES (?)");
+  for (int j = 0; j < n; j++) {
+    sqlite3_bind_text(st, 1, ss->s[j].text, -1, SQLITE_STATIC);
+    step_all(st, "insert");
+  }
+  sqlite3_finalize(st);
+  exec("COMMIT");
+}
+
+/* One way of filling the column, timed: each statement in turn (one with an
+** error stops the run, and the error is reported instead of a rate). */
+static void column_run(FILE *o, const char *label, int n, const char *const *sqls, int first,
+                       char **filled) {
+  long long s0 = counter("seqs"), r0 = counter("encoder_runs");
+  double t0 = now_s();
+  const char *err = NULL;
+  char *msg = NULL;
+  for (int i = 0; sqls[i] && !err; i++)
+    if (sqlite3_exec(db, sqls[i], NULL, NULL, &msg) != SQLITE_OK) err = msg ? msg : "?";
+  double secs = now_s() - t0;
+  long long seqs = counter("seqs") - s0, runs = counter("encoder_runs") - r0;
+  fprintf(o, "%s\n   \"%s\": {\"seconds\": %.4f, \"seqs\": %lld, \"encoder_runs\": %lld", first ? "" : ",",
+          label, secs, seqs, runs);
+  if (err) {
+    fprintf(o, ", \"error\": ");
+    json_str(o, err);
+    fprintf(stderr, "bertfill sql: column fill, %d rows, %s: error after %.1f s: %.80s...\n", n, label, secs, err);
+  } else {
+    fprintf(o, ", \"sent_per_s\": %.3f", n / secs);
+    fprintf(stderr, "bertfill sql: column fill, %d rows, %s: %.1f s, %.1f sentences/s, %lld sequences\n", n, label,
+            secs, n / secs, seqs);
+  }
+  fprintf(o, "}");
+  sqlite3_free(msg);
+  if (filled && !err) {   /* the column as text, to compare the ways */
+    sqlite3_stmt *st = prep("SELECT group_concat(coalesce(filled, '<NULL>'), char(10)) FROM (SELECT filled FROM t ORDER BY id)");
+    if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_text(st, 0))
+      *filled = strdup((const char *)sqlite3_column_text(st, 0));
+    sqlite3_finalize(st);
+  }
+}
+
+/* The batch-2000 set as a column: fill_rows + UPDATE, bert_prefill + UPDATE and a plain UPDATE
+** with the default cache bounds, then fill_rows and bert_prefill with the bounds lowered below N. */
+static void column_fill(FILE *o) {
+  sset *ss = get_set("batch-2000");
+  if (!ss->n) return;
+  int n = set_len(ss);
+  int limit = n / 4 > 1 ? n / 4 : 1, lru = n / 8 > 1 ? n / 8 : 1;
+  static const char *const rows_sql[] = {
+    "UPDATE t SET filled = f.filled FROM fill_rows('SELECT rowid, text FROM t') AS f WHERE t.rowid = f.key", NULL};
+  static const char *const prefill_sql[] = {
+    "SELECT bert_prefill(text) FROM t", "UPDATE t SET filled = bert_fill(text)", NULL};
+  static const char *const plain_sql[] = {"UPDATE t SET filled = bert_fill(text)", NULL};
+  char *a = NULL, *b = NULL, *c = NULL, *d = NULL;
+  sqlite3_stmt *st = prep("SELECT bert_cache_limit(), bert_cache_lru()");
+  long long old_limit = 100000, old_lru = 10000;
+  if (sqlite3_step(st) == SQLITE_ROW) { old_limit = sqlite3_column_int64(st, 0); old_lru = sqlite3_column_int64(st, 1); }
+  sqlite3_finalize(st);
+  fprintf(o, " \"column\": {\"sentences\": %d,\n  \"default\": {\"cache_limit\": %lld, \"lru\": %lld,",
+          n, old_limit, old_lru);
+  column_table(ss, n);
+  column_run(o, "fill_rows", n, rows_sql, 1, &a);
+  column_table(ss, n);
+  column_run(o, "prefill", n, prefill_sql, 0, &b);
+  column_table(ss, n);
+  column_run(o, "plain", n, plain_sql, 0, &c);
+  char q[128];
+  snprintf(q, sizeof q, "SELECT bert_cache_limit(%d), bert_cache_lru(%d)", limit, lru);
+  exec(q);
+  fprintf(o, "},\n  \"lowered\": {\"cache_limit\": %d, \"lru\": %d,", limit, lru);
+  column_table(ss, n);
+  column_run(o, "fill_rows", n, rows_sql, 1, &d);
+  column_table(ss, n);
+  column_run(o, "prefill", n, prefill_sql, 0, NULL);
+  snprintf(q, sizeof q, "SELECT bert_cache_limit(%lld), bert_cache_lru(%lld)", old_limit, old_lru);
+  exec(q);
+  int same = a && b && c && d && !strcmp(a, b) && !strcmp(a, c) && !strcmp(a, d);
+  fprintf(o, "},\n  \"same_filled\": %s},\n", same ? "true" : "false");
+  if (!same) fprintf(stderr, "bertfill sql: column fill: the ways of filling the column disagree\n");
+  free(a); free(b); free(c); free(d);
+}
+
 static int sql_mode(const char *dir, const char *out, const char *dbpath) {
   char *msg = NULL;
   remove(dbpath);
@@ -478,6 +582,8 @@ static int sql_mode(const char *dir, const char *out, const char *dbpath) {
   fprintf(o, "\n },\n \"filled\": {%s\n },\n", fillbuf ? fillbuf : "");
   free(fillbuf);
 
+  if (o_column) column_fill(o);
+
   /* Whatever the extension reports about itself (BLAS core, threads). */
   st = NULL;
   if (sqlite3_prepare_v2(db, "SELECT bert_debug()", -1, &st, NULL) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW) {
@@ -505,6 +611,7 @@ int main(int argc, char **argv) {
       else if (!strcmp(k, "limit")) o_limit = atoi(v);
       else if (!strcmp(k, "threads")) o_threads = atoi(v);
       else if (!strcmp(k, "hits")) o_hits = atoi(v);
+      else if (!strcmp(k, "column")) o_column = atoi(v);
       else if (!strcmp(k, "ext")) o_ext = v;
       else die("unknown option --%s%s", k, "");
     } else if (np < 4) pos[np++] = argv[i];

@@ -18,7 +18,10 @@
 #      of 16-23 tokens, one [MASK] each;
 #   3. bertfill engine (tests/bench/bench_bertfill.c linked with
 #      build/libbfengine.a), bertfill through SQL (./bertfill.so in the same
-#      driver, separate process), ONNX Runtime (tests/bench/bench_ort.js,
+#      driver, separate process; with "column fill, N rows": the 2,000 set as
+#      a column filled by UPDATE ... FROM fill_rows, by bert_prefill + UPDATE,
+#      by a plain UPDATE, and with the cache bounds lowered below N — about
+#      3 more minutes on the bert-base model), ONNX Runtime (tests/bench/bench_ort.js,
 #      npm onnxruntime-node), PyTorch (tests/bench/bench_torch.py) with
 #      OPENBLAS_CORETYPE=SkylakeX and OMP_WAIT_POLICY=PASSIVE (its fast path),
 #      and, on fewer sentences, with OpenBLAS as installed and with OpenMP's

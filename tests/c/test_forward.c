@@ -451,6 +451,76 @@ static void test_model(const char *dir, const char *gpath, bf_run *r, int last) 
     CHECKF(name, ok, "%s", why);
   }
 
+  /* bf_tokenizer_find gives back the id of every vocabulary entry */
+  snprintf(name, sizeof name, "forward %s: bf_tokenizer_find", mn);
+  {
+    const bf_tokenizer *tk = bf_model_tokenizer(m);
+    int ok = bf_tokenizer_find(tk, "no such entry", 13) == -1 &&
+             bf_tokenizer_find(tk, "", 0) == -1 && bf_tokenizer_find(NULL, "a", 1) == -1;
+    why[0] = 0;
+    for (int i = 0; i < V && ok; i++) {
+      const char *raw = bf_tokenizer_token(tk, i);
+      int32_t got = bf_tokenizer_find(tk, raw, strlen(raw));
+      if (got != i && strcmp(bf_tokenizer_token(tk, got), raw) != 0) { /* duplicates: any one */
+        ok = 0;
+        snprintf(why, sizeof why, "entry %d \"%s\" found as %d", i, raw, (int)got);
+      }
+    }
+    CHECKF(name, ok, "%s", why);
+  }
+
+  /* bf_fill_scored: the probability of given tokens, in or out of the top
+  ** k, is the number the whole distribution (k = vocabulary, or BF_MAX_K)
+  ** gives them, bit for bit; the top k are bf_fill's */
+  snprintf(name, sizeof name, "forward %s: bf_fill_scored", mn);
+  {
+    int s = 0;
+    while (s < g.nseq && g.seqs[s].n_masks < 2) s++;
+    if (s == g.nseq) s = 0;
+    while (s < g.nseq && g.seqs[s].n_masks == 0) s++;
+    const bf_tokens *t = &g.seqs[s];
+    int nm = t->n_masks;
+    bf_cand *all = calloc((size_t)kk * nm, sizeof *all), *top = calloc((size_t)5 * nm, sizeof *top);
+    bf_cand *top2 = calloc((size_t)5 * nm, sizeof *top2);
+    int32_t *want = calloc(nm, sizeof *want);
+    float *wp = calloc(nm, sizeof *wp);
+    int ok = bf_fill(m, r, 1, t, kk, all, err, sizeof err) == BF_OK &&
+             bf_fill(m, r, 1, t, 5, top, err, sizeof err) == BF_OK;
+    why[0] = 0;
+    for (int rank = 0; rank < kk && ok; rank += rank < 8 ? 1 : 97) {
+      for (int j = 0; j < nm; j++) want[j] = j == 1 ? -1 : all[(size_t)j * kk + rank].id;
+      rc = bf_fill_scored(m, r, 1, t, 5, top2, want, wp, err, sizeof err);
+      ok = rc == BF_OK && !memcmp(top, top2, (size_t)5 * nm * sizeof *top);
+      for (int j = 0; j < nm && ok; j++) {
+        float expect = j == 1 ? 0.0f : all[(size_t)j * kk + rank].prob;
+        if (memcmp(&wp[j], &expect, sizeof expect) != 0) {
+          ok = 0;
+          snprintf(why, sizeof why, "mask %d, token of rank %d: %.9g, distribution %.9g", j,
+                   rank + 1, wp[j], expect);
+        }
+      }
+    }
+    want[0] = V;
+    err[0] = 0;
+    rc = bf_fill_scored(m, r, 1, t, 5, top2, want, wp, err, sizeof err);
+    if (ok && !(rc == BF_ERR_INPUT && strstr(err, "out of range"))) {
+      ok = 0;
+      snprintf(why, sizeof why, "a wanted id = vocab_size gives rc %d '%s'", rc, err);
+    }
+    want[0] = -1;
+    rc = bf_fill_scored(m, r, 1, t, 5, top2, want, NULL, err, sizeof err);
+    if (ok && rc != BF_ERR_INPUT) {
+      ok = 0;
+      snprintf(why, sizeof why, "no want_prob array gives rc %d", rc);
+    }
+    CHECKF(name, ok, "%s %s", why, err);
+    free(all);
+    free(top);
+    free(top2);
+    free(want);
+    free(wp);
+  }
+
   if (!g_errors_done && (V < BF_MAX_K || last)) {
     /* ---- error cases, on the first model with vocab_size < BF_MAX_K ---- */
     g_errors_done = 1;

@@ -170,6 +170,38 @@ static void test_many(void) {
   CHECK("lru_many_clear", bfc_lru_clear() == N && entries() == 0);
 }
 
+/* Tagged keys of the whole-word functions (bfc_tagged_key): the tag, the
+** argument, the ids, then the extra ids; they never meet per-mask entries
+** of the same tokens, nor each other when the tag or the argument differs. */
+static void test_tagged_keys(void) {
+  bfc_lru_clear();
+  int32_t ids[6], more[2] = {40, 41};
+  make_ids(ids, 6, 7);
+  bf_cand plain[10], seq5[10], seq3[6], score[2];
+  make_cands(plain, 2, 5, 1);
+  make_cands(seq5, 2, 5, 2);
+  make_cands(seq3, 2, 3, 3);
+  make_cands(score, 2, 1, 4);
+  int32_t *k5 = bfc_tagged_key(BFC_TAG_SEQUENCES, 5, ids, 6, NULL, 0);
+  int32_t *k3 = bfc_tagged_key(BFC_TAG_SEQUENCES, 3, ids, 6, NULL, 0);
+  int32_t *sc = bfc_tagged_key(BFC_TAG_SCORE, 6, ids, 6, more, 2);
+  CHECK("lru_tagged_key_layout", k5 && sc && k5[0] == BFC_TAG_SEQUENCES && k5[1] == 5 &&
+                                   !memcmp(k5 + 2, ids, sizeof ids) && sc[0] == BFC_TAG_SCORE &&
+                                   sc[1] == 6 && sc[8] == 40 && sc[9] == 41);
+  bfc_lru_put(FP, ids, 6, 2, 5, plain);
+  bfc_lru_put(FP, k5, 8, 2, 5, seq5);
+  bfc_lru_put(FP, k3, 8, 2, 3, seq3);
+  bfc_lru_put(FP, sc, 10, 2, 1, score);
+  CHECK("lru_tagged_apart", hit_with(FP, ids, 6, 2, 5, plain, 5) &&
+                              hit_with(FP, k5, 8, 2, 5, seq5, 5) &&
+                              hit_with(FP, k3, 8, 2, 3, seq3, 3) &&
+                              hit_with(FP, sc, 10, 2, 1, score, 1) && entries() == 4);
+  sqlite3_free(k5);
+  sqlite3_free(k3);
+  sqlite3_free(sc);
+  bfc_lru_clear();
+}
+
 int main(void) {
   if (!test_sqlite_api()) {
     printf("FAIL lru_setup: no SQLite routines\n");
@@ -179,5 +211,6 @@ int main(void) {
   test_evict_entries();
   test_evict_bytes();
   test_many();
+  test_tagged_keys();
   TL_EXIT();
 }

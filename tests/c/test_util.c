@@ -193,6 +193,10 @@ static void test_env(void) {
   check_int("99999999999999999999", 42, 1);
   unsetenv("BERTFILL_TEST_INT");
 
+  setenv("BERTFILL_TEST_INT", "abc", 1); /* ignored above: said once, not again */
+  int again = with_stderr_captured(int_1_100_default_42);
+  CHECKF("env: the same ignored value is reported once per process",
+         again == 42 && captured[0] == 0, "got %d and stderr \"%s\"", again, captured);
   setenv("BERTFILL_TEST_INT", "-5", 1);
   CHECK("env: bf_env_int takes a negative number inside the range",
         bf_env_int("BERTFILL_TEST_INT", -10, 10, 0) == -5);

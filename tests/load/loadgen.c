@@ -60,7 +60,7 @@
 #define NB 2400                 /* latency buckets: 1 us * 1.01^i, up to ~2.3e10 us */
 #define LOG_STEP 0.00995033085  /* log(1.01) */
 
-/* The five sentences of the issue. */
+/* The five sentences of the Python fill-mask services' Locust test. */
 static const char *const FIVE[5] = {
   "今天天气真[MASK]啊，适合出去玩。",
   "学习要持之以恒，不能三天打鱼，两天[MASK]。",

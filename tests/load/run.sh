@@ -3,7 +3,7 @@
 #
 # Drives ./bertfill.so from N concurrent clients (threads with their own
 # connections, then separate processes) for a bounded time per point, with the
-# five sentences of the issue (repeated) and with texts that never repeat,
+# five sentences of the services' Locust test (repeated) and with texts that never repeat,
 # with the cache on and off, for clients 1 2 4 8 16 32 50.  Prints a
 # Locust-like table per scenario, writes $OUT/results.csv and draws
 # $OUT/latency-vs-clients.png and $OUT/throughput-vs-clients.png with gnuplot.
@@ -28,8 +28,8 @@
 #   LOAD_BUSY_MS       each connection's sqlite3_busy_timeout (default 5000)
 #   LOAD_OUT           output directory (default $BUILD/load)
 #   LOAD_EXT           the extension to load (default ./bertfill)
-#   LOAD_BLAS_THREADS  run SELECT bert_threads(N) on each connection (OpenBLAS
-#                      threads per encoder run; default: the extension's own)
+#   LOAD_BLAS_THREADS  run SELECT bert_threads(N) on each connection (the
+#                      threads of one encoder run; default: the extension's own)
 #   BERTFILL_MAX_CONCURRENT, BERTFILL_BUSY_TIMEOUT_MS   the extension's overload
 #                      guard (encoder runs at once; wait for a slot), passed through
 set -euo pipefail
@@ -85,7 +85,7 @@ cache_sql() {   # per-connection setup for a cache setting
 }
 describe_set() {
   case "$1" in
-    five)   echo "the five sentences of the issue, in turn (repeats)" ;;
+    five)   echo "the five sentences of the services' Locust test, in turn (repeats)" ;;
     unique) echo "no repeats: the five sentences with a numbered prefix (第N位顾客说：...)" ;;
     random) echo "one of the five sentences at random per request" ;;
     *)      echo "load: LOAD_SETS values are five, unique and random, not $1" >&2; exit 1 ;;
@@ -109,7 +109,7 @@ say() { echo "$@" | tee -a "$TXT"; }
 say "bertfill load test — $(date -u '+%Y-%m-%d %H:%M UTC')"
 say "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'), $(awk '/MemTotal/{printf "%.0f GB", $2/1048576}' /proc/meminfo)"
 say "model: $MODEL ($(du -sh "$MODEL" | cut -f1))"
-say "guard: BERTFILL_MAX_CONCURRENT=${BERTFILL_MAX_CONCURRENT:-default (cores)} BERTFILL_BUSY_TIMEOUT_MS=${BERTFILL_BUSY_TIMEOUT_MS:-default}; OpenBLAS threads per run: ${LOAD_BLAS_THREADS:-default}; sqlite busy_timeout ${BUSY_MS} ms"
+say "guard: BERTFILL_MAX_CONCURRENT=${BERTFILL_MAX_CONCURRENT:-default (cores / threads per run)} BERTFILL_BUSY_TIMEOUT_MS=${BERTFILL_BUSY_TIMEOUT_MS:-default}; threads per encoder run: ${LOAD_BLAS_THREADS:-default}; sqlite busy_timeout ${BUSY_MS} ms"
 say "each point: ${DURATION} s after a warm-up call per client; latencies are client-side"
 [ -z "$WAIT" ] || say "think time: each client waits a uniformly random ${WAIT% *}-${WAIT#* } s after each request (and 0-${WAIT#* } s before its first)"
 say "columns: latency in ms (client-side); cpu% = the clients' CPU time / (wall x cores);"

@@ -26,7 +26,7 @@ log=$(mktemp); trap 'rm -f "$log"' EXIT
 LD_PRELOAD=$PWD/$out/failmalloc.so OPENBLAS_NUM_THREADS=1 "$out/oom" "$EXT" \
   "$BUILD/models/tiny" "$BUILD/models/tiny-legacy" "${OOM_STEP:-1}" >"$log" 2>&1
 rc=$?
-for s in fill candidates tokenize prefill load first_use; do
+for s in fill candidates tokenize prefill rows load first_use; do
   line=$(grep "^$s " "$log")
   if [ -z "$line" ]; then echo "FAIL oom_$s: no result (the driver died? exit $rc)"; continue; fi
   if echo "$line" | grep -qE "^$s +0 allocations"; then

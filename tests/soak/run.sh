@@ -10,6 +10,9 @@
 #      SIGKILL mid-write (tests/t_multiprocess.py, larger)
 #   5. out-of-memory: every allocation of a call failed in turn
 #      (tests/reliability/oom.sh; also in make test)
+#   6. a column of 200,000 rows (SOAK_ROWS) filled in one UPDATE ... FROM
+#      fill_rows with the shipped model: time, encoder sequences per row,
+#      peak RSS within 50 MB of a 2,000-row fill (tests/soak/rows.py)
 # Prints ok / FAIL / skip lines like a test suite; exits 1 on any FAIL.
 set -u
 cd "$(dirname "$0")/../.."
@@ -49,5 +52,6 @@ step threads_bert_base threads_base
 step tsan bash tests/reliability/tsan.sh small "${SOAK_TSAN_THREADS:-8}" "${SOAK_TSAN_CALLS:-100}"
 step multiprocess env MP_PROCS=${SOAK_PROCS:-8} MP_CALLS=${SOAK_PROC_CALLS:-1000} MP_TEXTS=3000 $PY tests/t_multiprocess.py
 step oom env OOM_THREADS_SECONDS=60 bash tests/reliability/oom.sh
+step rows $PY tests/soak/rows.py --rows "${SOAK_ROWS:-200000}"
 echo "soak: $fails step(s) failed"
 [ "$fails" -eq 0 ]

@@ -40,10 +40,10 @@ select * from fill_candidates('[MASK]', 9223372036854775807);
 select * from fill_candidates('[MASK]', 'abc');
 -- error k_fraction: fill_candidates: k must be an integer from 1 to 1000 (got 2.5)
 select * from fill_candidates('[MASK]', 2.5);
--- error k_blob: fill_candidates: k must be an integer from 1 to 1000 (got \x01)
+-- error k_blob: fill_candidates: k must be an integer from 1 to 1000 (got a blob)
 select * from fill_candidates('[MASK]', x'01');
 -- error k_invalid_utf8: fill_candidates: k must be an integer from 1 to 1000 (got \xED\xA0\x80)
-select * from fill_candidates('好[MASK]', x'eda080');
+select * from fill_candidates('好[MASK]', cast(x'eda080' as text));
 -- error no_create: fill_candidates
 create virtual table fc using fill_candidates;
 
@@ -62,16 +62,16 @@ select bert_cache('sometimes');
 select bert_cache_limit(0);
 -- error cache_lru_text: bert_cache_lru: the number of entries must be an integer
 select bert_cache_lru('many');
--- error threads_negative: bert_threads: the number of threads (0: one per core) must be an integer from 0 to 1024
+-- error threads_negative: bert_threads: the number of threads must be an integer from 0 (one per core) to
 select bert_threads(-2);
 -- error max_concurrent_negative: bert_max_concurrent
 select bert_max_concurrent(-1);
--- error batching_two: bert_batching: 1 (on) or 0 (off) must be an integer from 0 to 1
+-- error batching_two: bert_batching: the argument must be an integer from 0 (off) to 1 (on) (got 2)
 select bert_batching(2);
--- error busy_timeout_negative: bert_busy_timeout: milliseconds must be an integer from 0
+-- error busy_timeout_negative: bert_busy_timeout: the wait in milliseconds must be an integer from 0
 select bert_busy_timeout(-5);
 -- error wrong_arg_count: wrong number of arguments to function bert_fill()
-select bert_fill('a', 'b');
+select bert_fill('a', 'joint', 'b');
 
 -- DIRECTONLY: never from a view or a trigger (whatever trusted_schema says)
 create table t(x text);

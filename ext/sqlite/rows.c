@@ -1,0 +1,681 @@
+/*
+** rows.c — fill_rows(sql [, k]), a table-valued function that fills a
+** whole column at batch speed, whatever its number of rows:
+**
+**   SELECT * FROM fill_rows('SELECT rowid, text FROM t');
+**
+**   key  text                filled            masks  error
+**   ---  ------------------  ----------------  -----  -----
+**   1    今天天气真[MASK]啊  今天天气真好啊    NULL   NULL
+**   2    NULL                NULL              NULL   NULL
+**
+**   UPDATE t SET filled = f.filled                    -- the whole column,
+**     FROM fill_rows('SELECT rowid, text FROM t') AS f  -- one statement
+**    WHERE t.rowid = f.key;                           -- (SQLite 3.33+)
+**
+** The query (first argument) runs on the same connection and must be one
+** read-only SELECT returning two columns, (key, text); it cannot have
+** parameters.  Each of its rows gives one row of fill_rows, in the query's
+** order:
+**   key     the query's first column, as it is
+**   text    the query's second column, as it is
+**   filled  the text with each [MASK] filled, exactly what bert_fill(text)
+**           returns; the text itself when it has no [MASK]; NULL for a NULL
+**           text and for a text that cannot be filled
+**   masks   with k given: JSON, per mask (left to right) its top k
+**           candidates, best first:
+**             [[{"token":"好","token_id":1962,"score":0.62},...],...]
+**           ([] for a text without [MASK]); NULL without k
+**   error   NULL, or why this text cannot be filled (invalid UTF-8, longer
+**           than the model takes, ...: bert_fill's message, "fill_rows: ..."),
+**           counted in bertfill_stats (err_input, err_toolong).  One bad
+**           row does not stop the others; select WHERE error IS NOT NULL.
+**   sql, k  HIDDEN: the arguments (k from 1 to 1000, at most the vocabulary)
+** An error of the query itself (it does not prepare, it writes, it has not
+** two columns, it fails while running), no model, out of memory, or an
+** encoder that stays busy past bert_busy_timeout stops the statement.
+**
+** How: rows are read from the query in batches: up to
+** BFX_ROWS_BATCH_MAX_ROWS rows, and no more once the texts to compute
+** fill one encoder run (BFX_BATCH_MAX_SEQS sequences / BFX_BATCH_MAX_TOKENS
+** tokens, bounds.h, as bert_prefill).  Each text is tokenized; a text found
+** in the memo cache (the LRU, then the table in mode 'on') is answered from
+** it, a repeat within the batch shares its sequence, and the rest go
+** through the encoder in one run without padding (an encoder slot of the
+** overload guard, guard.c).  Memory stays bounded by one batch.
+**
+** What it computes goes to the cache as bert_rows_cache() says (settings.c):
+** 'room' (default) to the LRU, and to the table only while the table has
+** fewer rows than bert_cache_limit (counted when the scan starts): a big
+** column never evicts what other queries put there, nor grows the table
+** past its bound; 'all' to both, evicting the oldest table rows as
+** bert_fill does; 'none' nowhere.  bert_cache('off') reads and writes
+** nothing; a read-only database gets no table writes.
+**
+** Progress goes to stderr as for bert_prefill (BERTFILL_PROGRESS):
+**   fill_rows: 1200 rows, 1100 computed, 85 rows/s
+**   fill_rows: done: 2000 rows, 1850 computed, 150 cached or repeated, 0 errors, 21.8 s
+** bertfill_stats counts rows, rows_batches and rows_seqs (and the encoder's
+** own counters); fill_rows counts no calls, hits or misses.
+**
+** Eponymous-only, DIRECTONLY (registered in entry.c): it runs the SQL it is
+** given, so never from a view or trigger.
+*/
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "sqlite3ext.h"
+SQLITE_EXTENSION_INIT3
+#include "rows.h"
+#include "bounds.h"
+#include "cache.h"
+#include "conn.h"
+#include "encode.h"
+#include "errors.h"
+#include "jsonw.h"
+#include "lookup.h"
+#include "stats.h"
+#include "text.h"
+#include "util.h"
+
+enum { COL_KEY, COL_TEXT, COL_FILLED, COL_MASKS, COL_ERROR, COL_SQL, COL_K };
+
+#define MAX_ROWS BFX_ROWS_BATCH_MAX_ROWS
+#define MAX_SEQS BFX_BATCH_MAX_SEQS
+
+typedef struct rows_vtab {
+  sqlite3_vtab base;
+  bfx_conn *c;
+} rows_vtab;
+
+/* One row of the query, from reading to answering. */
+typedef struct row {
+  sqlite3_value *key, *text; /* as the query returned them */
+  const char *s;             /* the text's bytes, inside text (NULL: a NULL text) */
+  int n;
+  int n_masks;
+  int *off;     /* byte offset of each "[MASK]" in s */
+  int seq;      /* its sequence in the batch's encoder run, or -1 */
+  bf_cand *hit; /* or its candidates from the cache, hit_k per mask */
+  int hit_k;
+  char *filled, *masks, *error; /* the answer (NULL: SQL NULL) */
+  int filled_n;
+} row;
+
+typedef struct rows_cursor {
+  sqlite3_vtab_cursor base;
+  bfx_conn *c;
+  bf_model *m;         /* retained while the cursor has a query */
+  sqlite3_stmt *query; /* the user's SELECT */
+  char *sql;
+  int k;       /* candidates per mask in `masks`; 0: no masks column */
+  int k_enc;   /* candidates per mask the encoder computes (cache entries) */
+  int done;    /* the query has no more rows */
+  int pending; /* rows[nrows] was read but waits for the next batch; its tokens are seqs[nseq] */
+  row rows[MAX_ROWS + 1];
+  int nrows, at; /* rows of this batch, and the one the cursor is on */
+  bf_tokens seqs[MAX_SEQS + 1];
+  int nseq, ntokens;
+  int64_t table_room; /* rows the cache table may still take ('room') */
+  sqlite3_int64 rowid;
+  int progress;
+  uint64_t t_start, t_progress;
+  sqlite3_int64 read, computed, reused, errors;
+} rows_cursor;
+
+/* ---- the vtab ---- */
+
+static int rows_connect(sqlite3 *db, void *aux, int argc, const char *const *argv,
+                        sqlite3_vtab **ppVtab, char **pzErr) {
+  (void)argc;
+  (void)argv;
+  (void)pzErr;
+  int rc = sqlite3_declare_vtab(db, "CREATE TABLE x(key, text, filled TEXT, masks TEXT, "
+                                    "error TEXT, sql HIDDEN, k HIDDEN)");
+  if (rc != SQLITE_OK) return rc;
+  rows_vtab *v = sqlite3_malloc(sizeof *v);
+  if (!v) return SQLITE_NOMEM;
+  memset(v, 0, sizeof *v);
+  v->c = aux;
+  sqlite3_vtab_config(db, SQLITE_VTAB_DIRECTONLY);
+  *ppVtab = &v->base;
+  return SQLITE_OK;
+}
+
+static int rows_disconnect(sqlite3_vtab *pVtab) {
+  sqlite3_free(pVtab);
+  return SQLITE_OK;
+}
+
+static int rows_open(sqlite3_vtab *pVtab, sqlite3_vtab_cursor **ppCursor) {
+  rows_cursor *cur = sqlite3_malloc(sizeof *cur);
+  if (!cur) return SQLITE_NOMEM;
+  memset(cur, 0, sizeof *cur);
+  cur->c = ((rows_vtab *)pVtab)->c;
+  *ppCursor = &cur->base;
+  return SQLITE_OK;
+}
+
+static void row_clear(row *r) {
+  sqlite3_value_free(r->key);
+  sqlite3_value_free(r->text);
+  sqlite3_free(r->off);
+  sqlite3_free(r->hit);
+  sqlite3_free(r->filled);
+  sqlite3_free(r->masks);
+  sqlite3_free(r->error);
+  memset(r, 0, sizeof *r);
+}
+
+static void cursor_reset(rows_cursor *cur) {
+  for (int i = 0; i <= MAX_ROWS; i++) row_clear(&cur->rows[i]);
+  for (int i = 0; i <= MAX_SEQS; i++) bf_tokens_free(&cur->seqs[i]);
+  sqlite3_finalize(cur->query);
+  sqlite3_free(cur->sql);
+  if (cur->m) bf_model_release(cur->m);
+  bfx_conn *c = cur->c;
+  memset((char *)cur + sizeof cur->base, 0, sizeof *cur - sizeof cur->base);
+  cur->c = c;
+}
+
+static int rows_close(sqlite3_vtab_cursor *cursor) {
+  cursor_reset((rows_cursor *)cursor);
+  sqlite3_free(cursor);
+  return SQLITE_OK;
+}
+
+/*
+** The plan, as for fill_candidates: sql (argument 1) must come from an
+** equality constraint (without one, xFilter reports the missing query); k
+** (argument 2) is optional; a constraint that exists but is not usable in
+** this plan returns SQLITE_CONSTRAINT so that SQLite picks another join
+** order.  idxNum: bit 1 = sql given, bit 2 = k given.  The cost is high
+** and independent of any other table, so that in
+**   UPDATE t SET ... FROM fill_rows(...) AS f WHERE t.rowid = f.key
+** fill_rows runs once, as the outer loop, and t is looked up by rowid.
+*/
+static int rows_best_index(sqlite3_vtab *pVtab, sqlite3_index_info *info) {
+  (void)pVtab;
+  int sql_i = -1, k_i = -1, sql_unusable = 0, k_unusable = 0;
+  for (int i = 0; i < info->nConstraint; i++) {
+    const struct sqlite3_index_constraint *cs = &info->aConstraint[i];
+    if (cs->iColumn != COL_SQL && cs->iColumn != COL_K) continue;
+    if (cs->op != SQLITE_INDEX_CONSTRAINT_EQ) continue; /* checked by SQLite on our rows */
+    if (!cs->usable) {
+      if (cs->iColumn == COL_SQL) sql_unusable = 1;
+      else k_unusable = 1;
+      continue;
+    }
+    if (cs->iColumn == COL_SQL && sql_i < 0) sql_i = i;
+    if (cs->iColumn == COL_K && k_i < 0) k_i = i;
+  }
+  if (sql_i < 0) {
+    if (sql_unusable) return SQLITE_CONSTRAINT;
+    info->idxNum = 0; /* a plan no one would choose: xFilter names the problem */
+    info->estimatedCost = 1e300;
+    info->estimatedRows = 2147483647;
+    return SQLITE_OK;
+  }
+  if (k_i < 0 && k_unusable) return SQLITE_CONSTRAINT;
+  info->aConstraintUsage[sql_i].argvIndex = 1;
+  info->aConstraintUsage[sql_i].omit = 1;
+  info->idxNum = 1;
+  if (k_i >= 0) {
+    info->aConstraintUsage[k_i].argvIndex = 2;
+    info->aConstraintUsage[k_i].omit = 1;
+    info->idxNum |= 2;
+  }
+  info->estimatedCost = 1e12;
+  info->estimatedRows = 1000000;
+  return SQLITE_OK;
+}
+
+/* ---- progress on stderr ---- */
+
+static void progress(rows_cursor *cur, int final) {
+  if (!cur->progress) return;
+  uint64_t now = bf_now_ns();
+  if (!final && now - cur->t_progress < 1000000000ull) return;
+  cur->t_progress = now;
+  double secs = (double)(now - cur->t_start) / 1e9;
+  if (final)
+    fprintf(stderr,
+            "fill_rows: done: %lld rows, %lld computed, %lld cached or repeated, %lld errors, "
+            "%.1f s\n",
+            (long long)cur->read, (long long)cur->computed, (long long)cur->reused,
+            (long long)cur->errors, secs);
+  else
+    fprintf(stderr, "fill_rows: %lld rows, %lld computed, %.0f rows/s\n", (long long)cur->read,
+            (long long)cur->computed, secs > 0 ? (double)cur->read / secs : 0.0);
+}
+
+/* ---- one batch ---- */
+
+/* r's answer from the cache: 1 hit (r->hit), 0 miss, -1 out of memory. */
+static int cached(rows_cursor *cur, row *r, const bf_tokens *t) {
+  bfx_conn *c = cur->c;
+  const char *fp = bf_model_fingerprint(cur->m);
+  if (c->cache_mode == BFX_CACHE_OFF || !fp || !fp[0]) return 0;
+  uint64_t t0 = bf_now_ns();
+  int need = cur->k > 0 ? cur->k : 1;
+  int hit = bfc_lru_get(fp, t->ids, t->n, t->n_masks, need, &r->hit_k, &r->hit);
+  if (hit == 0 && c->cache_mode == BFX_CACHE_ON) {
+    int vocab = bf_model_config(cur->m)->vocab_size;
+    hit = bfc_table_get(c->db, fp, t->ids, t->n, t->n_masks, need, vocab, &r->hit_k, &r->hit);
+  }
+  bf_stats_time(BF_ST_CACHE_READ, bf_now_ns() - t0);
+  return hit;
+}
+
+/* Read the text of r: its tokens go to seqs[nseq]; r gets an error, a
+** plain answer, cached candidates or the sequence it repeats (returns 0),
+** or it needs a new sequence (r->seq = nseq, returns 1); -1 out of memory. */
+static int read_text(rows_cursor *cur, row *r) {
+  int n;
+  r->seq = -1;
+  int a = bfx_arg_text(r->text, &r->s, &n);
+  if (a < 0) return -1;
+  if (a == 0) return 0; /* NULL text: NULL filled */
+  r->n = n;
+
+  bf_tokens *t = &cur->seqs[cur->nseq];
+  bfx_err why = BFX_ERR_NONE;
+  int rc = bfx_tokenize("fill_rows", cur->m, r->s, n, t, NULL, &why);
+  if (rc == SQLITE_OK && t->n_masks == 0) { /* nothing to fill: the text itself */
+    r->filled = sqlite3_malloc64((size_t)n + 1);
+    if (!r->filled) return -1;
+    memcpy(r->filled, r->s, (size_t)n);
+    r->filled[n] = 0;
+    r->filled_n = n;
+    return 0;
+  }
+  if (rc == SQLITE_OK) rc = bfx_check_length("fill_rows", cur->m, t, &why);
+  if (rc == SQLITE_OK) {
+    r->n_masks = t->n_masks;
+    r->off = sqlite3_malloc64((size_t)t->n_masks * sizeof *r->off);
+    if (!r->off) return -1;
+    rc = bfx_find_masks("fill_rows", r->s, n, t->n_masks, r->off, &why);
+  }
+  if (why.rc == SQLITE_NOMEM) return -1;
+  if (rc != SQLITE_OK) { /* this row cannot be filled: say why in the row */
+    bfx_err_count(&why);
+    r->error = sqlite3_mprintf("%s", why.msg);
+    if (!r->error) return -1;
+    cur->errors++;
+    return 0;
+  }
+
+  int hit = cached(cur, r, t);
+  if (hit < 0) return -1;
+  for (int j = 0; j < cur->nseq && !hit; j++) /* a repeat within the batch */
+    if (cur->seqs[j].n == t->n &&
+        memcmp(cur->seqs[j].ids, t->ids, (size_t)t->n * sizeof *t->ids) == 0) {
+      r->seq = j;
+      hit = 1;
+    }
+  if (hit) {
+    cur->reused++;
+    return 0;
+  }
+  r->seq = cur->nseq;
+  return 1;
+}
+
+/* Store the batch's computed candidates in the cache, as bert_rows_cache
+** says: out holds k_enc candidates per mask, at[i] the first mask of
+** sequence i. */
+static void store_batch(rows_cursor *cur, const bf_cand *out, const size_t *at) {
+  bfx_conn *c = cur->c;
+  const char *fp = bf_model_fingerprint(cur->m);
+  if (c->cache_mode == BFX_CACHE_OFF || c->rows_cache == BFX_ROWS_CACHE_NONE || !fp || !fp[0])
+    return;
+  int all = c->rows_cache == BFX_ROWS_CACHE_ALL;
+  int table = c->cache_mode == BFX_CACHE_ON && (all || cur->table_room > 0);
+  int grouped = table && bfc_group_begin(c->db);
+  uint64_t written = 0, skipped = 0, t0 = bf_now_ns();
+  for (int i = 0; i < cur->nseq; i++) {
+    const bf_tokens *t = &cur->seqs[i];
+    const bf_cand *cands = out + at[i] * (size_t)cur->k_enc;
+    if (!table || (!all && cur->table_room - (int64_t)written <= 0)) {
+      bfc_lru_put(fp, t->ids, t->n, t->n_masks, cur->k_enc, cands);
+      continue;
+    }
+    int w = bfx_store(c, cur->m, t, cur->k_enc, cands, NULL, !grouped);
+    if (w == 1) written++;
+    else if (w == 0) skipped++;
+  }
+  if (grouped) {
+    if (!bfc_group_end(c->db)) {
+      skipped += written;
+      written = 0;
+    }
+    bf_stats_add(BF_CT_CACHE_WRITES, written);
+    bf_stats_add(BF_CT_CACHE_SKIPPED, skipped);
+  }
+  if (!table) bf_stats_time(BF_ST_CACHE_WRITE, bf_now_ns() - t0);
+  cur->table_room -= (int64_t)written;
+}
+
+/* The answer of r from its candidates c (k per mask). */
+static int answer(rows_cursor *cur, row *r, const bf_cand *c, int k) {
+  sqlite3_str *o = sqlite3_str_new(NULL);
+  bfx_append_filled(o, cur->m, r->s, r->n, r->off, r->n_masks, c, k);
+  r->filled_n = sqlite3_str_length(o);
+  if (sqlite3_str_errcode(o) != SQLITE_OK) {
+    sqlite3_free(sqlite3_str_finish(o));
+    return SQLITE_NOMEM;
+  }
+  r->filled = sqlite3_str_finish(o);
+  if (!r->filled) return SQLITE_NOMEM;
+  if (cur->k == 0) return SQLITE_OK;
+  o = sqlite3_str_new(NULL);
+  sqlite3_str_appendchar(o, 1, '[');
+  for (int i = 0; i < r->n_masks; i++) {
+    sqlite3_str_appendall(o, i ? ",[" : "[");
+    for (int j = 0; j < cur->k; j++) {
+      const bf_cand *cd = &c[(size_t)i * k + j];
+      const char *tok = bf_model_token(cur->m, cd->id);
+      sqlite3_str_appendall(o, j ? ",{\"token\":" : "{\"token\":");
+      bfx_json_string(o, tok ? tok : "");
+      sqlite3_str_appendf(o, ",\"token_id\":%d,\"score\":%.9g}", (int)cd->id, (double)cd->prob);
+    }
+    sqlite3_str_appendchar(o, 1, ']');
+  }
+  sqlite3_str_appendchar(o, 1, ']');
+  if (sqlite3_str_errcode(o) != SQLITE_OK) {
+    sqlite3_free(sqlite3_str_finish(o));
+    return SQLITE_NOMEM;
+  }
+  r->masks = sqlite3_str_finish(o);
+  return r->masks ? SQLITE_OK : SQLITE_NOMEM;
+}
+
+/* Run the encoder over the batch's sequences, store them, and answer every
+** row of the batch. */
+static int encode_and_answer(rows_cursor *cur, bfx_err *e) {
+  size_t at[MAX_SEQS + 1], masks = 0;
+  for (int i = 0; i < cur->nseq; i++) {
+    at[i] = masks;
+    masks += (size_t)cur->seqs[i].n_masks;
+  }
+  bf_cand *out = NULL;
+  if (cur->nseq > 0) {
+    out = sqlite3_malloc64(masks * (size_t)cur->k_enc * sizeof *out);
+    if (!out) {
+      bfx_err_nomem(e);
+      return SQLITE_NOMEM;
+    }
+    if (bfx_encode(cur->m, cur->nseq, cur->seqs, cur->k_enc, out, NULL, e) != SQLITE_OK) {
+      sqlite3_free(out);
+      if (e->rc != SQLITE_NOMEM) {
+        bfx_err where = *e; /* say where the error came from */
+        bfx_errf(e, where.rc, where.kind, "fill_rows: %s", where.msg);
+      }
+      return e->rc;
+    }
+    bf_stats_add(BF_CT_ROWS_SEQS, (uint64_t)cur->nseq);
+    cur->computed += cur->nseq;
+    store_batch(cur, out, at);
+  }
+  int rc = SQLITE_OK;
+  for (int i = 0; i < cur->nrows && rc == SQLITE_OK; i++) {
+    row *r = &cur->rows[i];
+    if (r->hit) rc = answer(cur, r, r->hit, r->hit_k);
+    else if (r->seq >= 0) rc = answer(cur, r, out + at[r->seq] * (size_t)cur->k_enc, cur->k_enc);
+    sqlite3_free(r->hit);
+    sqlite3_free(r->off);
+    r->hit = NULL;
+    r->off = NULL;
+  }
+  sqlite3_free(out);
+  if (rc != SQLITE_OK) bfx_err_nomem(e);
+  return rc;
+}
+
+/* The next batch: read rows until the batch is full or the query ends,
+** and answer them.  SQLITE_OK (cur->nrows may be 0 at the end), or an
+** error in e. */
+static int next_batch(rows_cursor *cur, bfx_err *e) {
+  for (int i = 0; i < cur->nrows; i++) row_clear(&cur->rows[i]);
+  int carried = cur->pending;
+  if (carried) { /* the row that did not fit the last run starts this one */
+    row tmp = cur->rows[0];
+    cur->rows[0] = cur->rows[cur->nrows];
+    cur->rows[cur->nrows] = tmp;
+    bf_tokens tt = cur->seqs[0];
+    cur->seqs[0] = cur->seqs[cur->nseq];
+    cur->seqs[cur->nseq] = tt;
+    cur->rows[0].seq = 0;
+  }
+  cur->nrows = cur->nseq = cur->ntokens = cur->at = 0;
+  cur->pending = 0;
+  if (carried) {
+    cur->nrows = cur->nseq = 1;
+    cur->ntokens = cur->seqs[0].n;
+  }
+  while (!cur->done && cur->nrows < MAX_ROWS && cur->nseq < MAX_SEQS &&
+         cur->ntokens < BFX_BATCH_MAX_TOKENS) {
+    int rc = sqlite3_step(cur->query);
+    if (rc == SQLITE_DONE) {
+      cur->done = 1;
+      break;
+    }
+    if (rc != SQLITE_ROW) {
+      sqlite3 *db = cur->c->db;
+      if (rc == SQLITE_NOMEM) bfx_err_nomem(e);
+      else
+        bfx_errf(e, SQLITE_ERROR, BF_CT_ERR_INPUT, "fill_rows: the query failed: %s",
+                 sqlite3_errmsg(db));
+      return e->rc;
+    }
+    row *r = &cur->rows[cur->nrows];
+    row_clear(r);
+    r->key = sqlite3_value_dup(sqlite3_column_value(cur->query, 0));
+    r->text = sqlite3_value_dup(sqlite3_column_value(cur->query, 1));
+    cur->read++;
+    bf_stats_add(BF_CT_ROWS, 1);
+    int fresh = r->key && r->text ? read_text(cur, r) : -1;
+    if (fresh < 0) {
+      bfx_err_nomem(e);
+      return SQLITE_NOMEM;
+    }
+    if (fresh) {
+      int n = cur->seqs[cur->nseq].n;
+      if (cur->nseq > 0 && cur->ntokens + n > BFX_BATCH_MAX_TOKENS) {
+        cur->pending = 1; /* no room in this run: the next batch starts with it */
+        break;
+      }
+      cur->nseq++;
+      cur->ntokens += n;
+    }
+    cur->nrows++;
+  }
+  if (cur->nrows > 0) {
+    bf_stats_add(BF_CT_ROWS_BATCHES, 1);
+    int rc = encode_and_answer(cur, e);
+    if (rc != SQLITE_OK) return rc;
+  }
+  if (!cur->done || cur->pending) progress(cur, 0);
+  else if (cur->read > 0) progress(cur, 1); /* once: no batch follows */
+  return SQLITE_OK;
+}
+
+/* The next row: the next of this batch, else a new batch. */
+static int advance(rows_cursor *cur) {
+  cur->rowid++;
+  if (++cur->at < cur->nrows) return SQLITE_OK;
+  if (cur->done && !cur->pending) {
+    cur->nrows = cur->at = 0;
+    return SQLITE_OK;
+  }
+  bfx_err e = BFX_ERR_NONE;
+  if (next_batch(cur, &e) != SQLITE_OK) {
+    cur->done = 1;
+    cur->pending = 0;
+    cur->nrows = cur->at = 0;
+    return bfx_error_vtab(cur->base.pVtab, &e);
+  }
+  return SQLITE_OK;
+}
+
+/* ---- the query ---- */
+
+/* Prepare sql as the cursor's query and check it: one read-only SELECT
+** of two columns, without parameters. */
+static int prepare_query(rows_cursor *cur, const char *sql, bfx_err *e) {
+  sqlite3 *db = cur->c->db;
+  const char *tail = NULL;
+  int rc = sqlite3_prepare_v2(db, sql, -1, &cur->query, &tail);
+  if (rc == SQLITE_NOMEM) {
+    bfx_err_nomem(e);
+    return rc;
+  }
+  if (rc != SQLITE_OK) {
+    bfx_errf(e, SQLITE_ERROR, BF_CT_ERR_INPUT, "fill_rows: the query does not prepare: %s",
+             sqlite3_errmsg(db));
+    return SQLITE_ERROR;
+  }
+  const char *why = NULL;
+  if (!cur->query) why = "is empty";
+  else if (sqlite3_stmt_isexplain(cur->query)) why = "is an EXPLAIN";
+  else if (!sqlite3_stmt_readonly(cur->query)) why = "writes to the database";
+  if (!why && tail && *tail) { /* anything but spaces and comments after it? */
+    sqlite3_stmt *more = NULL;
+    rc = sqlite3_prepare_v2(db, tail, -1, &more, NULL);
+    if (rc != SQLITE_OK || more) why = "has more than one statement";
+    sqlite3_finalize(more);
+  }
+  if (why) {
+    bfx_errf(e, SQLITE_ERROR, BF_CT_ERR_INPUT,
+             "fill_rows: the query %s; it must be one SELECT that returns (key, text), "
+             "e.g. 'SELECT rowid, text FROM t'",
+             why);
+    return SQLITE_ERROR;
+  }
+  int cols = sqlite3_column_count(cur->query);
+  if (cols != 2) {
+    bfx_errf(e, SQLITE_ERROR, BF_CT_ERR_INPUT,
+             "fill_rows: the query returns %d column%s; it must return 2: (key, text)", cols,
+             cols == 1 ? "" : "s");
+    return SQLITE_ERROR;
+  }
+  int params = sqlite3_bind_parameter_count(cur->query);
+  if (params > 0) {
+    const char *name = sqlite3_bind_parameter_name(cur->query, 1);
+    bfx_errf(e, SQLITE_ERROR, BF_CT_ERR_INPUT,
+             "fill_rows: the query has %d parameter%s (%s) that fill_rows cannot bind; write "
+             "the values into the query",
+             params, params == 1 ? "" : "s", name ? name : "?");
+    return SQLITE_ERROR;
+  }
+  return SQLITE_OK;
+}
+
+static int rows_filter(sqlite3_vtab_cursor *cursor, int idxNum, const char *idxStr, int argc,
+                       sqlite3_value **argv) {
+  (void)idxStr;
+  rows_cursor *cur = (rows_cursor *)cursor;
+  sqlite3_vtab *vt = cursor->pVtab;
+  bfx_conn *c = cur->c;
+  bfx_err e = BFX_ERR_NONE;
+  cursor_reset(cur);
+  cur->done = 1; /* until the query is ready */
+  if (!(idxNum & 1) || argc < 1 || sqlite3_value_type(argv[0]) != SQLITE_TEXT) {
+    bfx_errf(&e, SQLITE_ERROR, BF_CT_ERR_INPUT,
+             "fill_rows: %s; use fill_rows(sql [, k]), e.g. "
+             "SELECT * FROM fill_rows('SELECT rowid, text FROM t')",
+             !(idxNum & 1) || argc < 1 ? "missing query argument" : "the query must be a text");
+    return bfx_error_vtab(vt, &e);
+  }
+  sqlite3_int64 k = 0;
+  if ((idxNum & 2) && argc >= 2 && sqlite3_value_type(argv[1]) != SQLITE_NULL) {
+    if (!bfx_arg_int(argv[1], 1, BF_MAX_K, &k)) {
+      char *m = bfx_int_arg_msg("fill_rows", "k", 1, NULL, BF_MAX_K, NULL, argv[1]);
+      if (!m) return SQLITE_NOMEM;
+      bfx_errf(&e, SQLITE_ERROR, BF_CT_ERR_INPUT, "%s", m);
+      sqlite3_free(m);
+      return bfx_error_vtab(vt, &e);
+    }
+  }
+  cur->sql = sqlite3_mprintf("%s", (const char *)sqlite3_value_text(argv[0]));
+  if (!cur->sql) return SQLITE_NOMEM;
+  bf_model *m = bfx_conn_model(c, &e);
+  if (!m) return bfx_error_vtab(vt, &e);
+  bf_model_retain(m);
+  cur->m = m;
+  int vocab = bf_model_config(m)->vocab_size;
+  cur->k = (int)(k < vocab ? k : vocab);
+  cur->k_enc = cur->k > BFX_MIN_K ? cur->k : BFX_MIN_K;
+  if (cur->k_enc > vocab) cur->k_enc = vocab;
+  if (prepare_query(cur, cur->sql, &e) != SQLITE_OK) {
+    int rc = bfx_error_vtab(vt, &e);
+    cursor_reset(cur);
+    cur->done = 1;
+    return rc;
+  }
+  cur->done = 0;
+  cur->table_room = 0;
+  if (c->cache_mode == BFX_CACHE_ON && c->rows_cache == BFX_ROWS_CACHE_ROOM &&
+      sqlite3_db_readonly(c->db, "main") == 0) {
+    int64_t have = bfc_table_rows(c->db);
+    if (have >= 0 && have < c->cache_limit) cur->table_room = c->cache_limit - have;
+  }
+  cur->progress = bf_env_flag("BERTFILL_PROGRESS", isatty(2));
+  cur->t_start = cur->t_progress = bf_now_ns();
+  cur->rowid = 0;
+  cur->at = -1;
+  cur->nrows = 0;
+  return advance(cur);
+}
+
+static int rows_next(sqlite3_vtab_cursor *cursor) { return advance((rows_cursor *)cursor); }
+
+static int rows_eof(sqlite3_vtab_cursor *cursor) {
+  rows_cursor *cur = (rows_cursor *)cursor;
+  return cur->at >= cur->nrows;
+}
+
+static int rows_column(sqlite3_vtab_cursor *cursor, sqlite3_context *ctx, int col) {
+  rows_cursor *cur = (rows_cursor *)cursor;
+  const row *r = &cur->rows[cur->at];
+  switch (col) {
+    case COL_KEY: sqlite3_result_value(ctx, r->key); break;
+    case COL_TEXT: sqlite3_result_value(ctx, r->text); break;
+    case COL_FILLED:
+      if (r->filled) sqlite3_result_text(ctx, r->filled, r->filled_n, SQLITE_TRANSIENT);
+      break;
+    case COL_MASKS:
+      if (r->masks) sqlite3_result_text(ctx, r->masks, -1, SQLITE_TRANSIENT);
+      else if (cur->k > 0 && r->filled) sqlite3_result_text(ctx, "[]", 2, SQLITE_STATIC);
+      break;
+    case COL_ERROR:
+      if (r->error) sqlite3_result_text(ctx, r->error, -1, SQLITE_TRANSIENT);
+      break;
+    case COL_SQL: sqlite3_result_text(ctx, cur->sql, -1, SQLITE_TRANSIENT); break;
+    case COL_K:
+      if (cur->k > 0) sqlite3_result_int(ctx, cur->k);
+      break;
+  }
+  return SQLITE_OK;
+}
+
+static int rows_rowid(sqlite3_vtab_cursor *cursor, sqlite_int64 *pRowid) {
+  *pRowid = ((rows_cursor *)cursor)->rowid;
+  return SQLITE_OK;
+}
+
+/* xCreate NULL: eponymous-only (no CREATE VIRTUAL TABLE); no xUpdate: read-only. */
+const sqlite3_module bfx_rows_module = {
+  .iVersion = 0,
+  .xConnect = rows_connect,
+  .xBestIndex = rows_best_index,
+  .xDisconnect = rows_disconnect,
+  .xOpen = rows_open,
+  .xClose = rows_close,
+  .xFilter = rows_filter,
+  .xNext = rows_next,
+  .xEof = rows_eof,
+  .xColumn = rows_column,
+  .xRowid = rows_rowid,
+};

@@ -1,0 +1,226 @@
+/*
+** wholeword.c — the scalar SQL functions of whole-word fills, where the
+** [MASK]s of a text are one blank (an idiom's missing characters, a word):
+**
+**   bert_score(text, answer)  the probability P that answer fills the masks,
+**                             by the chain rule (joint.h): a REAL in [0, 1]
+**   bert_fill(text, 'joint')  the text with every mask filled by the best
+**                             whole fill: rank 1 of fill_sequences(text, 5)
+**
+**   SELECT bert_score('不能三天打鱼，两天[MASK][MASK]。', '晒网');
+**   SELECT q.id, bert_score(q.text, q.answer) FROM quiz q;   -- an answer key
+**   SELECT a, bert_score('这件事已经[MASK]木难支', a) AS p
+**     FROM (VALUES ('独'), ('孤'), ('单')) ORDER BY p DESC;  -- rank answers
+**
+** The answer is either
+**   - text, tokenized like the text (without [CLS] and [SEP]): '晒网' is
+**     晒 then 网, 'running' may be run, ##ning; or
+**   - a JSON array of tokens as the vocabulary has them (what
+**     bert_tokenize and fill_sequences.tokens show): '["晒","网"]',
+**     '["run","##ning"]'.  An answer whose first non-blank character is '['
+**     and that is valid JSON is read this way; anything else is text.
+** Its tokens fill the masks in order; their number must be the number of
+** masks:  bert_score: the answer '晒网了' is 3 tokens but the text has 2 [MASK]s
+** A NULL text or answer gives NULL; so does bert_fill(text, NULL).
+** Results are memoized (cache.h) under the model, the tokens and the answer.
+*/
+#include <stdio.h>
+#include <string.h>
+
+#include "sqlite3ext.h"
+SQLITE_EXTENSION_INIT3
+#include "wholeword.h"
+#include "bounds.h"
+#include "conn.h"
+#include "errors.h"
+#include "joint.h"
+#include "json.h"
+#include "stats.h"
+#include "text.h"
+#include "trace.h"
+#include "util.h"
+
+/* The tokens of a JSON-array answer v into ids (count of them); SQLITE_OK
+** or an error naming the item. */
+static int json_answer(bf_model *m, const json_value *v, int32_t *ids, bfx_err *e) {
+  const bf_tokenizer *tk = bf_model_tokenizer(m);
+  for (size_t i = 0; i < json_len(v); i++) {
+    const json_value *it = json_at(v, i);
+    if (it->type != JSON_STRING) {
+      bfx_errf(e, SQLITE_ERROR, BF_CT_ERR_INPUT,
+               "bert_score: item %zu of the answer is %s, not a token (a string)", i + 1,
+               json_type_a(it->type));
+      return SQLITE_ERROR;
+    }
+    ids[i] = bf_tokenizer_find(tk, it->str, it->len);
+    if (ids[i] < 0) {
+      bfx_quote q;
+      bfx_errf(e, SQLITE_ERROR, BF_CT_ERR_INPUT,
+               "bert_score: item %zu of the answer, \"%s\", is not a token of the model's "
+               "vocabulary (give tokens as bert_tokenize shows them, or the answer as text)",
+               i + 1, bfx_quoted(&q, it->str, (long)it->len));
+      return SQLITE_ERROR;
+    }
+  }
+  return SQLITE_OK;
+}
+
+/* The answer s[0..n) as token ids (*ids, sqlite3_malloc'ed; *count of
+** them), by the rule of the header.  *not_json: why an answer that starts
+** with '[' was read as text (for the count error), else "". */
+static int answer_tokens(bf_model *m, const char *s, int n, int32_t **ids, int *count,
+                         char *not_json, size_t not_json_len, uint64_t *tok_ns, bfx_err *e) {
+  *ids = NULL;
+  *count = 0;
+  not_json[0] = 0;
+  long bad = bf_utf8_invalid_at(s, (size_t)n, NULL, 0);
+  if (bad >= 0) {
+    bfx_errf(e, SQLITE_ERROR, BF_CT_ERR_INPUT,
+             "bert_score: invalid UTF-8 at byte %ld of the answer (byte value 0x%02X)", bad,
+             (unsigned char)s[bad]);
+    return SQLITE_ERROR;
+  }
+  int i = 0;
+  while (i < n && (s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r')) i++;
+  if (i < n && s[i] == '[') {
+    json_value *v = json_parse(s, (size_t)n, not_json, not_json_len);
+    if (v && v->type == JSON_ARRAY) {
+      *ids = sqlite3_malloc64((json_len(v) ? json_len(v) : 1) * sizeof **ids);
+      int rc = *ids ? json_answer(m, v, *ids, e) : SQLITE_NOMEM;
+      if (rc == SQLITE_NOMEM) bfx_err_nomem(e);
+      *count = (int)json_len(v);
+      json_free(v);
+      return rc;
+    }
+    if (v) snprintf(not_json, not_json_len, "it is %s, not an array", json_type_a(v->type));
+    json_free(v);
+  }
+  bf_tokens t = {0};
+  int rc = bfx_tokenize("bert_score", m, s, n, &t, tok_ns, e);
+  if (rc == SQLITE_OK) { /* without [CLS] and [SEP] */
+    *count = t.n - 2;
+    *ids = sqlite3_malloc64((size_t)(*count > 0 ? *count : 1) * sizeof **ids);
+    if (!*ids) {
+      bfx_err_nomem(e);
+      rc = SQLITE_NOMEM;
+    } else if (*count > 0) memcpy(*ids, t.ids + 1, (size_t)*count * sizeof **ids);
+  }
+  bf_tokens_free(&t);
+  return rc;
+}
+
+/* ---- bert_score(text, answer) ---- */
+
+void bfx_fn_score(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+  (void)argc;
+  bfx_conn *c = sqlite3_user_data(ctx);
+  const char *s, *as;
+  int n, an;
+  int a = bfx_arg_text(argv[0], &s, &n), b = a > 0 ? bfx_arg_text(argv[1], &as, &an) : 0;
+  if (a < 0 || b < 0) {
+    sqlite3_result_error_nomem(ctx);
+    return;
+  }
+  if (a == 0 || b == 0) {
+    sqlite3_result_null(ctx);
+    return;
+  }
+  uint64_t t0 = bf_now_ns(), tok_ns = 0;
+  bf_stats_add(BF_CT_JOINT_CALLS, 1);
+  bfx_err e = BFX_ERR_NONE;
+  bfx_result res;
+  memset(&res, 0, sizeof res);
+  bf_tokens t = {0};
+  int32_t *ans = NULL;
+  int nans = 0, failed = 1;
+  char not_json[200];
+  bf_model *m = bfx_conn_model(c, &e);
+  if (!m) goto done;
+  if (bfx_tokenize("bert_score", m, s, n, &t, &tok_ns, &e) != SQLITE_OK) goto done;
+  if (answer_tokens(m, as, an, &ans, &nans, not_json, sizeof not_json, &tok_ns, &e) != SQLITE_OK)
+    goto done;
+  if (nans != t.n_masks || t.n_masks == 0) {
+    bfx_quote q;
+    bfx_errf(&e, SQLITE_ERROR, BF_CT_ERR_INPUT,
+             "bert_score: the answer '%s' is %d token%s but the text has %d [MASK]%s%s%s%s",
+             bfx_quoted(&q, as, an), nans, nans == 1 ? "" : "s", t.n_masks,
+             t.n_masks == 1 ? "" : "s",
+             not_json[0] ? " (the answer was read as text: as JSON, " : "", not_json,
+             not_json[0] ? ")" : "");
+    goto done;
+  }
+  if (bfx_joint_score("bert_score", c, m, &t, ans, &res, &e) != SQLITE_OK) goto done;
+  sqlite3_result_double(ctx, bfx_joint_p(&res, 0));
+  failed = 0;
+done:
+  if (failed) bfx_error(ctx, &e);
+  bf_stats_time(BF_ST_JOINT, bf_now_ns() - t0);
+  if (m) bfx_trace_call(c->db, "bert_score", s, n, &res, t0, tok_ns, t.n, failed);
+  bfx_result_clear(&res);
+  bf_tokens_free(&t);
+  sqlite3_free(ans);
+}
+
+/* ---- bert_fill(text, 'joint') ---- */
+
+void bfx_fn_fill_joint(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+  (void)argc;
+  bfx_conn *c = sqlite3_user_data(ctx);
+  bfx_err e = BFX_ERR_NONE;
+  const char *s;
+  int n;
+  int mode = bfx_arg_joint(argv[1], "bert_fill", &e);
+  if (mode < 0) {
+    bfx_error(ctx, &e);
+    return;
+  }
+  int a = mode ? bfx_arg_text(argv[0], &s, &n) : 0;
+  if (a < 0) {
+    sqlite3_result_error_nomem(ctx);
+    return;
+  }
+  if (a == 0) {
+    sqlite3_result_null(ctx);
+    return;
+  }
+  uint64_t t0 = bf_now_ns(), tok_ns = 0;
+  bf_stats_add(BF_CT_JOINT_CALLS, 1);
+  bfx_result res;
+  memset(&res, 0, sizeof res);
+  bf_tokens t = {0};
+  int *off = NULL;
+  int failed = 1;
+  bf_model *m = bfx_conn_model(c, &e);
+  if (!m) goto done;
+  if (bfx_tokenize("bert_fill", m, s, n, &t, &tok_ns, &e) != SQLITE_OK) goto done;
+  if (t.n_masks == 0) { /* nothing to fill: the text as it is */
+    sqlite3_result_text(ctx, s, n, SQLITE_TRANSIENT);
+    failed = 0;
+    goto done;
+  }
+  off = sqlite3_malloc64((size_t)t.n_masks * sizeof *off);
+  if (!off) {
+    bfx_err_nomem(&e);
+    goto done;
+  }
+  int literal = bfx_mask_offsets(s, n, off, t.n_masks);
+  if (literal != t.n_masks) {
+    bfx_errf(&e, SQLITE_ERROR, BF_CT_ERR_INPUT,
+             "bert_fill: the text has %d \"[MASK]\" but the tokenizer found %d mask tokens",
+             literal, t.n_masks);
+    goto done;
+  }
+  if (bfx_joint_fill("bert_fill", c, m, &t, BFX_DEFAULT_K, BFX_JOINT_CALL, &res, &e) != SQLITE_OK)
+    goto done;
+  sqlite3_str *out = sqlite3_str_new(NULL); /* row 0: the best whole fill */
+  bfx_append_filled(out, m, s, n, off, t.n_masks, res.c, (size_t)res.k);
+  bfx_result_str(ctx, out);
+  failed = 0;
+done:
+  if (failed) bfx_error(ctx, &e);
+  bf_stats_time(BF_ST_JOINT, bf_now_ns() - t0);
+  if (m) bfx_trace_call(c->db, "bert_fill(joint)", s, n, &res, t0, tok_ns, t.n, failed);
+  bfx_result_clear(&res);
+  bf_tokens_free(&t);
+  sqlite3_free(off);
+}

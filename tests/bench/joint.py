@@ -1,0 +1,74 @@
+#!/usr/bin/python3
+"""joint.py — the cost of whole-word fills (fill_sequences, bert_fill(text,
+'joint'), bert_score) next to per-mask bert_fill, through SQL.
+
+    /usr/bin/python3 tests/bench/joint.py [MODEL_DIR] [--reps N]
+
+MODEL_DIR defaults to build/models/bert-base-random (bert-base-chinese's shape,
+made by `make bench`).  The cache is off, so every call computes; the numbers
+are the median time per call over --reps calls (default 10, after one warm-up)
+and the encoder runs per call (bertfill_stats).  Finally a repeated call with
+the cache on (the memo).  Run it on a quiet machine: it prints the load
+average before and after.
+"""
+import os
+import sqlite3
+import statistics
+import sys
+import time
+
+EXT = os.path.abspath(os.environ.get("BERTFILL_EXT", "./bertfill"))
+CASES = [  # (label, text); ~22 tokens each
+    ("2 masks", "学习要持之以恒，不能三天打鱼，两天[MASK][MASK]。"),
+    ("4 masks", "这件事已经[MASK][MASK]难支，我们只能[MASK][MASK]办法。"),
+]
+
+
+def counter(c, name):
+    return c.execute("SELECT value FROM bertfill_stats WHERE name = ?", (name,)).fetchone()[0]
+
+
+def measure(c, sql, args, reps):
+    c.execute(sql, args).fetchall()                          # warm-up
+    r0 = counter(c, "encoder_runs")
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        c.execute(sql, args).fetchall()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1e3, (counter(c, "encoder_runs") - r0) / reps
+
+
+def main():
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    reps = int(sys.argv[sys.argv.index("--reps") + 1]) if "--reps" in sys.argv else 10
+    if "--reps" in sys.argv:
+        args.remove(str(reps))
+    model = args[0] if args else "build/models/bert-base-random"
+    c = sqlite3.connect(":memory:", isolation_level=None)
+    c.enable_load_extension(True)
+    c.load_extension(EXT)
+    print(c.execute("SELECT bert_load(?)", (model,)).fetchone()[0])
+    c.execute("SELECT bert_cache('off')")
+    print("load average before: %s" % open("/proc/loadavg").read().strip())
+    print("%-8s %-34s %10s %12s" % ("text", "call", "ms/call", "runs/call"))
+    for label, text in CASES:
+        n = text.count("[MASK]")
+        answer = "一" * n
+        for name, sql, a in [
+                ("bert_fill(text)", "SELECT bert_fill(?)", (text,)),
+                ("fill_sequences(text, 5)", "SELECT * FROM fill_sequences(?, 5)", (text,)),
+                ("bert_fill(text, 'joint')", "SELECT bert_fill(?, 'joint')", (text,)),
+                ("bert_score(text, answer)", "SELECT bert_score(?, ?)", (text, answer))]:
+            ms, runs = measure(c, sql, a, reps)
+            print("%-8s %-34s %10.1f %12.1f" % (label, name, ms, runs))
+    c.execute("SELECT bert_cache('memory')")
+    text = CASES[1][1]
+    c.execute("SELECT * FROM fill_sequences(?, 5)", (text,)).fetchall()
+    ms, runs = measure(c, "SELECT * FROM fill_sequences(?, 5)", (text,), 200)
+    print("%-8s %-34s %10.3f %12.1f" % ("4 masks", "fill_sequences, memoized", ms, runs))
+    print("load average after: %s" % open("/proc/loadavg").read().strip())
+
+
+if __name__ == "__main__":
+    main()
