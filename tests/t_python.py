@@ -225,6 +225,16 @@ def test_errors():
                  ("a\nb\x00c",), "(got a\\x0Ab\\x00c)")
     expect_error("err_k_long_cut", conn, "select * from fill_candidates('好[MASK]', ?)",
                  ("好" * 400 + "尾",), "(got " + "好" * 26 + "..." + "好" * 25 + "尾)")
+    for name, sql, want in [
+            ("err_joint_invalid_utf8", "select bert_fill('好[MASK]', cast(? as text))", "(got '\\xFFA')"),
+            ("err_rows_k_invalid_utf8", "select * from fill_rows('select 1, ''好[MASK]'' ', cast(? as text))",
+             "fill_rows: k must be an integer from 1 to 1000 (got \\xFFA)"),
+            ("err_sequences_k_invalid_utf8", "select * from fill_sequences('好[MASK]', cast(? as text))",
+             "fill_sequences: k must be an integer from 1 to 100 (got \\xFFA)"),
+            ("err_setting_invalid_utf8", "select bert_cache(cast(? as text))", "(got \\xFFA)")]:
+        expect_error(name, conn, sql, (b"\xffA",), want)
+    expect_error("err_score_answer_quoted", conn, "select bert_score('好[MASK][MASK]', ?)", ("好\n",),
+                 "bert_score: the answer '好\\x0A' is 1 token but the text has 2 [MASK]s")
     expect_error("err_load_invalid_utf8", conn, "select bert_load(?)", (b"/no/such/\xff\xfe",),
                  "cannot open model directory '/no/such/\\xFF\\xFE'")
     check("usable_after_errors", "[MASK]" not in one(conn, "select bert_fill('我[MASK]你')"))
