@@ -19,8 +19,8 @@
 **
 ** Names: every counter of bertfill_stats as bertfill_<name>_total (the
 ** same names: hit_lru, miss, err_input, busy, ...); the stages as one
-** histogram, bertfill_stage_seconds, labelled stage="call" | "queue" |
-** "tokenize" | "encode" | "topk" | "cache_read" | "cache_write"; the batch
+** histogram, bertfill_stage_seconds, labelled with the stage names of
+** bertfill_stats (stage="call" | "queue" | "tokenize" | "encode" | ...); the batch
 ** sizes of encoder runs as bertfill_batch_size (sum = sequences encoded);
 ** bertfill_since_reset_seconds, the age of the statistics.  Units are
 ** seconds, as Prometheus wants.  P95 of whole calls over five minutes:
@@ -67,6 +67,13 @@ static const char *const counter_help[BF_CT__N] = {
   [BF_CT_ERR_NOMEM] = "Errors: out of memory.",
   [BF_CT_ERR_OTHER] = "Errors of other kinds.",
   [BF_CT_BUSY] = "Calls refused by the overload guard (bertfill: busy).",
+  [BF_CT_ROWS] = "Rows fill_rows read from its query.",
+  [BF_CT_ROWS_BATCHES] = "Batches of rows fill_rows filled (at most one encoder run each).",
+  [BF_CT_ROWS_SEQS] = "Sequences fill_rows sent to the encoder (the distinct texts of a batch).",
+  [BF_CT_JOINT_CALLS] = "Calls of fill_sequences, bert_fill(text, 'joint') and bert_score.",
+  [BF_CT_JOINT_HITS] = "Joint calls answered from the memo cache (LRU or table).",
+  [BF_CT_JOINT_MISSES] = "Joint calls that ran the encoder.",
+  [BF_CT_JOINT_RUNS] = "Encoder runs of joint calls (also counted in encoder_runs).",
 };
 
 #define STAGE_MIN_EXP 10 /* first edge 2^10 ns, about 1 us */
@@ -148,7 +155,8 @@ void bfx_prometheus(sqlite3_str *s) {
   family(s, "bertfill_stage_seconds", "histogram",
          "Time spent in each stage, in seconds: call (a whole bert_fill or fill_candidates "
          "call), queue (waiting for an encoder slot), tokenize, encode (per encoder run), topk, "
-         "cache_read, cache_write.");
+         "cache_read, cache_write, joint (a whole fill_sequences, bert_fill(text, 'joint') or "
+         "bert_score call).");
   for (int st = 0; st < BF_ST__N; st++) stage_histogram(s, (bf_stage)st);
   batch_histogram(s);
 }
