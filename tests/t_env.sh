@@ -70,6 +70,19 @@ check good_values "$([ "$(cat "$tmp/good.out")" = "memory|5|3|0|0" ] && echo 1 |
   "got $(cat "$tmp/good.out")"
 check good_silent "$([ ! -s "$tmp/good.err" ] && echo 1 || echo 0)" "stderr: $(cat "$tmp/good.err")"
 
+# BERTFILL_KERNELS caps the matrix kernels (gemm.h): openblas is always
+# possible; a bad value is ignored (the CPU's best, as without it) with a warning
+run kernels_default "" "select json_extract(bert_debug(), '\$.gemm');"
+run kernels_openblas "BERTFILL_KERNELS=openblas" "select json_extract(bert_debug(), '\$.gemm');"
+check kernels_openblas "$([ "$(cat "$tmp/kernels_openblas.out")" = openblas ] && echo 1 || echo 0)" \
+  "got $(cat "$tmp/kernels_openblas.out")"
+run kernels_bogus "BERTFILL_KERNELS=fast" "select json_extract(bert_debug(), '\$.gemm');"
+check kernels_bogus_default "$([ "$(cat "$tmp/kernels_bogus.out")" = "$(cat "$tmp/kernels_default.out")" ] &&
+  echo 1 || echo 0)" "got $(cat "$tmp/kernels_bogus.out"), without it $(cat "$tmp/kernels_default.out")"
+check kernels_bogus_warns "$(is_only "$tmp/kernels_bogus.err" \
+  "bertfill: ignoring BERTFILL_KERNELS='fast': expected openblas/avx2/avx512")" \
+  "stderr: $(cat "$tmp/kernels_bogus.err")"
+
 # BERTFILL_MODEL names a directory that does not exist: the error says so,
 # and advises fixing or unsetting the variable (not setting it)
 run model_missing "BERTFILL_MODEL=/nonexistent" "select bert_fill('人民法[MASK]');"

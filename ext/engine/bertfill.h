@@ -177,9 +177,9 @@ int bf_blas_init(char *err, size_t errlen);
 const char *bf_blas_core(void);   /* e.g. "SkylakeX"; "" before init */
 const char *bf_blas_config(void); /* openblas_get_config() */
 int bf_blas_threads(void);
-/* Which code does the encoder's matrix products: "avx512" (bertfill's own
-** kernels, ext/engine/gemm.c: any CPU with AVX-512 unless BERTFILL_NO_AVX512
-** is on) or "openblas". */
+/* Which code does the encoder's matrix products: "avx512" or "avx2"
+** (bertfill's own kernels, ext/engine/gemm.c and gemm_avx2.c: the best the
+** CPU has, capped by BERTFILL_KERNELS; see gemm.h) or "openblas". */
 const char *bf_gemm_kernels(void);
 void bf_blas_set_threads(int n); /* <= 0: number of cores */
 /* The most threads OpenBLAS accepts (MAX_THREADS in openblas_get_config(),

@@ -18,11 +18,11 @@
 **              (bf_fill_scored: and p of one given token per mask)
 **
 ** The weights are used as PyTorch stores them ([out, in], so y = x W^T).
-** The matrix products with the weights run on the AVX-512 kernels of gemm.c
-** (q, k and v as one job), shared with the run's helper threads (pool.c); on
-** CPUs without AVX-512 they go to OpenBLAS (bf_sgemm, blas.h).  The rest is
-** loops over rows (AVX-512 when the CPU has it, plain C otherwise), shared
-** by the same threads.
+** The matrix products with the weights run on the AVX-512 or AVX2 kernels of
+** gemm.c and gemm_avx2.c (q, k and v as one job), shared with the run's
+** helper threads (pool.c); on CPUs with neither they go to OpenBLAS
+** (bf_sgemm, blas.h).  The rest is loops over rows (AVX-512 or AVX2 when the
+** kernels are, rows_avx2.c; plain C otherwise), shared by the same threads.
 ** A bf_run holds the scratch buffers (grown on demand, kept for the next call),
 ** the helper threads and the stage timings of the last call.
 */
@@ -31,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "avx2.h"
 #include "avx512.h"
 #include "bertfill.h"
 #include "blas.h"
@@ -102,7 +103,7 @@ static void *buf_reserve(buf *b, size_t n, size_t sz) {
 **     formula PyTorch's own vectorized CPU erf uses.
 ** The scalar fallbacks (expf, erff from libm) give the same results to ~1e-7. */
 #ifdef BF_HAVE_AVX512
-/* The CPU has AVX-512 and BERTFILL_NO_AVX512 is not on (see gemm.c). */
+/* gemm_kernels() chose AVX-512 (the CPU has it; see gemm.h). */
 static int have_avx512(void) { return gemm_have_avx512(); }
 
 static inline AVX512 __m512 exp16(__m512 x) {
@@ -222,6 +223,13 @@ AVX512 static void add_avx512(float *x, const float *a, const float *b, int n) {
 }
 #endif /* BF_HAVE_AVX512 */
 
+/* On CPUs with AVX2 and FMA but no AVX-512 the same loops run 8 floats at a
+** time (rows_avx2.c, the same math). */
+#ifdef BF_HAVE_AVX2
+/* gemm_kernels() chose AVX2 (see gemm.h). */
+static int have_avx2(void) { return gemm_kernels() == GEMM_KERNELS_AVX2; }
+#endif
+
 /* ------------------------------------------------------------ the layers */
 
 /* In place: x[n] = LayerNorm(x[n]) * g + b, mean and variance in double. */
@@ -229,6 +237,12 @@ static void layernorm(float *x, const float *g, const float *b, int n, float eps
 #ifdef BF_HAVE_AVX512
   if (have_avx512()) {
     layernorm_avx512(x, g, b, n, eps);
+    return;
+  }
+#endif
+#ifdef BF_HAVE_AVX2
+  if (have_avx2()) {
+    layernorm_avx2(x, g, b, n, eps);
     return;
   }
 #endif
@@ -252,6 +266,12 @@ static void add(float *x, const float *a, const float *b, int n) {
     return;
   }
 #endif
+#ifdef BF_HAVE_AVX2
+  if (have_avx2()) {
+    add_avx2(x, a, b, n);
+    return;
+  }
+#endif
   if (b)
     for (int i = 0; i < n; i++) x[i] += a[i] + b[i];
   else
@@ -271,6 +291,12 @@ static void gelu_row(float *y, const float *bias, int n) {
     return;
   }
 #endif
+#ifdef BF_HAVE_AVX2
+  if (have_avx2()) {
+    gelu_row_avx2(y, bias, n);
+    return;
+  }
+#endif
   for (int i = 0; i < n; i++) {
     float z = y[i] + bias[i];
     y[i] = 0.5f * z * (1.0f + erff(z * (float)M_SQRT1_2));
@@ -286,6 +312,9 @@ static int max_finite(const float *x, int n, float *max) {
 #ifdef BF_HAVE_AVX512
   if (have_avx512()) return max_finite_avx512(x, n, max);
 #endif
+#ifdef BF_HAVE_AVX2
+  if (have_avx2()) return max_finite_avx2(x, n, max);
+#endif
   float mx = -INFINITY;
   for (int i = 0; i < n; i++) {
     if (!isfinite(x[i])) return 0;
@@ -300,6 +329,9 @@ static double exp_sum(float *dst, const float *x, int n, float mx) {
 #ifdef BF_HAVE_AVX512
   if (have_avx512()) return exp_sum_avx512(dst, x, n, mx);
 #endif
+#ifdef BF_HAVE_AVX2
+  if (have_avx2()) return exp_sum_avx2(dst, x, n, mx);
+#endif
   double sum = 0;
   for (int i = 0; i < n; i++) {
     float e = expf(x[i] - mx);
@@ -312,9 +344,14 @@ static double exp_sum(float *dst, const float *x, int n, float mx) {
 /* In place: p[i] = e^(p[i] - max) / sum, for one row of n scores. */
 static void softmax(float *p, int n) {
   float mx = p[0];
+  int found = 0; /* mx is the largest and every p[i] is finite */
 #ifdef BF_HAVE_AVX512
-  if (!have_avx512() || !max_finite_avx512(p, n, &mx)) /* NaN/Inf: the plain loop */
+  if (have_avx512()) found = max_finite_avx512(p, n, &mx);
 #endif
+#ifdef BF_HAVE_AVX2
+  if (have_avx2()) found = max_finite_avx2(p, n, &mx);
+#endif
+  if (!found) /* NaN/Inf, or no vector code: the plain loop */
     for (int i = 1; i < n; i++)
       if (p[i] > mx) mx = p[i];
   float inv = (float)(1.0 / exp_sum(p, p, n, mx));
@@ -336,8 +373,8 @@ static bf_pool *run_pool(bf_run *r) {
 }
 
 /* y_i[T,n_i] = x[T,in] W_i^T for the nout products of one x (W as PyTorch
-** stores it: [out,in]): the AVX-512 kernels of gemm.c, or OpenBLAS on CPUs
-** without AVX-512 (or if the kernels' panel buffers cannot be allocated). */
+** stores it: [out,in]): the kernels of gemm.c, or OpenBLAS on CPUs without
+** AVX-512 or AVX2 (or if the kernels' panel buffers cannot be allocated). */
 static void matmul_n(bf_run *r, const float *x, int T, int in, int nout, const gemm_out *o) {
   if (gemm_xwt(run_pool(r), &r->gemm, run_threads(), x, T, in, nout, o) == GEMM_OK) return;
   for (int i = 0; i < nout; i++)
@@ -356,7 +393,7 @@ static void matmul(bf_run *r, float *y, const float *x, const float *W, int T, i
 ** head's columns are first copied into contiguous scratch: Q [Lq,d], K [L,d],
 ** V^T [d,L]; then S[Lq,L] = Q K^T and C[Lq,d] = P (V^T)^T.  scratch holds
 ** L*L + 4*L*d floats.  Returns 0 if the kernels are not available (no
-** AVX-512, out of memory). */
+** AVX-512 or AVX2, out of memory). */
 static int head_gemm(const float *q, int Lq, const float *k, const float *v, int L, float *ctx,
                      int d, int H, float scale, float *scratch) {
   float *Q = scratch, *K = Q + (size_t)L * d, *VT = K + (size_t)L * d, *C = VT + (size_t)L * d;
@@ -379,7 +416,7 @@ static int head_gemm(const float *q, int Lq, const float *k, const float *v, int
   return 1;
 }
 
-/* One attention head, plain C (CPUs without AVX-512); same arguments. */
+/* One attention head, plain C (CPUs without AVX-512 or AVX2); same arguments. */
 static void head_plain(const float *q, int Lq, const float *k, const float *v, int L, float *ctx,
                        int d, int H, float scale, float *S) {
   for (int i = 0; i < Lq; i++) {
@@ -595,7 +632,7 @@ void bf_run_free(bf_run *r) {
   free(r);
 }
 
-const char *bf_gemm_kernels(void) { return gemm_have_avx512() ? "avx512" : "openblas"; }
+const char *bf_gemm_kernels(void) { return gemm_kernels_name(gemm_kernels()); }
 
 const bf_timings *bf_run_timings(const bf_run *r) {
   static const bf_timings none;

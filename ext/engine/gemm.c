@@ -1,6 +1,8 @@
 /*
 ** gemm.c — y = x W^T with AVX-512 (the threads that share a job are
-** pool.c's).  See gemm.h for what is computed and when each kernel is used.
+** pool.c's), and which kernels run (gemm_kernels: AVX-512 here, AVX2 in
+** gemm_avx2.c, or none).  See gemm.h for what is computed and when each
+** kernel is used.
 **
 ** Dot kernel (rows of x <= GEMM_DOT_MAX_T): a tile of 3 rows of W x 8 tokens
 ** keeps 24 accumulators of 16 lanes; sums run over K and are reduced at the
@@ -22,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "avx2.h"
 #include "avx512.h"
 #include "gemm.h"
 #include "util.h"
@@ -33,23 +36,49 @@ void gemm_scratch_free(gemm_scratch *s) {
   memset(s, 0, sizeof *s);
 }
 
-/* ------------------------------------------------------------ kernels */
+/* ----------------------------------------------------------- dispatch */
 
+/* The best kernels the CPU has (libgcc's cpuid checks also ask the OS, via
+** XGETBV, whether it saves the ymm/zmm registers). */
+static int cpu_kernels(void) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  __builtin_cpu_init();
 #ifdef BF_HAVE_AVX512
-#define INLINE static inline __attribute__((always_inline))
+  if (__builtin_cpu_supports("avx512f")) return GEMM_KERNELS_AVX512;
+#endif
+#ifdef BF_HAVE_AVX2
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return GEMM_KERNELS_AVX2;
+#endif
+#endif
+  return GEMM_KERNELS_OPENBLAS;
+}
 
-int gemm_have_avx512(void) {
+static const char *const kernel_names[] = {"openblas", "avx2", "avx512"}; /* GEMM_KERNELS_* */
+
+const char *gemm_kernels_name(int kernels) {
+  return kernels >= 0 && kernels <= GEMM_KERNELS_AVX512 ? kernel_names[kernels] : "?";
+}
+
+int gemm_kernels(void) {
   static atomic_int known = -1;
   int v = atomic_load(&known);
   if (v < 0) {
-    int off = bf_env_flag("BERTFILL_NO_AVX512", 0); /* the portable path (tests, debugging) */
-    __builtin_cpu_init();
-    v = __builtin_cpu_supports("avx512f") ? 1 : 0; /* also checks the OS saves zmm state */
-    if (off) v = 0;
+    /* the cap from the environment (tests, debugging): see gemm.h */
+    int cap = bf_env_choice("BERTFILL_KERNELS", kernel_names, 3, GEMM_KERNELS_AVX512);
+    if (bf_env_flag("BERTFILL_NO_AVX512", 0)) cap = GEMM_KERNELS_OPENBLAS;
+    v = cpu_kernels();
+    if (v > cap) v = cap;
     atomic_store(&known, v);
   }
   return v;
 }
+
+int gemm_have_avx512(void) { return gemm_kernels() == GEMM_KERNELS_AVX512; }
+
+/* ------------------------------------------------------------ kernels */
+
+#ifdef BF_HAVE_AVX512
+#define INLINE static inline __attribute__((always_inline))
 
 /* ---- dot kernel ---- */
 #define TILE_R 3 /* rows of W per tile */
@@ -235,10 +264,7 @@ AVX512 static void panel_strip(float *Wp, float *y, const float *x, const float 
 
 /* ---- one job: nout products of the same x, split into units of work ---- */
 
-/* A unit of work: columns [c0, c1) of output o, rows [t0, t1) of x. */
-typedef struct gemm_unit {
-  int o, c0, c1, t0, t1;
-} gemm_unit;
+/* (gemm_unit, a unit of work, is in gemm.h: gemm_avx2.c uses it too) */
 
 typedef struct gemm_job {
   gemm_scratch *s; /* panel[tid]: the panel buffer of each thread */
@@ -321,7 +347,9 @@ static int plan_units(gemm_unit *units, int max_units, const gemm_out *out, int 
 
 int gemm_xwt(bf_pool *p, gemm_scratch *s, int nthreads, const float *x, int T, int K, int nout,
              const gemm_out *out) {
-  if (!gemm_have_avx512()) return GEMM_NO_KERNEL;
+  if (!gemm_have_avx512()) /* AVX2 kernels, or none */
+    return gemm_kernels() == GEMM_KERNELS_AVX2 ? gemm_avx2_xwt(p, s, nthreads, x, T, K, nout, out)
+                                               : GEMM_NO_KERNEL;
   if (nout < 1 || nout > GEMM_MAX_OUT || T < 1 || K < 1) return GEMM_NO_KERNEL;
   if (nthreads < 1) nthreads = 1;
   if (nthreads > BF_POOL_MAX_THREADS) nthreads = BF_POOL_MAX_THREADS;
@@ -394,18 +422,10 @@ int gemm_xwt(bf_pool *p, gemm_scratch *s, int nthreads, const float *x, int T, i
   return GEMM_OK;
 }
 
-#else /* no AVX-512 kernels in this build */
-int gemm_have_avx512(void) { return 0; }
+#else /* no AVX-512 kernels in this build: the AVX2 ones, or none */
 int gemm_xwt(bf_pool *p, gemm_scratch *s, int nthreads, const float *x, int T, int K, int nout,
              const gemm_out *out) {
-  (void)p;
-  (void)s;
-  (void)nthreads;
-  (void)x;
-  (void)T;
-  (void)K;
-  (void)nout;
-  (void)out;
-  return GEMM_NO_KERNEL;
+  if (gemm_kernels() != GEMM_KERNELS_AVX2) return GEMM_NO_KERNEL;
+  return gemm_avx2_xwt(p, s, nthreads, x, T, K, nout, out);
 }
 #endif

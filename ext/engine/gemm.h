@@ -1,6 +1,6 @@
 /*
 ** gemm.h — the encoder's matrix products, y = x W^T, on bertfill's own
-** AVX-512 kernels.  Engine-internal.
+** kernels (AVX-512 or AVX2).  Engine-internal.
 **
 ** The weights stay as PyTorch stores them ([out, in], read in place from the
 ** mmap).  Two AVX-512 kernels (gemm.c) cover every size the encoder meets:
@@ -12,6 +12,9 @@
 **     of x, the classic blocked-GEMM inner loop.  This replaces OpenBLAS,
 **     which repacks all of W on every call and is 20-30% slower here for the
 **     sizes of one sentence.
+** On CPUs with AVX2 and FMA but no AVX-512 (AMD Zen 2/3, Intel Haswell to
+** Alder Lake) the same two kinds of kernel in 8-lane form run instead
+** (gemm_avx2.c; dot kernel up to GEMM_AVX2_DOT_MAX_T rows).
 ** Work is split into units (runs of output columns; the last strips of a job
 ** also by rows, so that the units shrink towards its end) taken dynamically
 ** by the threads of a bf_pool (pool.h).
@@ -22,8 +25,17 @@
 **     ...use BLAS...
 **   gemm_scratch_free(&s);
 **
-** Without AVX-512 (checked at run time; BERTFILL_NO_AVX512=1 pretends so)
-** gemm_xwt returns GEMM_NO_KERNEL and the caller uses BLAS.
+** Which kernels run (gemm_kernels(), decided once per process, at the first
+** call, from cpuid and the environment; never from the CPU's name):
+**   - the best the CPU has: GEMM_KERNELS_AVX512 (AVX-512F), else
+**     GEMM_KERNELS_AVX2 (AVX2 and FMA), else GEMM_KERNELS_OPENBLAS (gemm_xwt
+**     returns GEMM_NO_KERNEL and the caller uses BLAS);
+**   - BERTFILL_KERNELS=avx512|avx2|openblas (util.h's bf_env_choice) caps
+**     that choice: the kernels that run are the best ones the CPU has and the
+**     setting allows (so "avx2" gives AVX2 on an AVX-512 CPU and OpenBLAS on
+**     a CPU without AVX2; "avx512" is the default).  For tests and debugging.
+**   - BERTFILL_NO_AVX512=1, the older setting, means BERTFILL_KERNELS=openblas:
+**     the portable code (plain C and OpenBLAS), as it always did.
 */
 #ifndef BERTFILL_GEMM_H
 #define BERTFILL_GEMM_H
@@ -31,8 +43,9 @@
 #include <stddef.h>
 #include "pool.h"
 
-#define GEMM_DOT_MAX_T 16 /* up to this many rows of x: the dot kernel */
-#define GEMM_MAX_OUT 3    /* outputs sharing one x in one gemm_xwt call (q, k, v) */
+#define GEMM_DOT_MAX_T 16      /* up to this many rows of x: the dot kernel (AVX-512) */
+#define GEMM_AVX2_DOT_MAX_T 80 /* the same for the AVX2 kernels */
+#define GEMM_MAX_OUT 3         /* outputs sharing one x in one gemm_xwt call (q, k, v) */
 
 enum { GEMM_OK = 0, GEMM_NO_KERNEL = 1, GEMM_NOMEM = 2 };
 
@@ -42,6 +55,11 @@ typedef struct gemm_out {
   const float *w;
   int n;
 } gemm_out;
+
+/* A unit of work: columns [c0, c1) of output o, rows [t0, t1) of x. */
+typedef struct gemm_unit {
+  int o, c0, c1, t0, t1;
+} gemm_unit;
 
 /* The buffers gemm_xwt keeps between calls (zero-initialise; one per pool):
 ** the packed panel of W of each thread, and the table of units of a job. */
@@ -56,14 +74,24 @@ void gemm_scratch_free(gemm_scratch *s); /* frees the buffers; s itself stays */
 /* All nout (1..GEMM_MAX_OUT) products of one x, as one job of the pool p
 ** on up to nthreads threads.  p and s may be NULL: then the calling thread
 ** does it all, with a panel buffer of this call's own.  GEMM_OK,
-** GEMM_NO_KERNEL (no AVX-512: use BLAS), or GEMM_NOMEM (the buffers could
-** not be allocated: use BLAS). */
+** GEMM_NO_KERNEL (GEMM_KERNELS_OPENBLAS: use BLAS), or GEMM_NOMEM (the
+** buffers could not be allocated: use BLAS). */
 int gemm_xwt(bf_pool *p, gemm_scratch *s, int nthreads, const float *x, int T, int K, int nout,
              const gemm_out *out);
 
-/* 1 if the CPU has AVX-512 (and the OS keeps its registers), unless the
-** environment variable BERTFILL_NO_AVX512 is on (util.h's rule) when first
-** asked: then the portable code (plain C and OpenBLAS) runs. */
+/* Which kernels gemm_xwt runs (see the top of this file). */
+enum { GEMM_KERNELS_OPENBLAS = 0, GEMM_KERNELS_AVX2 = 1, GEMM_KERNELS_AVX512 = 2 };
+int gemm_kernels(void);
+const char *gemm_kernels_name(int kernels); /* "openblas", "avx2", "avx512" */
+
+/* gemm_kernels() == GEMM_KERNELS_AVX512: the CPU has AVX-512 (and the OS
+** keeps its registers) and the environment does not turn it off. */
 int gemm_have_avx512(void);
+
+/* gemm_xwt on the AVX2 kernels (gemm_avx2.c), which gemm_xwt calls when
+** gemm_kernels() is GEMM_KERNELS_AVX2; the CPU must have AVX2 and FMA.
+** GEMM_NO_KERNEL in a build without them (-DBF_NO_AVX2, not x86-64). */
+int gemm_avx2_xwt(bf_pool *p, gemm_scratch *s, int nthreads, const float *x, int T, int K, int nout,
+                  const gemm_out *out);
 
 #endif

@@ -639,6 +639,7 @@ int main(int argc, char **argv) {
   if (!r) return 1;
   for (int i = 1; i + 1 < argc; i += 2) test_model(argv[i], argv[i + 1], r, i + 2 >= argc);
   bf_run_free(r);
-  printf("# all models: max |p - reference| = %.3g (tolerance %g)\n", g_maxd_all, TOL);
+  printf("# all models: max |p - reference| = %.3g (tolerance %g), %s kernels\n", g_maxd_all, TOL,
+         bf_gemm_kernels());
   TL_EXIT();
 }

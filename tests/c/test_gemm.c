@@ -1,11 +1,13 @@
 /*
-** test_gemm.c — the matrix kernels of ext/engine/gemm.c against a plain
-** double loop: y[T,N] = x[T,K] W[N,K]^T for shapes that hit every path (dot
-** kernel up to GEMM_DOT_MAX_T rows, panel kernel beyond; K and N not
-** multiples of 16 or 32; one to three outputs per job; 1, 2 and 3 threads),
-** results independent of the thread count.  On a CPU without AVX-512
-** gemm_xwt must say GEMM_NO_KERNEL (checked) and the kernel checks are
-** skipped.  The thread pool itself: test_pool.c.
+** test_gemm.c — the matrix kernels of ext/engine/gemm.c (AVX-512) and
+** gemm_avx2.c (AVX2) against a plain double loop: y[T,N] = x[T,K] W[N,K]^T
+** for shapes that hit every path (dot kernel up to GEMM_DOT_MAX_T or
+** GEMM_AVX2_DOT_MAX_T rows, panel kernel beyond; K and N not multiples of 8,
+** 16 or 32; one to three outputs per job; 1, 2 and 3 threads), results
+** independent of the thread count.  It checks the kernels gemm_kernels()
+** chose (tests/t_c_gemm.sh runs it under each BERTFILL_KERNELS setting); where
+** that is GEMM_KERNELS_OPENBLAS gemm_xwt must say GEMM_NO_KERNEL (checked).
+** The thread pool itself: test_pool.c.
 */
 #include <math.h>
 #include "gemm.h"
@@ -39,23 +41,41 @@ int main(void) {
   gemm_scratch s = {0};
   CHECK("gemm: pool created", p != NULL);
 
-  if (!gemm_have_avx512()) {
+  int kernels = gemm_kernels();
+  const char *name = gemm_kernels_name(kernels);
+  int dot_max = kernels == GEMM_KERNELS_AVX512 ? GEMM_DOT_MAX_T : GEMM_AVX2_DOT_MAX_T;
+  CHECK("gemm: gemm_have_avx512() agrees with gemm_kernels()",
+        gemm_have_avx512() == (kernels == GEMM_KERNELS_AVX512));
+  const char *cap = getenv("BERTFILL_KERNELS");
+  int cap_ok = bf_env_flag("BERTFILL_NO_AVX512", 0) ? kernels == GEMM_KERNELS_OPENBLAS
+               : !cap                               ? 1
+               : !strcmp(cap, "avx2")               ? kernels <= GEMM_KERNELS_AVX2
+               : !strcmp(cap, "openblas")           ? kernels == GEMM_KERNELS_OPENBLAS
+                                                    : 1;
+  CHECKF("gemm: BERTFILL_KERNELS and BERTFILL_NO_AVX512 cap the kernels", cap_ok, "got %s", name);
+  if (kernels == GEMM_KERNELS_OPENBLAS) {
     float x = 1, w = 1, y = 0;
     gemm_out o = {&y, &w, 1};
-    CHECK("gemm: no AVX-512: GEMM_NO_KERNEL",
+    CHECK("gemm: no kernels: GEMM_NO_KERNEL",
           gemm_xwt(p, &s, 1, &x, 1, 1, 1, &o) == GEMM_NO_KERNEL);
-    if (bf_env_flag("BERTFILL_NO_AVX512", 0))
-      printf("# gemm kernels turned off by BERTFILL_NO_AVX512; they are checked in the run without "
+    if (getenv("BERTFILL_KERNELS") || getenv("BERTFILL_NO_AVX512"))
+      printf("# gemm kernels turned off by the environment; they are checked in the runs without "
              "it\n");
-    else SKIP("gemm kernels", "this CPU has no AVX-512");
+    else SKIP("gemm kernels", "this CPU has neither AVX-512 nor AVX2 and FMA");
     bf_pool_free(p);
     gemm_scratch_free(&s);
     TL_EXIT();
   }
+  printf("# gemm: checking the %s kernels (dot kernel up to %d rows)\n", name, dot_max);
 
-  static const int Ts[] = {1, 2, 3, 5, 8, 13, 16, 17, 23, 24, 25, 36, 37, 64, 130};
-  static const int NKs[][2] = {{1, 1},    {7, 5},    {31, 17},  {32, 16},  {33, 48},
-                               {64, 100}, {100, 33}, {96, 768}, {200, 129}};
+  /* every remainder of the tiles: 3x4 and 3x8 (dot), 6x16 and 8x48 (panel); both sides of
+  ** each switch between the kernels */
+  _Static_assert(GEMM_DOT_MAX_T == 16 && GEMM_AVX2_DOT_MAX_T == 80, "Ts lists 16, 17, 80, 81");
+  static const int Ts[] = {1,  2,  3,  4,  5,  6,  7,  8,  13, 16, 17, 19, 23, 24, 25,
+                           31, 32, 33, 36, 37, 48, 49, 64, 80, 81, 84, 85, 86, 89, 130};
+  static const int NKs[][2] = {{1, 1},    {7, 5},    {31, 17},  {32, 16},   {33, 48},
+                               {64, 100}, {100, 33}, {96, 768}, {200, 129}, {50, 7},
+                               {49, 9},   {17, 24},  {2, 3}};
   int nshape = 0, nbad = 0;
   double worst = 0;
   char why[256] = "";

@@ -48,7 +48,7 @@ select 'debug_json', json_valid(bert_debug());
 select 'debug_model_dir', json_extract(bert_debug(), '$.model.dir') like '%/models/tiny';
 select 'debug_fingerprint', length(json_extract(bert_debug(), '$.model.fingerprint')) = 16;
 select 'debug_blas_core', length(json_extract(bert_debug(), '$.blas_core')) > 0;
-select 'debug_gemm_kernels', json_extract(bert_debug(), '$.gemm') in ('avx512', 'openblas');
+select 'debug_gemm_kernels', json_extract(bert_debug(), '$.gemm') in ('avx512', 'avx2', 'openblas');
 select 'debug_cache', json_extract(bert_debug(), '$.cache.mode') = 'on';
 select 'threads_default_cores', bert_threads() = json_extract(bert_debug(), '$.cores');
 select 'threads_set', bert_threads(1) = 1 and json_extract(bert_debug(), '$.threads') = 1;
