@@ -3,8 +3,9 @@
 #   $(DESTDIR)$(PREFIX)/lib/bertfill.so
 #   $(DESTDIR)$(PREFIX)/share/bertfill/bertfill-zh-tiny/{config.json,vocab.txt,...}
 # with the default PREFIX (/usr/local) and another one; the installed extension
-# loads from another directory and fills masks with the installed model; the
-# uninstall removes every installed file.
+# loads from another directory and fills masks with the installed model (named
+# in BERTFILL_MODEL, and found by itself without it), answers bert_version();
+# the uninstall removes every installed file.
 set -u
 cd "$(dirname "$0")/.."
 EXT=${BERTFILL_EXT:-./bertfill}
@@ -45,17 +46,15 @@ for prefix in /usr/local /opt/bertfill; do
         "select bert_fill('今天天气真[MASK]啊') like '今天天气真_%啊', json_extract(bert_debug(), '\$.model.dir')" 2>&1)
   check "loads$name" "$got" "1|$(cd "$share" && pwd -P)"
 
-  # PHASE 2 (issue 14): the installed extension finds its model by itself, from
-  # any directory: no BERTFILL_MODEL, model.dir = $share.  The lookup of
-  # ../share/bertfill/bertfill-zh-tiny next to the loaded bertfill.so is not in
-  # ext/sqlite/models.c yet; when it is, drop this skip and keep the check.
-  if [ -z "${BF_INSTALL_FINDS_MODEL:-}" ]; then
-    echo "skip install.finds_model$name: the model lookup under ../share/bertfill comes with issue 14's extension part"
-  else
-    got=$(cd / && env -u BERTFILL_MODEL sqlite3 :memory: -cmd ".load $lib" \
-          "select bert_fill('今天天气真[MASK]啊') like '今天天气真_%啊', json_extract(bert_debug(), '\$.model.dir')" 2>&1)
-    check "finds_model$name" "$got" "1|$(cd "$share" && pwd -P)"
-  fi
+  # The installed extension finds its model by itself, from any directory:
+  # no BERTFILL_MODEL, model.dir = $share (../share/bertfill/bertfill-zh-tiny
+  # from the directory of the loaded bertfill.so); and says its version.
+  got=$(cd / && env -u BERTFILL_MODEL sqlite3 :memory: -cmd ".load $lib" \
+        "select bert_fill('今天天气真[MASK]啊') like '今天天气真_%啊', json_extract(bert_debug(), '\$.model.dir'), json_extract(bert_debug(), '\$.model.source')" 2>&1)
+  check "finds_model$name" "$got" "1|$(cd "$share" && pwd -P)|default"
+  want_version=$(sed -n 's/^#define BFX_VERSION "\(.*\)"$/\1/p' ext/sqlite/version.h)
+  got=$(cd / && sqlite3 :memory: -cmd ".load $lib" "select bert_version()" 2>&1)
+  check "version$name" "$got" "$want_version"
 
   if [ "$prefix" = /usr/local ]; then out=$(mk uninstall DESTDIR="$dest")
   else out=$(mk uninstall DESTDIR="$dest" PREFIX="$prefix"); fi

@@ -214,6 +214,29 @@ def test_errors():
     expect_error("err_k_negative", conn, "select * from fill_candidates('[MASK]', ?)", (-3,), "(got -3)")
     expect_error("err_load_missing", conn, "select bert_load(?)", ("/no/such/dir",), "cannot open model directory '/no/such/dir'")
     expect_error("err_cache_mode", conn, "select bert_cache(?)", ("maybe",), "bert_cache: the argument must be")
+    # Messages are valid UTF-8 whatever the input: an OperationalError, never
+    # UnicodeDecodeError; invalid bytes and control characters as \xNN, long
+    # input cut to its start and end.
+    expect_error("err_k_invalid_utf8", conn, "select * from fill_candidates('好[MASK]', cast(? as text))",
+                 (b"\xed\xa0\x80",), "k must be an integer from 1 to 1000 (got \\xED\\xA0\\x80)")
+    expect_error("err_k_blob", conn, "select * from fill_candidates('好[MASK]', ?)",
+                 (b"\xed\xa0\x80",), "k must be an integer from 1 to 1000 (got a blob)")
+    expect_error("err_k_control_chars", conn, "select * from fill_candidates('好[MASK]', ?)",
+                 ("a\nb\x00c",), "(got a\\x0Ab\\x00c)")
+    expect_error("err_k_long_cut", conn, "select * from fill_candidates('好[MASK]', ?)",
+                 ("好" * 400 + "尾",), "(got " + "好" * 26 + "..." + "好" * 25 + "尾)")
+    for name, sql, want in [
+            ("err_joint_invalid_utf8", "select bert_fill('好[MASK]', cast(? as text))", "(got '\\xFFA')"),
+            ("err_rows_k_invalid_utf8", "select * from fill_rows('select 1, ''好[MASK]'' ', cast(? as text))",
+             "fill_rows: k must be an integer from 1 to 1000 (got \\xFFA)"),
+            ("err_sequences_k_invalid_utf8", "select * from fill_sequences('好[MASK]', cast(? as text))",
+             "fill_sequences: k must be an integer from 1 to 100 (got \\xFFA)"),
+            ("err_setting_invalid_utf8", "select bert_cache(cast(? as text))", "(got \\xFFA)")]:
+        expect_error(name, conn, sql, (b"\xffA",), want)
+    expect_error("err_score_answer_quoted", conn, "select bert_score('好[MASK][MASK]', ?)", ("好\n",),
+                 "bert_score: the answer '好\\x0A' is 1 token but the text has 2 [MASK]s")
+    expect_error("err_load_invalid_utf8", conn, "select bert_load(?)", (b"/no/such/\xff\xfe",),
+                 "cannot open model directory '/no/such/\\xFF\\xFE'")
     check("usable_after_errors", "[MASK]" not in one(conn, "select bert_fill('我[MASK]你')"))
     conn.close()
     # A broken model directory: the engine's message names the file.
@@ -224,6 +247,15 @@ def test_errors():
             f.write(b"\x10\x00\x00\x00\x00\x00\x00\x00{}")
         conn = connect(model=None)
         expect_error("err_broken_model", conn, "select bert_load(?)", (d,), "model.safetensors")
+        # the same in a directory whose name is not UTF-8: the engine's
+        # message names the file, escaped
+        bad = os.path.join(os.fsencode(d), b"bad\xff")
+        os.mkdir(bad)
+        for fn in os.listdir(d):
+            if fn != os.fsdecode(b"bad\xff"):
+                shutil.copy(os.path.join(d, fn), os.fsdecode(bad))
+        expect_error("err_broken_model_invalid_utf8_path", conn, "select bert_load(?)", (bad,),
+                     "bad\\xFF/model.safetensors")
         conn.close()
 
 

@@ -100,12 +100,7 @@ function openService(o) {
   const model = db.prepare('SELECT bert_load(?) AS d').get(o.model).d;
   const candidates = db.prepare(
     'SELECT mask, token, score, sequence FROM fill_candidates(?, ?) ORDER BY mask, rank');
-  let prometheus = null;
-  try {
-    prometheus = db.prepare("SELECT bert_stats('prometheus') AS p");
-  } catch (e) {
-    prometheus = null;   // TODO: bert_stats('prometheus') is not in this bertfill yet
-  }
+  const prometheus = db.prepare("SELECT bert_stats('prometheus') AS p");
 
   function predict(body) {
     if (body === null || typeof body !== 'object' || Array.isArray(body)) {
@@ -133,7 +128,6 @@ function openService(o) {
   }
 
   function metrics() {
-    if (!prometheus) return null;
     return prometheus.get().p;
   }
 
@@ -182,13 +176,7 @@ function handler(service, page) {
         try { body = JSON.parse(text); } catch (e) { throw new HttpError(400, `invalid JSON: ${e.message}`); }
         sendJson(res, 200, service.predict(body));
       } else if (url.pathname === '/metrics') {
-        const m = service.metrics();
-        if (m === null) {
-          send(res, 501, 'text/plain; charset=utf-8',
-            "bert_stats('prometheus') is not available in this build of bertfill\n");
-        } else {
-          send(res, 200, 'text/plain; version=0.0.4; charset=utf-8', m);
-        }
+        send(res, 200, 'text/plain; version=0.0.4; charset=utf-8', service.metrics());
       } else {
         send(res, 200, 'text/html; charset=utf-8', page);
       }

@@ -212,6 +212,14 @@ void bf_stats_stage(bf_stage s, bf_stage_summary *out) {
   out->p99_ns = quantile(b, n, max, 0.99);
 }
 
+int bf_stats_stage_buckets(bf_stage s, uint64_t *count, int max) {
+  if (s < 0 || s >= BF_ST__N) return 0;
+  int n = max < H_NBUCKETS ? max : H_NBUCKETS;
+  for (int i = 0; i < n; i++)
+    count[i] = atomic_load_explicit(&g_stage[s].bucket[i], memory_order_relaxed);
+  return n < 0 ? 0 : n;
+}
+
 uint64_t bf_stats_stage_quantile(bf_stage s, double q) {
   if (s < 0 || s >= BF_ST__N) return 0;
   uint64_t b[H_NBUCKETS], max;

@@ -68,6 +68,10 @@ void bf_stats_stage(bf_stage s, bf_stage_summary *out);
 ** Writes the non-empty buckets in increasing order and returns how many
 ** (at most max; with max <= 0 it only counts them). */
 int bf_stats_batch_buckets(int *lo, int *hi, uint64_t *count, int max);
+/* The histogram of a stage: the count of every bucket (bf_hist_nbuckets()
+** of them, bucket i holding durations below bf_hist_upper(i)) into
+** count[0..max); returns how many were written. */
+int bf_stats_stage_buckets(bf_stage s, uint64_t *count, int max);
 /* Any quantile q in (0,1] of a stage, same rule as p50/p95/p99 (0 if empty). */
 uint64_t bf_stats_stage_quantile(bf_stage s, double q);
 /* Nanoseconds since the stats were last reset (or since the code was loaded). */

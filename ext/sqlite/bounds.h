@@ -31,10 +31,15 @@
 ** and defined); then it must lie in the argument's own range below. */
 #define BFX_INT_ARG_FLOAT_BOUND 9e18
 
+/* User input quoted in an error message (an argument, a path): at most
+** this many bytes of it, its start and its end (errors.h, bfx_quote). */
+#define BFX_QUOTE_MAX 160
+
 /* Ranges of the settings. */
 #define BFX_THREADS_MAX 1024              /* bert_threads (0: one per core) */
 #define BFX_MAX_CONCURRENT_MAX (1 << 20)  /* bert_max_concurrent, BERTFILL_MAX_CONCURRENT */
 #define BFX_BUSY_TIMEOUT_MAX_MS (1 << 30) /* bert_busy_timeout, BERTFILL_BUSY_TIMEOUT_MS */
+#define BFX_MACHINE_SLOTS_MAX 1024        /* BERTFILL_MACHINE_SLOTS (machine_guard.c) */
 #define BFX_DEFAULT_BUSY_TIMEOUT_MS 2000
 #define BFX_CACHE_LIMIT_MAX ((long long)1 << 40) /* bert_cache_limit, BERTFILL_CACHE_LIMIT */
 #define BFX_LRU_ENTRIES_MAX 100000000            /* bert_cache_lru */

@@ -86,7 +86,8 @@
 ** reads files, writes tables or changes a setting, so that a database
 ** schema from an untrusted source cannot make bertfill do any of that;
 ** none is SQLITE_DETERMINISTIC, since results depend on the connection's
-** model (which bert_load can change) or on the moment; none is
+** model (which bert_load can change) or on the moment (bert_version: on
+** the bertfill.so loaded, which an upgrade changes); only bert_version is
 ** SQLITE_INNOCUOUS.
 **
 ** Caveat: SQLite 3.40 (Debian 12) still runs a DIRECTONLY function named in
@@ -119,7 +120,7 @@
 ** Inside (ext/sqlite; each file has a header of its own).  Calls run one
 ** way, from the top of this list to the bottom, never back up:
 **   entry.c       the entry point and the tables of functions and modules
-**   scalars.c     bert_fill, bert_tokenize, bert_load, bert_debug
+**   scalars.c     bert_fill, bert_tokenize, bert_load, bert_debug, bert_version
 **   settings.c    bert_cache*, bert_threads, bert_max_concurrent, ...
 **   candidates.c  the fill_candidates table-valued function
 **   rows.c        the fill_rows table-valued function
@@ -127,12 +128,14 @@
 **   wholeword.c   bert_score, bert_fill(text, 'joint')
 **   prefill.c     the bert_prefill aggregate
 **   stats_sql.c   bertfill_stats, bert_stats, bert_stats_reset
+**   prometheus.c  bert_stats('prometheus'): the Prometheus text format
 **   trace.c       bert_trace and the per-call trace table
 **   joint.c       whole-word fills: beam search, chain rule, their memo
 **   lookup.c      tokens -> LRU -> cache table -> encoder, and storing
 **   batcher.c     dynamic batching of concurrent encoder calls
 **   encode.c      one encoder run on a slot, counted in the stats
 **   guard.c       the overload guard: encoder slots and their scratch
+**   machine_guard.c  encoder slots shared by the processes of the machine
 **   conn.c        the state of a connection (refcounted): its model, its cache
 **   models.c      the registry of loaded models; the default model
 **   cache.c       the LRU and the bertfill_cache table
@@ -140,7 +143,8 @@
 **   tvf.c         the query plan of the table-valued functions
 **   jsonw.c       JSON strings
 **   errors.c      errors: building, counting, reporting
-**   bounds.h      every limit and range;  api.c  SQLite's routines
+**   bounds.h      every limit and range;  api.c  SQLite's routines;
+**   version.h     the version
 ** and below all of them the engine (ext/engine), which never sees SQLite.
 ** A new SQL function: write it in the file of its kind (or a new one that
 ** includes only what lies below it) and add a row to `functions`.
@@ -221,11 +225,17 @@ static const sql_function functions[] = {
   {"bert_rows_cache", 0, DIRECT, bfx_fn_rows_cache, 0, 0, CONN, "as bert_rows_cache(mode)"},
   {"bert_rows_cache", 1, DIRECT, bfx_fn_rows_cache, 0, 0, CONN,
    "changes what fill_rows writes to the cache table"},
+  {"bert_version", 0, SQLITE_INNOCUOUS, bfx_fn_version, 0, 0, NO_DATA,
+   "a constant of the loaded bertfill.so: no side effect, reveals nothing about the process or "
+   "its files, so any schema may use it; not DETERMINISTIC: an index or generated column must "
+   "not depend on it, as an upgrade changes it"},
   {"bert_stats", 0, 0, bfx_fn_stats, 0, 0, NO_DATA,
    "no side effects, reads no file or table: views and triggers of a trusted schema may use "
    "it; not INNOCUOUS: it shows the activity of every connection of the process (timings, "
    "cache hits of other users' queries), so with PRAGMA trusted_schema=OFF an untrusted "
    "schema cannot read it"},
+  {"bert_stats", 1, 0, bfx_fn_stats, 0, 0, NO_DATA,
+   "as bert_stats(): the same statistics as JSON or in the Prometheus text format"},
   {"bert_stats_reset", 0, DIRECT, bfx_fn_stats_reset, 0, 0, NO_DATA,
    "erases the statistics every connection sees (a process-wide side effect)"},
   {"bert_trace", -1, DIRECT, bfx_fn_trace, 0, 0, TRACE_STATE,

@@ -13,6 +13,13 @@
 ** Each slot comes with a bf_run (the encoder's scratch memory for one
 ** thread); finished runs are kept in a pool of at most N for reuse, so
 ** scratch memory is bounded by N runs.
+**
+** Machine-wide (machine_guard.c): with BERTFILL_MACHINE_GUARD=1 a run also
+** takes one of the machine's slots, shared by every process that uses the
+** same slot file, after its process slot and within the same busy timeout:
+** BERTFILL_MACHINE_SLOTS of them (default, and 0: cores / threads per run,
+** like the process's own bound), so N worker processes together run no more
+** encoders at once than one process would.  Read once from the environment.
 */
 #include <errno.h>
 #include <pthread.h>
@@ -23,6 +30,7 @@
 SQLITE_EXTENSION_INIT3
 #include "guard.h"
 #include "bounds.h"
+#include "machine_guard.h"
 #include "stats.h"
 #include "util.h"
 
@@ -32,6 +40,8 @@ static struct {
   pthread_cond_t cv;
   int max; /* as set; 0: automatic (see eff_max) */
   int in_flight, timeout_ms;
+  int machine;       /* the machine-wide guard is on */
+  int machine_slots; /* as set; 0: automatic (see machine_max) */
   bf_run **pool;
   int npool, cap;
 } guard = {.once = PTHREAD_ONCE_INIT, .mu = PTHREAD_MUTEX_INITIALIZER};
@@ -45,6 +55,8 @@ static void guard_init(void) {
   guard.max = (int)bf_env_int("BERTFILL_MAX_CONCURRENT", 0, BFX_MAX_CONCURRENT_MAX, 0);
   guard.timeout_ms = (int)bf_env_int("BERTFILL_BUSY_TIMEOUT_MS", 0, BFX_BUSY_TIMEOUT_MAX_MS,
                                      BFX_DEFAULT_BUSY_TIMEOUT_MS);
+  guard.machine = bf_env_flag("BERTFILL_MACHINE_GUARD", 0);
+  guard.machine_slots = (int)bf_env_int("BERTFILL_MACHINE_SLOTS", 0, BFX_MACHINE_SLOTS_MAX, 0);
   bf_blas_init(NULL, 0); /* the automatic bound needs the thread count (0 if no BLAS) */
 }
 
@@ -55,34 +67,67 @@ static void guard_lock(void) {
 }
 static void guard_unlock(void) { pthread_mutex_unlock(&guard.mu); }
 
-/* The bound in effect: as set, or cores / threads per run (at least 1). */
-static int eff_max(void) {
-  if (guard.max > 0) return guard.max;
+/* cores / threads per run, at least 1. */
+static int auto_max(void) {
   int cores = bf_ncores(), th = bf_blas_threads();
   if (th <= 0 || th > cores) th = cores; /* before OpenBLAS is loaded: one per core */
   int n = cores / th;
   return n > 0 ? n : 1;
 }
 
-/* A run for a slot just taken (guard.in_flight already counted), or NULL
-** (slot given back) when out of memory. */
+/* The bound in effect: as set, or automatic. */
+static int eff_max(void) { return guard.max > 0 ? guard.max : auto_max(); }
+
+/* The machine's slots: as set, or automatic; 0 when the machine-wide guard
+** is off. */
+static int machine_max(void) {
+  if (!guard.machine) return 0;
+  return guard.machine_slots > 0 ? guard.machine_slots : auto_max();
+}
+
+/* Give back a process slot (guard.mu not held). */
+static void give_back_slot(void) {
+  pthread_mutex_lock(&guard.mu);
+  guard.in_flight--;
+  pthread_cond_signal(&guard.cv);
+  pthread_mutex_unlock(&guard.mu);
+}
+
+/* A machine slot for a run that has its process slot: 1 when taken (or when
+** the machine-wide guard is off or has no slot file), 0 when every slot
+** stayed taken until deadline_ns (deadline 0: no wait). */
+static int take_machine_slot(uint64_t deadline_ns) {
+  int n = machine_max();
+  if (n == 0) return 1;
+  int got = deadline_ns ? bfx_machine_acquire_until(n, deadline_ns) : bfx_machine_try_acquire(n);
+  return got != 0; /* < 0: no slot file (said on stderr, once): no machine-wide bound */
+}
+
+/* A run for a slot just taken (guard.in_flight already counted, and the
+** machine slot), or NULL (slots given back) when out of memory. */
 static bf_run *take_run(void) {
   bf_run *r = NULL;
   pthread_mutex_lock(&guard.mu);
   if (guard.npool > 0) r = guard.pool[--guard.npool];
   pthread_mutex_unlock(&guard.mu);
   if (!r && !(r = bf_run_new())) {
-    pthread_mutex_lock(&guard.mu);
-    guard.in_flight--;
-    pthread_cond_signal(&guard.cv);
-    pthread_mutex_unlock(&guard.mu);
+    if (guard.machine) bfx_machine_release();
+    give_back_slot();
   }
   return r;
 }
 
 void bfx_guard_busy_error(bfx_err *e, int in_flight, uint64_t waited_ns) {
-  bfx_errf(e, SQLITE_ERROR, BF_CT_BUSY, "bertfill: busy: %d encoder runs in progress, waited %d ms",
-           in_flight, (int)(waited_ns / 1000000));
+  int machine = machine_max();
+  if (machine)
+    bfx_errf(e, SQLITE_ERROR, BF_CT_BUSY,
+             "bertfill: busy: %d encoder runs in progress, waited %d ms (machine-wide guard: %d "
+             "slots)",
+             in_flight, (int)(waited_ns / 1000000), machine);
+  else
+    bfx_errf(e, SQLITE_ERROR, BF_CT_BUSY,
+             "bertfill: busy: %d encoder runs in progress, waited %d ms", in_flight,
+             (int)(waited_ns / 1000000));
 }
 
 bf_run *bfx_guard_acquire_until(uint64_t deadline_ns, uint64_t *waited_ns, bfx_err *e) {
@@ -104,6 +149,12 @@ bf_run *bfx_guard_acquire_until(uint64_t deadline_ns, uint64_t *waited_ns, bfx_e
   }
   guard.in_flight++;
   guard_unlock();
+  if (!take_machine_slot(deadline_ns ? deadline_ns : 1)) {
+    give_back_slot();
+    *waited_ns = bf_now_ns() - t0;
+    bfx_guard_busy_error(e, bfx_machine_busy(machine_max()), *waited_ns);
+    return NULL;
+  }
   *waited_ns = bf_now_ns() - t0;
   bf_run *r = take_run();
   if (!r) bfx_err_nomem(e);
@@ -123,6 +174,10 @@ bf_run *bfx_guard_try_acquire(int *nomem) {
   }
   guard.in_flight++;
   guard_unlock();
+  if (!take_machine_slot(0)) {
+    give_back_slot();
+    return NULL;
+  }
   bf_run *r = take_run();
   if (!r) *nomem = 1;
   return r;
@@ -133,6 +188,7 @@ uint64_t bfx_guard_deadline_ns(uint64_t from_ns) {
 }
 
 void bfx_guard_release(bf_run *r) {
+  if (guard.machine) bfx_machine_release(); /* guard.machine never changes after guard_init */
   pthread_mutex_lock(&guard.mu);
   guard.in_flight--;
   if (r && guard.npool < eff_max()) {
@@ -195,6 +251,13 @@ void bfx_guard_set_timeout_ms(int ms) {
 int bfx_guard_in_flight(void) {
   guard_lock();
   int n = guard.in_flight;
+  guard_unlock();
+  return n;
+}
+
+int bfx_guard_machine_slots(void) {
+  guard_lock();
+  int n = machine_max();
   guard_unlock();
   return n;
 }

@@ -33,5 +33,7 @@ int bfx_guard_max_auto(void);  /* 1 when the bound is the automatic one */
 int bfx_guard_timeout_ms(void);
 void bfx_guard_set_timeout_ms(int ms);
 int bfx_guard_in_flight(void);
+/* Slots of the machine-wide guard in effect (machine_guard.c); 0: off. */
+int bfx_guard_machine_slots(void);
 
 #endif

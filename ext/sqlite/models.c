@@ -15,8 +15,12 @@
 **   2. otherwise the directory in the environment variable BERTFILL_MODEL;
 **   3. otherwise the model shipped with bertfill, model/bertfill-zh-tiny,
 **      looked for next to the directory holding bertfill.so (and one or two
-**      levels up, for builds in build/...), then at BERTFILL_DEFAULT_MODEL
-**      when that was defined at compile time.
+**      levels up, for builds in build/...); then where `make install` puts
+**      it, ../share/bertfill/bertfill-zh-tiny from the directory holding
+**      bertfill.so (so $PREFIX/lib/bertfill.so finds
+**      $PREFIX/share/bertfill/bertfill-zh-tiny whatever PREFIX or DESTDIR
+**      was); then BERTFILL_DEFAULT_MODEL when that was defined at compile
+**      time.
 ** With none of these, every function fails with a message that says how to
 ** provide a model.
 */
@@ -35,6 +39,8 @@ SQLITE_EXTENSION_INIT3
 #include "stats.h"
 
 #define DEFAULT_MODEL_NAME "model/bertfill-zh-tiny"
+#define INSTALLED_MODEL_NAME "share/bertfill/bertfill-zh-tiny" /* from the .so's ../ */
+#define MAX_CANDIDATES 6
 
 /* What a model directory is, and how to name one: the advice of the errors
 ** "no model" and "cannot open model directory".  When the directory came
@@ -66,9 +72,10 @@ static reg_ent *reg_head;
 ** the directory cannot be opened. */
 static bf_model *registry_get(const char *dir, const char *from, const char *howto, char **err) {
   char canon[PATH_MAX];
+  bfx_quote q;
   if (!realpath(dir, canon)) {
-    *err = sqlite3_mprintf("bertfill: cannot open model directory '%s'%s: %s.  %s", dir, from,
-                           strerror(errno), howto);
+    *err = sqlite3_mprintf("bertfill: cannot open model directory '%s'%s: %s.  %s",
+                           bfx_quoted(&q, dir, -1), from, strerror(errno), howto);
     return NULL;
   }
   bf_model *m = NULL;
@@ -101,8 +108,8 @@ static bf_model *registry_get(const char *dir, const char *from, const char *how
       free(path);
       if (strstr(msg, "out of memory")) *err = NULL; /* reported as SQLITE_NOMEM */
       else
-        *err = sqlite3_mprintf("bertfill: cannot load the model in '%s'%s: %s", dir, from,
-                               msg[0] ? msg : "unknown error");
+        *err = sqlite3_mprintf("bertfill: cannot load the model in '%s'%s: %s",
+                               bfx_quoted(&q, dir, -1), from, msg[0] ? msg : "unknown error");
     } else {
       e->path = path;
       e->m = m;
@@ -174,6 +181,16 @@ static void pin(void) {
 }
 void bfx_pin_library(void) { pthread_once(&pin_once, pin); }
 
+/* Append dir/name to out[*n] (up to max) unless it is there already. */
+static void add_candidate(char out[][PATH_MAX], int *n, int max, const char *dir,
+                          const char *name) {
+  char cand[PATH_MAX + 64];
+  snprintf(cand, sizeof cand, "%s/%s", strcmp(dir, "/") ? dir : "", name);
+  for (int j = 0; j < *n; j++)
+    if (strcmp(out[j], cand) == 0) return;
+  if (*n < max && strlen(cand) < PATH_MAX) strcpy(out[(*n)++], cand);
+}
+
 /* Candidate directories for the default model, in order (up to max). */
 static int default_candidates(char out[][PATH_MAX], int max) {
   int n = 0;
@@ -186,15 +203,14 @@ static int default_candidates(char out[][PATH_MAX], int max) {
     if (slash) *slash = 0;
     else strcpy(dir, ".");
     static const char *const up[] = {"", "/..", "/../.."};
-    for (int i = 0; i < 3 && n < max; i++) {
-      char p[PATH_MAX + 8], base[PATH_MAX], cand[PATH_MAX + 64];
+    for (int i = 0; i < 3; i++) { /* a source tree: ./bertfill.so, build/..., */
+      char p[PATH_MAX + 8], base[PATH_MAX];
       snprintf(p, sizeof p, "%s%s", dir, up[i]);
-      if (!realpath(p, base)) continue;
-      snprintf(cand, sizeof cand, "%s/" DEFAULT_MODEL_NAME, strcmp(base, "/") ? base : "");
-      int dup = 0;
-      for (int j = 0; j < n; j++) dup |= strcmp(out[j], cand) == 0;
-      if (!dup && strlen(cand) < PATH_MAX) strcpy(out[n++], cand);
+      if (realpath(p, base)) add_candidate(out, &n, max, base, DEFAULT_MODEL_NAME);
     }
+    char p[PATH_MAX + 8], base[PATH_MAX]; /* make install: $PREFIX/lib/bertfill.so */
+    snprintf(p, sizeof p, "%s/..", dir);
+    if (realpath(p, base)) add_candidate(out, &n, max, base, INSTALLED_MODEL_NAME);
   }
 #ifdef BERTFILL_DEFAULT_MODEL
   if (n < max && strlen(BERTFILL_DEFAULT_MODEL) < PATH_MAX)
@@ -204,8 +220,8 @@ static int default_candidates(char out[][PATH_MAX], int max) {
 }
 
 char *bfx_default_model_paths(void) {
-  char c[4][PATH_MAX];
-  int n = default_candidates(c, 4);
+  char c[MAX_CANDIDATES][PATH_MAX];
+  int n = default_candidates(c, MAX_CANDIDATES);
   char *s = sqlite3_mprintf("%s", "");
   for (int i = 0; i < n && s; i++) {
     char *t = sqlite3_mprintf("%s%s%s", s, i ? ", " : "", c[i]);
@@ -229,8 +245,8 @@ static bf_model *resolve_default(const char **source, char **err) {
     *source = "BERTFILL_MODEL";
     return registry_get(env, " (from the environment variable BERTFILL_MODEL)", HOWTO_ENV, err);
   }
-  char cand[4][PATH_MAX];
-  int n = default_candidates(cand, 4);
+  char cand[MAX_CANDIDATES][PATH_MAX];
+  int n = default_candidates(cand, MAX_CANDIDATES);
   for (int i = 0; i < n; i++) {
     if (has_config(cand[i])) {
       *source = "default";

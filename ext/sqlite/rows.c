@@ -591,10 +591,10 @@ static int rows_filter(sqlite3_vtab_cursor *cursor, int idxNum, const char *idxS
   sqlite3_int64 k = 0;
   if ((idxNum & 2) && argc >= 2 && sqlite3_value_type(argv[1]) != SQLITE_NULL) {
     if (!bfx_arg_int(argv[1], 1, BF_MAX_K, &k)) {
-      const unsigned char *z = sqlite3_value_text(argv[1]);
-      bfx_errf(&e, SQLITE_ERROR, BF_CT_ERR_INPUT,
-               "fill_rows: k must be an integer from 1 to %d (got %.40s)", BF_MAX_K,
-               z ? (const char *)z : "?");
+      char *m = bfx_int_arg_msg("fill_rows", "k", 1, NULL, BF_MAX_K, NULL, argv[1]);
+      if (!m) return SQLITE_NOMEM;
+      bfx_errf(&e, SQLITE_ERROR, BF_CT_ERR_INPUT, "%s", m);
+      sqlite3_free(m);
       return bfx_error_vtab(vt, &e);
     }
   }

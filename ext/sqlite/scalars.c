@@ -9,6 +9,7 @@
 **   bert_load(dir)         make the model in dir the connection's model
 **                          (NULL: back to BERTFILL_MODEL / the default)
 **   bert_debug()           JSON: kernels, BLAS, model, cache, guard, batching
+**   bert_version()         the version of bertfill, e.g. '0.1.0' (version.h)
 **
 ** Each one is a short sequence of steps from the layers below: argument
 ** text (text.c), the connection's model (models.c), tokens (text.c),
@@ -28,11 +29,13 @@ SQLITE_EXTENSION_INIT3
 #include "guard.h"
 #include "jsonw.h"
 #include "lookup.h"
+#include "machine_guard.h"
 #include "models.h"
 #include "stats.h"
 #include "text.h"
 #include "trace.h"
 #include "util.h"
+#include "version.h"
 
 /* The connection's model, or an error reported on ctx. */
 static bf_model *need_model(sqlite3_context *ctx, bfx_conn *c, bfx_err *e) {
@@ -186,6 +189,8 @@ static void debug_engine(sqlite3_str *o) {
   bfx_json_string(o, bfx_extension_path());
   sqlite3_str_appendall(o, ",\"sqlite_version\":");
   bfx_json_string(o, sqlite3_libversion());
+  sqlite3_str_appendall(o, ",\"version\":");
+  bfx_json_string(o, BFX_VERSION);
 }
 
 /* ,"model":{..} or null,"env_model":..,"default_model_paths":..,"models_loaded":.. */
@@ -239,9 +244,17 @@ static void debug_cache_guard_batching(sqlite3_str *o, bfx_conn *c) {
                       (long long)bfc_lru_max_bytes(), BFX_MIN_K);
   sqlite3_str_appendf(o,
                       ",\"guard\":{\"max_concurrent\":%d,\"max_concurrent_auto\":%s,"
-                      "\"in_flight\":%d,\"busy_timeout_ms\":%d}",
+                      "\"in_flight\":%d,\"busy_timeout_ms\":%d",
                       bfx_guard_max(), bfx_guard_max_auto() ? "true" : "false",
                       bfx_guard_in_flight(), bfx_guard_timeout_ms());
+  int machine = bfx_guard_machine_slots(); /* the machine-wide guard, when on */
+  sqlite3_str_appendf(o, ",\"machine_slots\":%d", machine);
+  if (machine) {
+    sqlite3_str_appendf(o, ",\"machine_busy\":%d,\"machine_held\":%d,\"machine_file\":",
+                        bfx_machine_busy(machine), bfx_machine_held());
+    bfx_json_string(o, bfx_machine_path());
+  }
+  sqlite3_str_appendall(o, "}");
   sqlite3_str_appendf(o,
                       ",\"batching\":{\"on\":%s,\"max_seqs\":%d,\"max_tokens\":%d,"
                       "\"queued\":%d}}",
@@ -258,4 +271,12 @@ void bfx_fn_debug(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
   debug_model(o, c);
   debug_cache_guard_batching(o, c);
   bfx_result_str(ctx, o);
+}
+
+/* ---- bert_version() ---- */
+
+void bfx_fn_version(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+  (void)argc;
+  (void)argv;
+  sqlite3_result_text(ctx, BFX_VERSION, -1, SQLITE_STATIC);
 }

@@ -12,5 +12,6 @@ void bfx_fn_fill(sqlite3_context *ctx, int argc, sqlite3_value **argv);     /* b
 void bfx_fn_tokenize(sqlite3_context *ctx, int argc, sqlite3_value **argv); /* bert_tokenize */
 void bfx_fn_load(sqlite3_context *ctx, int argc, sqlite3_value **argv);     /* bert_load */
 void bfx_fn_debug(sqlite3_context *ctx, int argc, sqlite3_value **argv);    /* bert_debug */
+void bfx_fn_version(sqlite3_context *ctx, int argc, sqlite3_value **argv);  /* bert_version */
 
 #endif

@@ -142,10 +142,10 @@ static int seq_filter(sqlite3_vtab_cursor *cursor, int idxNum, const char *idxSt
   sqlite3_int64 k = BFX_DEFAULT_K;
   if ((idxNum & BFX_TVF_K) && argc >= 2 && sqlite3_value_type(argv[1]) != SQLITE_NULL) {
     if (!bfx_arg_int(argv[1], 1, BFX_SEQUENCES_MAX_K, &k)) {
-      const unsigned char *z = sqlite3_value_text(argv[1]);
-      bfx_errf(&e, SQLITE_ERROR, BF_CT_ERR_INPUT,
-               "fill_sequences: k must be an integer from 1 to %d (got %.40s)", BFX_SEQUENCES_MAX_K,
-               z ? (const char *)z : "?");
+      char *m = bfx_int_arg_msg("fill_sequences", "k", 1, NULL, BFX_SEQUENCES_MAX_K, NULL, argv[1]);
+      if (!m) return SQLITE_NOMEM;
+      bfx_errf(&e, SQLITE_ERROR, BF_CT_ERR_INPUT, "%s", m);
+      sqlite3_free(m);
       return bfx_error_vtab(vt, &e);
     }
   }

@@ -31,6 +31,7 @@ SQLITE_EXTENSION_INIT3
 #include "bounds.h"
 #include "cache.h"
 #include "conn.h"
+#include "errors.h"
 #include "guard.h"
 #include "text.h"
 
@@ -55,18 +56,18 @@ void bfx_fn_cache(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
     sqlite3_result_text(ctx, bfx_cache_mode_name(c->cache_mode), -1, SQLITE_STATIC);
     return;
   }
-  char got[48]; /* before sqlite3_value_text, which may change the value's type */
-  bfx_arg_shown(argv[0], got, sizeof got);
+  bfx_quote q; /* before sqlite3_value_text, which may change the value's type */
+  const char *got = bfx_arg_shown(argv[0], &q);
   const char *s = (const char *)sqlite3_value_text(argv[0]);
   if (s && sqlite3_stricmp(s, "clear") == 0) {
     int64_t deleted = 0;
     char *err = NULL;
     bfc_lru_clear();
     if (bfc_table_clear(c->db, &deleted, &err) != SQLITE_OK) {
-      char *m = sqlite3_mprintf("bert_cache: cannot clear the bertfill_cache table: %s",
-                                err ? err : "error");
-      sqlite3_result_error(ctx, m ? m : "bert_cache: cannot clear the bertfill_cache table", -1);
-      sqlite3_free(m);
+      bfx_err e = BFX_ERR_NONE;
+      bfx_errf(&e, SQLITE_ERROR, -1, "bert_cache: cannot clear the bertfill_cache table: %s",
+               err ? err : "error");
+      bfx_error(ctx, &e);
       sqlite3_free(err);
       return;
     }
@@ -117,9 +118,9 @@ void bfx_fn_cache_lru(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
 void bfx_fn_threads(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
   char err[256] = "";
   if (bf_blas_init(err, sizeof err) != BF_OK) {
-    char *m = sqlite3_mprintf("bert_threads: %s", err);
-    sqlite3_result_error(ctx, m ? m : "bert_threads: OpenBLAS could not be loaded", -1);
-    sqlite3_free(m);
+    bfx_err e = BFX_ERR_NONE;
+    bfx_errf(&e, SQLITE_ERROR, -1, "bert_threads: %s", err);
+    bfx_error(ctx, &e);
     return;
   }
   int hi = bf_blas_max_threads();

@@ -19,6 +19,7 @@
 **                             "p95_ms":..,"p99_ms":..,"max_ms":..},...},
 **         "batches":[{"lo":1,"hi":1,"count":2},...]}
 **   SELECT json_extract(bert_stats(), '$.stages.encode.p95_ms');
+**   SELECT bert_stats('prometheus');     -- the Prometheus text format (prometheus.c)
 **
 **   SELECT bert_stats_reset();           -- returns the JSON above, then zeroes everything
 **
@@ -59,6 +60,7 @@
 SQLITE_EXTENSION_INIT3
 #include "stats_sql.h"
 #include "jsonw.h"
+#include "prometheus.h"
 #include "stats.h"
 #include "text.h"
 #include "trace.h"
@@ -187,9 +189,17 @@ static void result_json(sqlite3_context *ctx) {
 }
 
 void bfx_fn_stats(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
-  (void)argc;
-  (void)argv;
-  result_json(ctx);
+  const char *format = argc > 0 ? (const char *)sqlite3_value_text(argv[0]) : NULL;
+  if (!format || sqlite3_stricmp(format, "json") == 0) {
+    result_json(ctx);
+  } else if (sqlite3_stricmp(format, "prometheus") == 0) {
+    sqlite3_str *s = sqlite3_str_new(sqlite3_context_db_handle(ctx));
+    bfx_prometheus(s);
+    bfx_result_str(ctx, s);
+  } else {
+    sqlite3_result_error(ctx, "bert_stats: the format must be 'json' (the default) or 'prometheus'",
+                         -1);
+  }
 }
 
 void bfx_fn_stats_reset(sqlite3_context *ctx, int argc, sqlite3_value **argv) {

@@ -42,28 +42,20 @@ int bfx_arg_int(sqlite3_value *v, sqlite3_int64 lo, sqlite3_int64 hi, sqlite3_in
   return 1;
 }
 
-void bfx_arg_shown(sqlite3_value *v, char *buf, size_t n) {
-  if (n == 0) return;
+const char *bfx_arg_shown(sqlite3_value *v, bfx_quote *q) {
   switch (sqlite3_value_type(v)) {
-    case SQLITE_NULL: snprintf(buf, n, "NULL"); return;
-    case SQLITE_BLOB: snprintf(buf, n, "a blob"); return;
+    case SQLITE_NULL: return bfx_quoted(q, "NULL", -1);
+    case SQLITE_BLOB: return bfx_quoted(q, "a blob", -1);
     default: break;
   }
   const char *z = (const char *)sqlite3_value_text(v);
-  size_t len = z ? strlen(z) : 0, max = n < 44 ? (n > 4 ? n - 4 : 0) : 40;
-  const char *more = "";
-  if (len > max) { /* cut before the character that does not fit */
-    len = max;
-    while (len > 0 && ((unsigned char)z[len] & 0xC0) == 0x80) len--;
-    more = "...";
-  }
-  snprintf(buf, n, "%.*s%s", (int)len, z ? z : "", more);
+  return bfx_quoted(q, z ? z : "", z ? sqlite3_value_bytes(v) : 0);
 }
 
 char *bfx_int_arg_msg(const char *fname, const char *what, sqlite3_int64 lo, const char *lo_means,
                       sqlite3_int64 hi, const char *hi_means, sqlite3_value *v) {
-  char got[48];
-  bfx_arg_shown(v, got, sizeof got);
+  bfx_quote q;
+  const char *got = bfx_arg_shown(v, &q);
   return sqlite3_mprintf("%s: %s must be an integer from %lld%s%s%s to %lld%s%s%s (got %s)", fname,
                          what, (long long)lo, lo_means ? " (" : "", lo_means ? lo_means : "",
                          lo_means ? ")" : "", (long long)hi, hi_means ? " (" : "",
@@ -71,15 +63,16 @@ char *bfx_int_arg_msg(const char *fname, const char *what, sqlite3_int64 lo, con
 }
 
 int bfx_arg_joint(sqlite3_value *v, const char *fname, bfx_err *e) {
+  bfx_quote q;
   if (sqlite3_value_type(v) == SQLITE_NULL) return 0;
   const char *z = (const char *)sqlite3_value_text(v);
   if (z && sqlite3_stricmp(z, "joint") == 0) return 1;
   if (!z) bfx_err_nomem(e);
   else
     bfx_errf(e, SQLITE_ERROR, BF_CT_ERR_INPUT,
-             "%s: the second argument must be 'joint' (got '%.40s'); %s(text) fills each "
+             "%s: the second argument must be 'joint' (got '%s'); %s(text) fills each "
              "[MASK] on its own",
-             fname, z, fname);
+             fname, bfx_quoted(&q, z, sqlite3_value_bytes(v)), fname);
   return -1;
 }
 

@@ -21,10 +21,10 @@ int bfx_arg_text(sqlite3_value *v, const char **p, int *n);
 ** The caller reports the error with bfx_int_arg_msg. */
 int bfx_arg_int(sqlite3_value *v, sqlite3_int64 lo, sqlite3_int64 hi, sqlite3_int64 *out);
 
-/* How argument v is shown in the "(got ...)" of an error message: numbers
-** and text as SQLite writes them (at most 40 bytes, cut before a character
-** that does not fit, then "..."), "NULL", or "a blob"; n at least 44. */
-void bfx_arg_shown(sqlite3_value *v, char *buf, size_t n);
+/* How argument v is shown in the "(got ...)" of an error message, in q:
+** numbers and text as SQLite writes them, quoted with bfx_quoted (errors.h:
+** invalid UTF-8 escaped, long text cut), "NULL", or "a blob".  Returns q->s. */
+const char *bfx_arg_shown(sqlite3_value *v, bfx_quote *q);
 
 /* The one shape of the error for an integer argument (or setting) that is
 ** out of range or not an integer, sqlite3_malloc'ed (NULL: out of memory):

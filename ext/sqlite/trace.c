@@ -34,6 +34,7 @@
 SQLITE_EXTENSION_INIT3
 #include "trace.h"
 #include "bounds.h"
+#include "errors.h"
 #include "text.h"
 #include "util.h"
 
@@ -232,12 +233,12 @@ void bfx_fn_trace(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
   if (on && !st->enabled) {
     char *err = NULL;
     if (sqlite3_exec(db, trace_schema, NULL, NULL, &err) != SQLITE_OK) {
-      char *msg = sqlite3_mprintf("bert_trace: cannot create the trace table " TRACE_TABLE ": %s",
-                                  err ? err : sqlite3_errmsg(db));
+      bfx_err e = BFX_ERR_NONE;
+      bfx_errf(&e, SQLITE_ERROR, -1,
+               "bert_trace: cannot create the trace table " TRACE_TABLE ": %s",
+               err ? err : sqlite3_errmsg(db));
       sqlite3_free(err);
-      if (msg) sqlite3_result_error(ctx, msg, -1);
-      else sqlite3_result_error_nomem(ctx);
-      sqlite3_free(msg);
+      bfx_error(ctx, &e);
       return;
     }
   }

@@ -40,16 +40,6 @@ SQLITE_EXTENSION_INIT3
 #include "trace.h"
 #include "util.h"
 
-/* s[0..n) for a message: at most 60 bytes, cut at a character, then "...". */
-static void quote(const char *s, int n, char *buf, size_t len) {
-  int cut = n;
-  if (cut > 60) {
-    cut = 60;
-    while (cut > 0 && ((unsigned char)s[cut] & 0xC0) == 0x80) cut--;
-  }
-  snprintf(buf, len, "%.*s%s", cut, s, cut < n ? "..." : "");
-}
-
 /* The tokens of a JSON-array answer v into ids (count of them); SQLITE_OK
 ** or an error naming the item. */
 static int json_answer(bf_model *m, const json_value *v, int32_t *ids, bfx_err *e) {
@@ -64,12 +54,11 @@ static int json_answer(bf_model *m, const json_value *v, int32_t *ids, bfx_err *
     }
     ids[i] = bf_tokenizer_find(tk, it->str, it->len);
     if (ids[i] < 0) {
-      char q[80];
-      quote(it->str, (int)it->len, q, sizeof q);
+      bfx_quote q;
       bfx_errf(e, SQLITE_ERROR, BF_CT_ERR_INPUT,
                "bert_score: item %zu of the answer, \"%s\", is not a token of the model's "
                "vocabulary (give tokens as bert_tokenize shows them, or the answer as text)",
-               i + 1, q);
+               i + 1, bfx_quoted(&q, it->str, (long)it->len));
       return SQLITE_ERROR;
     }
   }
@@ -151,11 +140,11 @@ void bfx_fn_score(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
   if (answer_tokens(m, as, an, &ans, &nans, not_json, sizeof not_json, &tok_ns, &e) != SQLITE_OK)
     goto done;
   if (nans != t.n_masks || t.n_masks == 0) {
-    char q[80];
-    quote(as, an, q, sizeof q);
+    bfx_quote q;
     bfx_errf(&e, SQLITE_ERROR, BF_CT_ERR_INPUT,
-             "bert_score: the answer '%s' is %d token%s but the text has %d [MASK]%s%s%s%s", q,
-             nans, nans == 1 ? "" : "s", t.n_masks, t.n_masks == 1 ? "" : "s",
+             "bert_score: the answer '%s' is %d token%s but the text has %d [MASK]%s%s%s%s",
+             bfx_quoted(&q, as, an), nans, nans == 1 ? "" : "s", t.n_masks,
+             t.n_masks == 1 ? "" : "s",
              not_json[0] ? " (the answer was read as text: as JSON, " : "", not_json,
              not_json[0] ? ")" : "");
     goto done;

@@ -103,6 +103,18 @@ static void test_known_quantiles(void) {
                                bf_stats_stage_quantile(BF_ST_ENCODE, 1.0) == 1000000);
   bf_stats_stage(BF_ST_TOPK, &s);
   CHECK("other_stage_untouched", s.count == 0);
+  /* the raw buckets (bert_stats('prometheus')): 1000 samples, 524 of them
+  ** (1..524 us) below the edge 524288 ns */
+  uint64_t b[512], total = 0, below = 0;
+  int nb = bf_stats_stage_buckets(BF_ST_ENCODE, b, 512);
+  for (int i = 0; i < nb; i++) {
+    total += b[i];
+    if (bf_hist_upper(i) <= 524288) below += b[i];
+  }
+  CHECKF("stage_buckets", nb == bf_hist_nbuckets() && total == 1000 && below == 524,
+         "nb=%d total=%llu below=%llu", nb, (unsigned long long)total, (unsigned long long)below);
+  CHECK("stage_buckets_bounds", bf_stats_stage_buckets(BF_ST_ENCODE, b, 3) == 3 &&
+                                  bf_stats_stage_buckets((bf_stage)99, b, 512) == 0);
 
   /* A tail: 990 calls of 1 ms and 10 of 1 s -> p99 still ~1 ms, max 1 s;
   ** an 11th slow call moves p99 to the slow bucket (clamped to max). */

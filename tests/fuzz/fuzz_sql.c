@@ -13,6 +13,7 @@
 ** arg() below).  Invariants besides "no crash, no sanitizer report":
 **   - a statement ends in SQLITE_ROW/SQLITE_DONE or an error with a message,
 **     never SQLITE_MISUSE, SQLITE_CORRUPT or SQLITE_INTERNAL;
+**   - every error message is valid UTF-8 (user input in it escaped);
 **   - after an error the connection still works (SELECT 1 gives 1);
 **   - fill_candidates rows: rank 1..k, mask 0.., score in [0,1] and not
 **     increasing with rank, token_id in range;
@@ -143,6 +144,15 @@ static void check_end(sqlite3 *db, int rc, const char *sql) {
              "%s: rc %d (%s)", sql, rc, sqlite3_errmsg(db));
   const char *m = sqlite3_errmsg(db);
   FUZZ_CHECK(m && *m, "%s: error %d without a message", sql, rc);
+  /* clients decode messages as UTF-8 (Python: UnicodeDecodeError instead
+  ** of the error), so user input in them must be escaped */
+  if (!fuzz_utf8_valid((const unsigned char *)m, strlen(m))) {
+    fprintf(stderr, "message:");
+    for (const char *p = m; *p; p++) fprintf(stderr, " %02x", (unsigned char)*p);
+    fputc('\n', stderr);
+  }
+  FUZZ_CHECK(fuzz_utf8_valid((const unsigned char *)m, strlen(m)), "%s: message not valid UTF-8",
+             sql);
 }
 
 /* Step st to the end, reading every column; returns the final rc. */

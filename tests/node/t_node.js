@@ -80,6 +80,13 @@ async function main() {
       `node ${JSON.stringify(got)} vs sqlite3 shell ${JSON.stringify(want)}`);
   });
 
+  await guarded('node.version', () => {
+    const want = fs.readFileSync(path.join(__dirname, '../../ext/sqlite/version.h'), 'utf8')
+      .match(/#define BFX_VERSION "([^"]+)"/)[1];
+    const v = db.prepare('SELECT bert_version() AS v').get().v;
+    check('node.version', v === want && /^\d+\.\d+\.\d+/.test(v), `${v} vs version.h ${want}`);
+  });
+
   await guarded('node.scalar_types', () => {
     const r = db.prepare('SELECT bert_fill(NULL) AS n, bert_fill(@t) AS same, typeof(bert_fill(@t)) AS ty')
       .get({ t: '没有空格' });
@@ -118,6 +125,10 @@ async function main() {
     expectError('node.error_too_long', () => db.prepare('SELECT bert_fill(?) AS f').get('我'.repeat(70) + '[MASK]'),
       'bert_fill: the text is 73 tokens long ([CLS] and [SEP] included) but the model takes at most 64 ' +
       '(max_position_embeddings)');
+    // invalid UTF-8 in the argument is escaped in the message (not U+FFFD)
+    expectError('node.error_utf8_escaped',
+      () => db.prepare('SELECT * FROM fill_candidates(?, CAST(? AS TEXT))').all('好[MASK]', Buffer.from([0xed, 0xa0, 0x80])),
+      'fill_candidates: k must be an integer from 1 to 1000 (got \\xED\\xA0\\x80)');
     check('node.error_then_works', db.prepare('SELECT bert_fill(?) AS f').get(SENTENCE).f.startsWith('今天天气真'));
   });
 

@@ -122,11 +122,11 @@ async function httpChecks(base, port, line) {
   await guarded('web.metrics', async () => {
     const m = await fetch(`${base}/metrics`);
     const body = await m.text();
-    // TODO (issue 14): /metrics serves bert_stats('prometheus'); until the
-    // extension has it, the server answers 501 and this check is skipped.
-    if (m.status === 501) skip('web.metrics', `501: ${body.trim()}`);
-    else check('web.metrics', m.status === 200 && /^text\/plain; version=0\.0\.4/.test(m.headers.get('content-type')) &&
-      /^# (HELP|TYPE) /m.test(body), `${m.status} ${body.slice(0, 200)}`);
+    // bert_stats('prometheus') of the server's process: its calls so far
+    const calls = /^bertfill_calls_total (\d+)$/m.exec(body);
+    check('web.metrics', m.status === 200 && /^text\/plain; version=0\.0\.4/.test(m.headers.get('content-type')) &&
+      /^# TYPE bertfill_stage_seconds histogram$/m.test(body) && calls && Number(calls[1]) > 0,
+    `${m.status} ${body.slice(0, 200)}`);
   });
   check('web.busy_is_503', statusFor('bertfill: busy: 2 encoder runs in progress, waited 2000 ms') === 503 &&
     statusFor('bert_fill: invalid UTF-8 at byte 0 of the text (byte value 0xFF)') === 400 &&

@@ -40,8 +40,10 @@ select * from fill_candidates('[MASK]', 9223372036854775807);
 select * from fill_candidates('[MASK]', 'abc');
 -- error k_fraction: fill_candidates: k must be an integer from 1 to 1000 (got 2.5)
 select * from fill_candidates('[MASK]', 2.5);
--- error k_blob: fill_candidates: k must be an integer
+-- error k_blob: fill_candidates: k must be an integer from 1 to 1000 (got a blob)
 select * from fill_candidates('[MASK]', x'01');
+-- error k_invalid_utf8: fill_candidates: k must be an integer from 1 to 1000 (got \xED\xA0\x80)
+select * from fill_candidates('好[MASK]', cast(x'eda080' as text));
 -- error no_create: fill_candidates
 create virtual table fc using fill_candidates;
 
