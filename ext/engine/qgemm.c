@@ -458,9 +458,14 @@ VNNI static void unit_vnni(const tile_out *o, int r0, int r1, int i0, int i1) {
 
 static void job_init(qg_job *job, float *y, size_t ldy, int32_t *c, size_t ldc, const qg_rows *x,
                      const qg_weights *w, const float *bias) {
+  /* blocks of at most QG_BLOCK_BYTES of x (at least 12 rows), all about
+  ** the same size, in whole tiles of 3 or 4 rows (a multiple of 12) */
   size_t row_bytes = (size_t)x->k * (x->path == QG_AVX2 ? 2 : 1);
-  size_t rb = QG_BLOCK_BYTES / row_bytes;
-  rb = rb < 12 ? 12 : rb > 252 ? 252 : rb / 12 * 12; /* whole tiles of 3 or 4 rows */
+  size_t most = QG_BLOCK_BYTES / row_bytes;
+  most = most < 12 ? 12 : most > 252 ? 252 : most;
+  size_t nrb = ((size_t)x->t + most - 1) / most;
+  size_t rb = nrb ? ((size_t)x->t + nrb - 1) / nrb : 12;
+  rb = (rb + 11) / 12 * 12;
   *job = (qg_job){y, ldy, c, ldc, x, w, bias, (int)rb, QG_STRIP, 0, 0, 0};
   job->nrb = (x->t + job->row_block - 1) / job->row_block;
   job->ncs = (w->n + job->col_strip - 1) / job->col_strip;
