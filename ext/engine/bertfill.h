@@ -98,11 +98,31 @@ int bf_tokenizer_strip_accents(const bf_tokenizer *tok); /* strip_accents in eff
 /* ---- model ---- */
 typedef struct bf_model bf_model;
 
+/* The arithmetic of the encoder's matrix products, chosen per load:
+**   BF_PRECISION_FP32  exact: the weights as stored, in float (the default);
+**   BF_PRECISION_INT8  every Linear of the encoder and of the MLM head with
+**                      int8 weights (symmetric, per output row) and int8
+**                      activations (per row, quantized at run time), summed
+**                      exactly in int32 (qgemm.h).  Embeddings, LayerNorm,
+**                      attention scores, softmax and GELU stay fp32.
+** An int8 load keeps its quantized weights in dir/model.int8.safetensors,
+** written on the first int8 load when dir is writable and mmapped (shared
+** by every process) from then on; in a read-only dir they are made at load
+** into private memory (see bf_model_int8_source). */
+#define BF_HAVE_PRECISION 1
+typedef enum { BF_PRECISION_FP32 = 0, BF_PRECISION_INT8 = 1 } bf_precision;
+/* "fp32" or "int8" (any letter case) into *out: 0; anything else: -1. */
+int bf_precision_parse(const char *name, bf_precision *out);
+const char *bf_precision_name(bf_precision p); /* "fp32", "int8" */
+
 /* Load a Hugging Face model directory.  The safetensors file is mmapped
 ** read-only; F32 tensors are used in place, F16/BF16 are converted once.
 ** Returns a model with reference count 1, or NULL with err naming the file
 ** and the problem. */
 bf_model *bf_model_load(const char *dir, char *err, size_t errlen);
+/* bf_model_load in the given precision (bf_model_load is FP32).  Loads of
+** one directory in different precisions are independent models. */
+bf_model *bf_model_load_as(const char *dir, bf_precision precision, char *err, size_t errlen);
 void bf_model_retain(bf_model *m);
 void bf_model_release(bf_model *m); /* frees at zero */
 
@@ -110,9 +130,15 @@ const bf_config *bf_model_config(const bf_model *m);
 const bf_tokenizer *bf_model_tokenizer(const bf_model *m);
 const char *bf_model_dir(const bf_model *m);
 const char *bf_model_dtype(const bf_model *m); /* "F32", "F16" or "BF16" as stored */
+bf_precision bf_model_precision(const bf_model *m);
+/* Where an int8 model's quantized weights are: "file" (mmapped
+** dir/model.int8.safetensors, shared between processes), "memory" (made at
+** load, private to the process: the directory was not writable); "" for fp32. */
+const char *bf_model_int8_source(const bf_model *m);
 /* Token string for display: vocabulary entry with a leading "##" removed. */
 const char *bf_model_token(const bf_model *m, int32_t id);
-/* A 16-hex-digit fingerprint of config, vocabulary and every weight byte;
+/* A 16-hex-digit fingerprint of config, vocabulary, every weight byte and
+** the precision (an int8 load never shares a fingerprint with an fp32 one);
 ** computed on first call (reads the whole file), then cached. Thread-safe. */
 const char *bf_model_fingerprint(bf_model *m);
 

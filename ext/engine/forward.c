@@ -38,6 +38,7 @@
 #include "gemm.h"
 #include "model.h"
 #include "pool.h"
+#include "qgemm.h"
 #include "util.h"
 
 /* The MLM head runs over at most this many masks at a time, which bounds the
@@ -69,6 +70,7 @@ struct bf_run {
   buf hm;            /* [HEAD_CHUNK,H]  MLM head activations */
   buf logits;        /* [HEAD_CHUNK,V] */
   buf heap;          /* [k]    top-k selection */
+  buf qx;            /* int8 models: the quantized rows of a product's x */
   bf_pool *pool;     /* helper threads of the parallel loops; NULL until needed */
   gemm_scratch gemm; /* buffers of the GEMM kernels, kept between calls */
   bf_timings t;
@@ -372,19 +374,62 @@ static bf_pool *run_pool(bf_run *r) {
   return r->pool;
 }
 
-/* y_i[T,n_i] = x[T,in] W_i^T for the nout products of one x (W as PyTorch
-** stores it: [out,in]): the kernels of gemm.c, or OpenBLAS on CPUs without
-** AVX-512 or AVX2 (or if the kernels' panel buffers cannot be allocated). */
-static void matmul_n(bf_run *r, const float *x, int T, int in, int nout, const gemm_out *o) {
-  if (gemm_xwt(run_pool(r), &r->gemm, run_threads(), x, T, in, nout, o) == GEMM_OK) return;
-  for (int i = 0; i < nout; i++)
-    bf_sgemm(0, 1, T, o[i].n, in, 1.0f, x, in, o[i].w, in, 0.0f, o[i].y, o[i].n);
+/* One product with a weight of the model: y[T,n] = x[T,in] W^T, W as
+** PyTorch stores it ([n,in]); w8 is its int8 copy (int8 models). */
+typedef struct product {
+  float *y;
+  const float *w;
+  const qg_weights *w8;
+  int n;
+} product;
+
+/* fp32: the kernels of gemm.c, or OpenBLAS on CPUs without AVX-512 or AVX2
+** (or if the kernels' panel buffers cannot be allocated). */
+static void products_fp32(bf_run *r, const float *x, int T, int in, int np, const product *p) {
+  gemm_out o[3];
+  for (int i = 0; i < np; i++) o[i] = (gemm_out){p[i].y, p[i].w, p[i].n};
+  if (gemm_xwt(run_pool(r), &r->gemm, run_threads(), x, T, in, np, o) == GEMM_OK) return;
+  for (int i = 0; i < np; i++)
+    bf_sgemm(0, 1, T, p[i].n, in, 1.0f, x, in, p[i].w, in, 0.0f, p[i].y, p[i].n);
 }
 
-/* y[T,out] = x[T,in] W^T */
-static void matmul(bf_run *r, float *y, const float *x, const float *W, int T, int out, int in) {
-  gemm_out o = {y, W, out};
-  matmul_n(r, x, T, in, 1, &o);
+/* int8 (qgemm.h): x quantized once per row into r->qx (reserve_scratch
+** sized it), then the units of all np products shared by the pool. */
+typedef struct qjobs {
+  qg_job job[3];
+} qjobs;
+
+static void qjobs_unit(void *arg, int u, int tid) {
+  qjobs *j = arg;
+  int i = 0;
+  while (u >= j->job[i].nunits) u -= j->job[i++].nunits;
+  qg_job_unit(&j->job[i], u, tid);
+}
+
+static void products_int8(bf_run *r, const float *x, int T, int in, int np, const product *p) {
+  qg_rows X;
+  qg_quantize_rows(&X, r->qx.p, x, T, in, in, qg_best_path());
+  qjobs j;
+  int units = 0;
+  for (int i = 0; i < np; i++) {
+    qg_job_init(&j.job[i], p[i].y, p[i].n, &X, p[i].w8, NULL);
+    units += j.job[i].nunits;
+  }
+  bf_pool_run(run_pool(r), run_threads(), units, qjobs_unit, &j);
+}
+
+/* The np (at most 3) products of one x[T,in], in the model's precision. */
+static void products(bf_run *r, int int8, const float *x, int T, int in, int np,
+                     const product *p) {
+  if (int8) products_int8(r, x, T, in, np, p);
+  else products_fp32(r, x, T, in, np, p);
+}
+
+/* y[T,n] = x[T,in] W^T for one weight (fp32 W, or its int8 copy w8). */
+static void linear(bf_run *r, int int8, float *y, const float *x, const float *W,
+                   const qg_weights *w8, int T, int n, int in) {
+  product p = {y, W, w8, n};
+  products(r, int8, x, T, in, 1, &p);
 }
 
 /* One attention head of one sequence on the GEMM kernels (single thread:
@@ -522,8 +567,9 @@ static size_t att_floats(const bf_config *c, int L) {
 ** still come from all T tokens, but the queries, attention output and
 ** feed-forward run on the M mask rows only, into xm[M,H] (the same numbers
 ** as the full layer gives at those rows). */
-static void encoder_layer(bf_run *r, const bf_config *c, const bf_layer *w, const seq_span *seq,
-                          int nseq, int L, int T, float *xm, const size_t *mrow, int M) {
+static void encoder_layer(bf_run *r, const bf_config *c, int int8, const bf_layer *w,
+                          const seq_span *seq, int nseq, int L, int T, float *xm,
+                          const size_t *mrow, int M) {
   int H = c->hidden_size, I = c->intermediate_size;
   float eps = c->layer_norm_eps;
   float *x = r->x.p, *q = r->q.p, *k = r->k.p, *v = r->v.p;
@@ -531,14 +577,14 @@ static void encoder_layer(bf_run *r, const bf_config *c, const bf_layer *w, cons
   int R = T; /* rows that go on: all tokens, or the masks */
 
   if (!xm) {
-    gemm_out qkv[3] = {{q, w->q_w, H}, {k, w->k_w, H}, {v, w->v_w, H}};
-    matmul_n(r, x, T, H, 3, qkv); /* one job: q, k and v share x */
+    product qkv[3] = {{q, w->q_w, &w->q8, H}, {k, w->k_w, &w->k8, H}, {v, w->v_w, &w->v8, H}};
+    products(r, int8, x, T, H, 3, qkv); /* one job: q, k and v share x */
   } else {
     R = M;
     for (int i = 0; i < M; i++) memcpy(xm + (size_t)i * H, x + mrow[i] * H, H * sizeof(float));
-    gemm_out kv[2] = {{k, w->k_w, H}, {v, w->v_w, H}};
-    matmul_n(r, x, T, H, 2, kv);
-    matmul(r, q, xm, w->q_w, M, H, H);
+    product kv[2] = {{k, w->k_w, &w->k8, H}, {v, w->v_w, &w->v8, H}};
+    products(r, int8, x, T, H, 2, kv);
+    linear(r, int8, q, xm, w->q_w, &w->q8, M, H, H);
     x = xm;
   }
   rows_run(r, ROWS_BIAS, R, H, NULL, q, w->q_b, NULL, NULL, 0);
@@ -546,12 +592,12 @@ static void encoder_layer(bf_run *r, const bf_config *c, const bf_layer *w, cons
   rows_run(r, ROWS_BIAS, T, H, NULL, v, w->v_b, NULL, NULL, 0);
   attention(r, c, seq, nseq, xm != NULL, att_floats(c, L));
 
-  matmul(r, tmp, ctx, w->ao_w, R, H, H);
+  linear(r, int8, tmp, ctx, w->ao_w, &w->ao8, R, H, H);
   rows_run(r, ROWS_RESLN, R, H, x, tmp, w->ao_b, w->aln_g, w->aln_b, eps);
 
-  matmul(r, ffn, x, w->i_w, R, I, H);
+  linear(r, int8, ffn, x, w->i_w, &w->i8, R, I, H);
   rows_run(r, ROWS_GELU, R, I, NULL, ffn, w->i_b, NULL, NULL, 0);
-  matmul(r, tmp, ffn, w->o_w, R, H, I);
+  linear(r, int8, tmp, ffn, w->o_w, &w->o8, R, H, I);
   rows_run(r, ROWS_RESLN, R, H, x, tmp, w->o_b, w->oln_g, w->oln_b, eps);
 }
 
@@ -625,7 +671,7 @@ bf_run *bf_run_new(void) { return calloc(1, sizeof(bf_run)); }
 void bf_run_free(bf_run *r) {
   if (!r) return;
   buf *all[] = {&r->x,   &r->q,   &r->k,  &r->v,    &r->ctx, &r->tmp,    &r->ffn,
-                &r->att, &r->seq, &r->xm, &r->mrow, &r->hm,  &r->logits, &r->heap};
+                &r->att, &r->seq, &r->xm, &r->mrow, &r->hm,  &r->logits, &r->heap, &r->qx};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]->p);
   bf_pool_free(r->pool);
   gemm_scratch_free(&r->gemm);
@@ -743,7 +789,8 @@ static int check_wanted(const bf_model *m, const batch *b, const int32_t *want,
 
 /* Step 2: the scratch buffers for batch b and k candidates.  0 when out of
 ** memory. */
-static int reserve_scratch(bf_run *r, const bf_config *c, const batch *b, int k) {
+static int reserve_scratch(bf_run *r, const bf_model *m, const batch *b, int k) {
+  const bf_config *c = &m->cfg;
   size_t T = b->T, M = b->M, H = (size_t)c->hidden_size, I = (size_t)c->intermediate_size;
   size_t V = (size_t)c->vocab_size, Mc = M < HEAD_CHUNK ? M : HEAD_CHUNK;
   return buf_reserve(&r->x, T * H, sizeof(float)) && buf_reserve(&r->q, T * H, sizeof(float)) &&
@@ -755,7 +802,9 @@ static int reserve_scratch(bf_run *r, const bf_config *c, const batch *b, int k)
          buf_reserve(&r->xm, M * H, sizeof(float)) && buf_reserve(&r->mrow, M, sizeof(size_t)) &&
          buf_reserve(&r->hm, Mc * H, sizeof(float)) &&
          buf_reserve(&r->logits, Mc * V, sizeof(float)) &&
-         buf_reserve(&r->heap, (size_t)k, sizeof(topk_entry));
+         buf_reserve(&r->heap, (size_t)k, sizeof(topk_entry)) &&
+         (m->precision != BF_PRECISION_INT8 ||
+          buf_reserve(&r->qx, qg_rows_bytes((int)T, (int)(I > H ? I : H)), 1));
 }
 
 /* Step 3: the embeddings of the sequences that have masks, one after the
@@ -794,7 +843,7 @@ static void encode(bf_run *r, const bf_model *m, const batch *b) {
   const size_t *mrow = r->mrow.p;
   float *x = r->x.p, *xm = r->xm.p;
   for (int l = 0; l < nl; l++)
-    encoder_layer(r, c, &m->layers[l], r->seq.p, b->nrun, b->longest, (int)b->T,
+    encoder_layer(r, c, m->precision == BF_PRECISION_INT8, &m->layers[l], r->seq.p, b->nrun, b->longest, (int)b->T,
                   l == nl - 1 ? xm : NULL, mrow, (int)b->M);
   if (nl == 0)
     for (size_t i = 0; i < b->M; i++) memcpy(xm + i * H, x + mrow[i] * H, H * sizeof(float));
@@ -805,13 +854,14 @@ static void encode(bf_run *r, const bf_model *m, const batch *b) {
 static void mlm_head(bf_run *r, const bf_model *m, const float *xm, int n) {
   int H = m->cfg.hidden_size, V = m->cfg.vocab_size;
   float *hm = r->hm.p, *logits = r->logits.p;
-  matmul(r, hm, xm, m->head_w, n, H, H);
+  int int8 = m->precision == BF_PRECISION_INT8;
+  linear(r, int8, hm, xm, m->head_w, &m->head8, n, H, H);
   add_bias_gelu(hm, m->head_b, n, H);
   for (int i = 0; i < n; i++) {
     float *hr = hm + (size_t)i * H;
     layernorm(hr, m->head_ln_g, m->head_ln_b, H, m->cfg.layer_norm_eps);
   }
-  matmul(r, logits, hm, m->dec_w, n, V, H);
+  linear(r, int8, logits, hm, m->dec_w, &m->dec8, n, V, H);
   add_bias(logits, m->dec_b, n, V);
 }
 
@@ -851,7 +901,7 @@ int bf_fill_scored(const bf_model *m, bf_run *r, int nseq, const bf_tokens *seqs
   int rc = check_inputs(m, nseq, seqs, k, out, &b, err, errlen);
   if (rc == BF_OK) rc = check_wanted(m, &b, want, want_prob, err, errlen);
   if (rc != BF_OK || b.M == 0) return rc; /* an error, or no mask: nothing to run */
-  if (!reserve_scratch(r, &m->cfg, &b, k)) {
+  if (!reserve_scratch(r, m, &b, k)) {
     bf_errf(err, errlen, "out of memory for the scratch buffers of %zu tokens in %d sequences", b.T,
             b.nrun);
     return BF_ERR_NOMEM;

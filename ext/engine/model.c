@@ -37,6 +37,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -409,6 +410,7 @@ static void model_free(bf_model *m) {
   for (int i = 0; i < m->n_owned; i++) free(m->owned[i]);
   free(m->owned);
   free(m->layers);
+  bf_quantized_detach(m);
   if (m->map) {
     munmap(m->map, m->map_len);
     if (m->map_fd >= 0) close(m->map_fd);
@@ -444,6 +446,7 @@ static bf_model *model_new(const char *dir) {
   bf_model *m = calloc(1, sizeof *m);
   if (!m) return NULL;
   pthread_mutex_init(&m->fp_mu, NULL);
+  m->int8_source = "";
   atomic_init(&m->refcount, 1);
   m->dir = strdup(dir);
   if (!m->dir) {
@@ -578,8 +581,25 @@ static int make_display_strings(bf_model *m, char *err, size_t errlen) {
   return 0;
 }
 
+int bf_precision_parse(const char *name, bf_precision *out) {
+  if (name && strcasecmp(name, "fp32") == 0) *out = BF_PRECISION_FP32;
+  else if (name && strcasecmp(name, "int8") == 0) *out = BF_PRECISION_INT8;
+  else return -1;
+  return 0;
+}
+
+const char *bf_precision_name(bf_precision p) { return p == BF_PRECISION_INT8 ? "int8" : "fp32"; }
+
 bf_model *bf_model_load(const char *dir, char *err, size_t errlen) {
+  return bf_model_load_as(dir, BF_PRECISION_FP32, err, errlen);
+}
+
+bf_model *bf_model_load_as(const char *dir, bf_precision precision, char *err, size_t errlen) {
   if (err && errlen) err[0] = 0;
+  if (precision != BF_PRECISION_FP32 && precision != BF_PRECISION_INT8) {
+    bf_errf(err, errlen, "unknown precision %d", (int)precision);
+    return NULL;
+  }
   if (check_dir(dir, err, errlen) != 0) return NULL;
   if (bf_blas_init(err, errlen) != BF_OK) return NULL;
   bf_model *m = model_new(dir);
@@ -591,7 +611,8 @@ bf_model *bf_model_load(const char *dir, char *err, size_t errlen) {
   L.st.fd = -1;
   if (load_config(m, dir, err, errlen) != 0 || load_tokenizer(m, dir, err, errlen) != 0 ||
       map_weights(&L, dir) != 0 || load_tensors(&L) != 0 ||
-      make_display_strings(m, err, errlen) != 0) {
+      make_display_strings(m, err, errlen) != 0 ||
+      (precision == BF_PRECISION_INT8 && bf_quantized_attach(m, err, errlen) != 0)) {
     if (L.st.map == m->map) {
       m->map = NULL;
       m->map_fd = -1;
@@ -601,6 +622,7 @@ bf_model *bf_model_load(const char *dir, char *err, size_t errlen) {
     return NULL;
   }
   snprintf(m->dtype, sizeof m->dtype, "%s", L.mixed ? "mixed" : L.dtype0);
+  m->precision = precision;
   /* the header table is no longer needed; keep only the mapping */
   L.st.map = NULL;
   L.st.fd = -1;
@@ -621,6 +643,8 @@ const bf_config *bf_model_config(const bf_model *m) { return &m->cfg; }
 const bf_tokenizer *bf_model_tokenizer(const bf_model *m) { return m->tok; }
 const char *bf_model_dir(const bf_model *m) { return m->dir; }
 const char *bf_model_dtype(const bf_model *m) { return m->dtype; }
+bf_precision bf_model_precision(const bf_model *m) { return m->precision; }
+const char *bf_model_int8_source(const bf_model *m) { return m->int8_source; }
 
 const char *bf_model_token(const bf_model *m, int32_t id) {
   if (!m || id < 0 || id >= m->cfg.vocab_size) return NULL;
@@ -659,7 +683,8 @@ int bf_model_is_current(const bf_model *m) {
 const char *bf_model_fingerprint(bf_model *m) {
   pthread_mutex_lock(&m->fp_mu);
   if (!m->fingerprint[0]) {
-    uint64_t h = fp_hash(m->map, m->map_len, m->fp_files);
+    /* the precision is part of the seed: int8 answers are not fp32 answers */
+    uint64_t h = fp_hash(m->map, m->map_len, m->fp_files ^ (uint64_t)m->precision * P3);
     snprintf(m->fingerprint, sizeof m->fingerprint, "%016llx", (unsigned long long)h);
   }
   pthread_mutex_unlock(&m->fp_mu);

@@ -15,6 +15,7 @@
 #include <stdatomic.h>
 #include <pthread.h>
 #include "bertfill.h"
+#include "qgemm.h"
 
 typedef struct bf_layer {
   const float *q_w, *q_b;     /* [H,H], [H]  attention.self.query */
@@ -25,6 +26,8 @@ typedef struct bf_layer {
   const float *i_w, *i_b;     /* [I,H], [I]  intermediate.dense */
   const float *o_w, *o_b;     /* [H,I], [H]  output.dense */
   const float *oln_g, *oln_b; /* [H]         output.LayerNorm */
+  /* int8 copies of the six matrices (int8 loads only; quantized.c) */
+  qg_weights q8, k8, v8, ao8, i8, o8;
 } bf_layer;
 
 struct bf_model {
@@ -46,6 +49,13 @@ struct bf_model {
   const float *head_ln_g, *head_ln_b; /* [H]         transform.LayerNorm */
   const float *dec_w;                 /* [V,H]  decoder.weight (== word_emb when tied) */
   const float *dec_b;                 /* [V]    cls.predictions.bias (or decoder.bias) */
+  qg_weights head8, dec8;             /* int8 copies (int8 loads only) */
+
+  bf_precision precision;
+  const char *int8_source; /* "file", "memory" or "" (fp32) */
+  void *map8;              /* mmap of model.int8.safetensors (int8 from a file) */
+  size_t map8_len;
+  void *own8; /* the quantized weights in private memory (int8, read-only dir) */
 
   /* display strings: vocab entries with a leading "##" removed */
   char **display; /* [V] */
@@ -64,5 +74,13 @@ struct bf_model {
   uint64_t fp_files;    /* hash of config.json, vocab.txt and the tokenizer
                                        JSON files as read at load (model.c) */
 };
+
+/* quantized.c: give an int8 load its quantized weights (m->layers[*].*8,
+** head8, dec8, int8_source), from dir/model.int8.safetensors when it is there
+** and was made from this very model.safetensors, else by quantizing now (and
+** writing that file when the directory is writable).  0, or -1 with err. */
+int bf_quantized_attach(bf_model *m, char *err, size_t errlen);
+/* Unmap / free what bf_quantized_attach set up. */
+void bf_quantized_detach(bf_model *m);
 
 #endif

@@ -61,7 +61,7 @@ void bfx_conn_unref(void *p) {
 bf_model *bfx_conn_model(bfx_conn *c, bfx_err *e) {
   if (c->model) return c->model;
   const char *source = NULL;
-  bf_model *m = bfx_model_get_default(&source, e);
+  bf_model *m = bfx_model_get_default(bfx_default_precision(), &source, e);
   if (m) {
     c->model = m;
     c->model_source = source;
@@ -69,9 +69,10 @@ bf_model *bfx_conn_model(bfx_conn *c, bfx_err *e) {
   return m;
 }
 
-int bfx_conn_set_model(bfx_conn *c, const char *dir, bfx_err *e) {
+int bfx_conn_set_model(bfx_conn *c, const char *dir, bf_precision precision, bfx_err *e) {
   const char *source = "bert_load";
-  bf_model *m = dir ? bfx_model_get(dir, e) : bfx_model_get_default(&source, e);
+  bf_model *m = dir ? bfx_model_get(dir, precision, e)
+                    : bfx_model_get_default(precision, &source, e);
   if (!m) return e->rc;
   bfx_model_put(c->model);
   c->model = m;

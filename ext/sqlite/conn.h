@@ -45,9 +45,9 @@ void bfx_conn_unref(void *c);
 ** says how to provide one) or out of memory. */
 bf_model *bfx_conn_model(bfx_conn *c, bfx_err *e);
 /* bert_load: make the model in dir (NULL: back to BERTFILL_MODEL / the
-** default model) the connection's model.  SQLITE_OK, or an error code with
+** default model), loaded in precision, the connection's model.  SQLITE_OK, or an error code with
 ** e set (the current model stays). */
-int bfx_conn_set_model(bfx_conn *c, const char *dir, bfx_err *e);
+int bfx_conn_set_model(bfx_conn *c, const char *dir, bf_precision precision, bfx_err *e);
 
 /* "on", "memory", "off" (any letter case) -> BFX_CACHE_*; -1 otherwise. */
 int bfx_cache_mode_parse(const char *s);

@@ -17,7 +17,9 @@
 **
 ** The model.  Each connection uses one model, chosen on first use:
 **   SELECT bert_load('/path/to/bert-base-chinese');   -- this connection
+**   SELECT bert_load('/path/to/model-dir', 'int8');   -- int8 products (faster)
 **   BERTFILL_MODEL=/path/to/model-dir                 -- environment variable
+**   BERTFILL_PRECISION=int8                           -- precision of the above
 **   model/bertfill-zh-tiny                            -- shipped with bertfill
 ** A model directory is the Hugging Face layout: config.json, vocab.txt,
 ** model.safetensors (+ tokenizer_config.json).  Loaded models are shared by
@@ -203,6 +205,8 @@ static const sql_function functions[] = {
    "as bert_prefill(text)"},
   {"bert_tokenize", 1, DIRECT, bfx_fn_tokenize, 0, 0, CONN, "loads the model's files on first use"},
   {"bert_load", 1, DIRECT, bfx_fn_load, 0, 0, CONN, "reads any directory it is given"},
+  {"bert_load", 2, DIRECT, bfx_fn_load, 0, 0, CONN,
+   "as bert_load(dir); 'int8' may write model.int8.safetensors into the directory"},
   {"bert_debug", 0, DIRECT, bfx_fn_debug, 0, 0, CONN,
    "reveals file paths and the environment; hashes the weight file"},
   {"bert_cache", 0, DIRECT, bfx_fn_cache, 0, 0, CONN, "as bert_cache(mode)"},

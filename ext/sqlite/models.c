@@ -23,6 +23,11 @@
 **      time.
 ** With none of these, every function fails with a message that says how to
 ** provide a model.
+**
+** Precision (bertfill.h: fp32 or int8): bert_load's second argument, else
+** the environment variable BERTFILL_PRECISION, else fp32.  The registry
+** keys a model by directory and precision: an fp32 and an int8 load of one
+** directory are two models, used side by side.
 */
 #include <dlfcn.h>
 #include <errno.h>
@@ -37,6 +42,7 @@
 SQLITE_EXTENSION_INIT3
 #include "models.h"
 #include "stats.h"
+#include "util.h"
 
 #define DEFAULT_MODEL_NAME "model/bertfill-zh-tiny"
 #define INSTALLED_MODEL_NAME "share/bertfill/bertfill-zh-tiny" /* from the .so's ../ */
@@ -58,6 +64,7 @@ SQLITE_EXTENSION_INIT3
 
 typedef struct reg_ent {
   char *path; /* canonical directory */
+  bf_precision precision; /* loads in other precisions are other entries */
   bf_model *m;
   int users; /* connections using it */
   int stale; /* its file was replaced or changed: no new users */
@@ -70,7 +77,8 @@ static reg_ent *reg_head;
 /* Load (or share) the model in dir.  On failure *err says why; from (may be
 ** "") follows the directory's name in the message, howto is the advice when
 ** the directory cannot be opened. */
-static bf_model *registry_get(const char *dir, const char *from, const char *howto, char **err) {
+static bf_model *registry_get(const char *dir, bf_precision precision, const char *from,
+                              const char *howto, char **err) {
   char canon[PATH_MAX];
   bfx_quote q;
   if (!realpath(dir, canon)) {
@@ -81,7 +89,7 @@ static bf_model *registry_get(const char *dir, const char *from, const char *how
   bf_model *m = NULL;
   pthread_mutex_lock(&reg_mu);
   for (reg_ent *e = reg_head; e; e = e->next) {
-    if (e->stale || strcmp(e->path, canon) != 0) continue;
+    if (e->stale || e->precision != precision || strcmp(e->path, canon) != 0) continue;
     /* model.safetensors replaced (rename) or changed since it was loaded:
     ** connections using it keep it; new ones get the new version */
     if (!bf_model_is_current(e->m)) {
@@ -103,7 +111,7 @@ static bf_model *registry_get(const char *dir, const char *from, const char *how
       free(e);
       free(path);
       *err = NULL; /* out of memory */
-    } else if (!(m = bf_model_load(canon, msg, sizeof msg))) {
+    } else if (!(m = bf_model_load_as(canon, precision, msg, sizeof msg))) {
       free(e);
       free(path);
       if (strstr(msg, "out of memory")) *err = NULL; /* reported as SQLITE_NOMEM */
@@ -112,6 +120,7 @@ static bf_model *registry_get(const char *dir, const char *from, const char *how
                                bfx_quoted(&q, dir, -1), from, msg[0] ? msg : "unknown error");
     } else {
       e->path = path;
+      e->precision = precision;
       e->m = m;
       e->users = 1;
       e->stale = 0;
@@ -237,20 +246,26 @@ static int has_config(const char *dir) {
   return access(p, R_OK) == 0;
 }
 
+bf_precision bfx_default_precision(void) {
+  static const char *const names[] = {"fp32", "int8"};
+  return bf_env_choice("BERTFILL_PRECISION", names, 2, 0) ? BF_PRECISION_INT8 : BF_PRECISION_FP32;
+}
+
 /* The model named by the environment, or the default model. */
-static bf_model *resolve_default(const char **source, char **err) {
+static bf_model *resolve_default(bf_precision precision, const char **source, char **err) {
   const char *env = getenv("BERTFILL_MODEL");
   *err = NULL;
   if (env && *env) {
     *source = "BERTFILL_MODEL";
-    return registry_get(env, " (from the environment variable BERTFILL_MODEL)", HOWTO_ENV, err);
+    return registry_get(env, precision, " (from the environment variable BERTFILL_MODEL)",
+                        HOWTO_ENV, err);
   }
   char cand[MAX_CANDIDATES][PATH_MAX];
   int n = default_candidates(cand, MAX_CANDIDATES);
   for (int i = 0; i < n; i++) {
     if (has_config(cand[i])) {
       *source = "default";
-      return registry_get(cand[i], "", HOWTO, err);
+      return registry_get(cand[i], precision, "", HOWTO, err);
     }
   }
   char *where = bfx_default_model_paths();
@@ -268,16 +283,16 @@ static void take_error(bfx_err *e, char *msg) {
   sqlite3_free(msg);
 }
 
-bf_model *bfx_model_get(const char *dir, bfx_err *e) {
+bf_model *bfx_model_get(const char *dir, bf_precision precision, bfx_err *e) {
   char *err = NULL;
-  bf_model *m = registry_get(dir, "", HOWTO, &err);
+  bf_model *m = registry_get(dir, precision, "", HOWTO, &err);
   if (!m) take_error(e, err);
   return m;
 }
 
-bf_model *bfx_model_get_default(const char **source, bfx_err *e) {
+bf_model *bfx_model_get_default(bf_precision precision, const char **source, bfx_err *e) {
   char *err = NULL;
-  bf_model *m = resolve_default(source, &err);
+  bf_model *m = resolve_default(precision, source, &err);
   if (!m) take_error(e, err);
   return m;
 }
@@ -291,6 +306,7 @@ char *bfx_model_describe(bf_model *m) {
   const char *dir = bf_model_dir(m);
   const char *base = dir ? strrchr(dir, '/') : NULL;
   base = base && base[1] ? base + 1 : (dir ? dir : "?");
-  return sqlite3_mprintf("%s: %d layers, hidden %d, vocab %d, %s", base, cfg->num_hidden_layers,
-                         cfg->hidden_size, cfg->vocab_size, bf_model_dtype(m));
+  return sqlite3_mprintf("%s: %d layers, hidden %d, vocab %d, %s, %s", base,
+                         cfg->num_hidden_layers, cfg->hidden_size, cfg->vocab_size,
+                         bf_model_dtype(m), bf_precision_name(bf_model_precision(m)));
 }

@@ -6,8 +6,10 @@
 **                          candidate (NULL for NULL; a text without a mask as
 **                          it is)
 **   bert_tokenize(text)    the tokens the model sees, as a JSON array
-**   bert_load(dir)         make the model in dir the connection's model
-**                          (NULL: back to BERTFILL_MODEL / the default)
+**   bert_load(dir [, precision])  make the model in dir the connection's
+**                          model (NULL: back to BERTFILL_MODEL / the
+**                          default), in precision 'fp32' (exact, the default
+**                          unless BERTFILL_PRECISION says otherwise) or 'int8'
 **   bert_debug()           JSON: kernels, BLAS, model, cache, guard, batching
 **   bert_version()         the version of bertfill, e.g. '0.1.0' (version.h)
 **
@@ -136,7 +138,7 @@ void bfx_fn_tokenize(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
   bfx_result_str(ctx, out);
 }
 
-/* ---- bert_load(dir) ---- */
+/* ---- bert_load(dir [, precision]) ---- */
 
 void bfx_fn_load(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
   bfx_conn *c = sqlite3_user_data(ctx);
@@ -153,8 +155,25 @@ void bfx_fn_load(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
                          -1);
     return;
   }
+  bf_precision precision = bfx_default_precision();
+  if (argc > 1 && sqlite3_value_type(argv[1]) != SQLITE_NULL) {
+    const char *p = (const char *)sqlite3_value_text(argv[1]);
+    if (!p) {
+      sqlite3_result_error_nomem(ctx);
+      return;
+    }
+    if (bf_precision_parse(p, &precision) != 0) {
+      bfx_quote q;
+      char *msg = sqlite3_mprintf("bert_load: unknown precision '%s': use 'fp32' (exact, the "
+                                  "default) or 'int8' (faster, approximate)",
+                                  bfx_quoted(&q, p, -1));
+      sqlite3_result_error(ctx, msg ? msg : "bert_load: unknown precision", -1);
+      sqlite3_free(msg);
+      return;
+    }
+  }
   bfx_err e = BFX_ERR_NONE;
-  if (bfx_conn_set_model(c, dir, &e) != SQLITE_OK) {
+  if (bfx_conn_set_model(c, dir, precision, &e) != SQLITE_OK) {
     bfx_error(ctx, &e);
     return;
   }
@@ -205,6 +224,10 @@ static void debug_model(sqlite3_str *o, bfx_conn *c) {
     bfx_json_string(o, c->model_source);
     sqlite3_str_appendall(o, ",\"dtype\":");
     bfx_json_string(o, bf_model_dtype(m));
+    sqlite3_str_appendall(o, ",\"precision\":");
+    bfx_json_string(o, bf_precision_name(bf_model_precision(m)));
+    sqlite3_str_appendall(o, ",\"int8_weights\":");
+    bfx_json_string(o, bf_model_int8_source(m));
     sqlite3_str_appendf(o,
                         ",\"config\":{\"vocab_size\":%d,\"hidden_size\":%d,"
                         "\"num_hidden_layers\":%d,\"num_attention_heads\":%d,"
