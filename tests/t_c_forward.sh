@@ -14,10 +14,12 @@ bin=$BUILD/tests/test_forward
 args=()
 n=0
 bad=0
-for g in tests/golden/forward_*.json; do
+# forward_NAME.json: fp32 goldens; int8_NAME.json: the int8 mode's (the
+# model is then loaded as int8; model/reference.py --int8)
+for g in tests/golden/forward_*.json tests/golden/int8_*.json; do
   [ -e "$g" ] || continue
   n=$((n + 1))
-  name=$(basename "$g" .json); name=${name#forward_}
+  name=$(basename "$g" .json); name=${name#forward_}; name=${name#int8_}
   d=$BUILD/models/$name
   if [ ! -f "$d/model.safetensors" ]; then
     echo "FAIL forward model $name: $d/model.safetensors missing (run make models)"; bad=1; continue

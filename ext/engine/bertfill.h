@@ -207,6 +207,9 @@ int bf_blas_threads(void);
 ** (bertfill's own kernels, ext/engine/gemm.c and gemm_avx2.c: the best the
 ** CPU has, capped by BERTFILL_KERNELS; see gemm.h) or "openblas". */
 const char *bf_gemm_kernels(void);
+/* Which code does an int8 model's products: "avx512vnni", "avx2" or
+** "portable" (qgemm.h; capped like bf_gemm_kernels). */
+const char *bf_int8_kernels(void);
 void bf_blas_set_threads(int n); /* <= 0: number of cores */
 /* The most threads OpenBLAS accepts (MAX_THREADS in openblas_get_config(),
 ** 64 in Debian's build); 0 when it does not say.  OpenBLAS cuts a larger

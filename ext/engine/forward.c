@@ -393,8 +393,22 @@ static void products_fp32(bf_run *r, const float *x, int T, int in, int np, cons
     bf_sgemm(0, 1, T, p[i].n, in, 1.0f, x, in, p[i].w, in, 0.0f, p[i].y, p[i].n);
 }
 
-/* int8 (qgemm.h): x quantized once per row into r->qx (reserve_scratch
-** sized it), then the units of all np products shared by the pool. */
+/* The int8 kernels (qgemm.h), under the same cap as the fp32 ones
+** (BERTFILL_KERNELS, BERTFILL_NO_AVX512; gemm.h): with AVX-512 allowed the
+** best the CPU has (AVX512-VNNI, else AVX2), with "avx2" the AVX2 kernel,
+** with "openblas" (no kernels of bertfill's own) the portable C one. */
+static qg_path int8_path(void) {
+  switch (gemm_kernels()) {
+    case GEMM_KERNELS_AVX512: return qg_best_path();
+    case GEMM_KERNELS_AVX2: return qg_path_supported(QG_AVX2) ? QG_AVX2 : QG_PORTABLE;
+    default: return QG_PORTABLE;
+  }
+}
+
+const char *bf_int8_kernels(void) { return qg_path_name(int8_path()); }
+
+/* int8: x quantized once per row into r->qx (reserve_scratch sized it),
+** then the units of all np products shared by the pool. */
 typedef struct qjobs {
   qg_job job[3];
 } qjobs;
@@ -408,7 +422,7 @@ static void qjobs_unit(void *arg, int u, int tid) {
 
 static void products_int8(bf_run *r, const float *x, int T, int in, int np, const product *p) {
   qg_rows X;
-  qg_quantize_rows(&X, r->qx.p, x, T, in, in, qg_best_path());
+  qg_quantize_rows(&X, r->qx.p, x, T, in, in, int8_path());
   qjobs j;
   int units = 0;
   for (int i = 0; i < np; i++) {

@@ -194,6 +194,8 @@ static void debug_engine(sqlite3_str *o) {
   int blas_ok = bf_blas_init(err, sizeof err) == BF_OK;
   sqlite3_str_appendall(o, "{\"gemm\":");
   bfx_json_string(o, bf_gemm_kernels());
+  sqlite3_str_appendall(o, ",\"int8_kernels\":");
+  bfx_json_string(o, bf_int8_kernels());
   sqlite3_str_appendall(o, ",\"blas_core\":");
   bfx_json_string(o, blas_ok ? bf_blas_core() : "");
   sqlite3_str_appendall(o, ",\"blas_config\":");

@@ -27,7 +27,9 @@
 #include "bertfill.h"
 #include "testlib.h"
 
-#define TOL 1e-4
+/* Probability tolerance: 1e-4 for the fp32 goldens; an int8 golden
+** (model/reference.py --int8, "precision": "int8") says its own. */
+static double TOL = 1e-4;
 
 /* ---------------------------------------------------------------- a small JSON reader
 ** (enough for the goldens: objects, arrays, numbers, strings without escapes
@@ -188,6 +190,8 @@ typedef struct golden {
   int *seq_mask0; /* index of the first mask of each sequence */
   const jv *config;
   const char *dtype, *name;
+  int int8;   /* an int8 golden: the model is loaded as BF_PRECISION_INT8 */
+  double tol; /* its probability tolerance */
   jv root;
 } golden;
 
@@ -197,6 +201,9 @@ static int golden_load(const char *path, golden *g) {
   const jv *k = jget(&g->root, "k"), *ids = jget(jget(&g->root, "ids"), "[MASK]");
   const jv *seqs = jget(&g->root, "sequences"), *dt = jget(&g->root, "dtype");
   const jv *nm = jget(&g->root, "model");
+  const jv *prec = jget(&g->root, "precision"), *tol = jget(&g->root, "tolerance");
+  g->int8 = prec && prec->str && !strcmp(prec->str, "int8");
+  g->tol = g->int8 && tol ? tol->num : 1e-4;
   g->config = jget(&g->root, "config");
   if (!k || !ids || !seqs || seqs->t != J_ARR || !dt || !nm || !g->config) return 0;
   g->k = (int)k->num;
@@ -293,8 +300,12 @@ static void test_model(const char *dir, const char *gpath, bf_run *r, int last) 
     tl_failed++;
     return;
   }
-  const char *mn = g.name;
-  bf_model *m = bf_model_load(dir, err, sizeof err);
+  char mname[64];
+  snprintf(mname, sizeof mname, "%s%s", g.name, g.int8 ? " int8" : "");
+  const char *mn = mname;
+  TOL = g.tol;
+  bf_model *m = bf_model_load_as(dir, g.int8 ? BF_PRECISION_INT8 : BF_PRECISION_FP32, err,
+                                 sizeof err);
   snprintf(name, sizeof name, "forward %s: load", mn);
   CHECKF(name, m != NULL, "%s", err);
   if (!m) {
