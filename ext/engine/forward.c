@@ -433,8 +433,7 @@ static void products_int8(bf_run *r, const float *x, int T, int in, int np, cons
 }
 
 /* The np (at most 3) products of one x[T,in], in the model's precision. */
-static void products(bf_run *r, int int8, const float *x, int T, int in, int np,
-                     const product *p) {
+static void products(bf_run *r, int int8, const float *x, int T, int in, int np, const product *p) {
   if (int8) products_int8(r, x, T, in, np, p);
   else products_fp32(r, x, T, in, np, p);
 }
@@ -684,8 +683,8 @@ bf_run *bf_run_new(void) { return calloc(1, sizeof(bf_run)); }
 
 void bf_run_free(bf_run *r) {
   if (!r) return;
-  buf *all[] = {&r->x,   &r->q,   &r->k,  &r->v,    &r->ctx, &r->tmp,    &r->ffn,
-                &r->att, &r->seq, &r->xm, &r->mrow, &r->hm,  &r->logits, &r->heap, &r->qx};
+  buf *all[] = {&r->x,   &r->q,  &r->k,    &r->v,  &r->ctx,    &r->tmp,  &r->ffn, &r->att,
+                &r->seq, &r->xm, &r->mrow, &r->hm, &r->logits, &r->heap, &r->qx};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]->p);
   bf_pool_free(r->pool);
   gemm_scratch_free(&r->gemm);
@@ -857,8 +856,8 @@ static void encode(bf_run *r, const bf_model *m, const batch *b) {
   const size_t *mrow = r->mrow.p;
   float *x = r->x.p, *xm = r->xm.p;
   for (int l = 0; l < nl; l++)
-    encoder_layer(r, c, m->precision == BF_PRECISION_INT8, &m->layers[l], r->seq.p, b->nrun, b->longest, (int)b->T,
-                  l == nl - 1 ? xm : NULL, mrow, (int)b->M);
+    encoder_layer(r, c, m->precision == BF_PRECISION_INT8, &m->layers[l], r->seq.p, b->nrun,
+                  b->longest, (int)b->T, l == nl - 1 ? xm : NULL, mrow, (int)b->M);
   if (nl == 0)
     for (size_t i = 0; i < b->M; i++) memcpy(xm + i * H, x + mrow[i] * H, H * sizeof(float));
 }

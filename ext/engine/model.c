@@ -24,8 +24,10 @@
 ** tokenizer_config.json and tokenizer.json (as read at load; absent files
 ** count as absent) and every byte of model.safetensors, with a 4-lane
 ** multiply-rotate hash in which changing any single 8-byte word always
-** changes the result.  It is computed on first request (it reads the whole
-** file), under fp_mu.
+** changes the result, and the precision of the load.  It is computed under
+** fp_mu on first request, or earlier by the warm-up thread that each load
+** starts (start_warm_up: it also brings the weights into the page tables,
+** so that the first call after loading runs as fast as the next ones).
 */
 #include "model.h"
 #include "blas.h"
@@ -403,6 +405,8 @@ static int load_tensors(loader *L) {
 
 /* ---- load / release ---- */
 
+static void start_warm_up(bf_model *m);
+
 static void model_free(bf_model *m) {
   if (!m) return;
   if (m->tok) bf_tokenizer_free(m->tok);
@@ -627,6 +631,7 @@ bf_model *bf_model_load_as(const char *dir, bf_precision precision, char *err, s
   L.st.map = NULL;
   L.st.fd = -1;
   st_close(&L.st);
+  start_warm_up(m);
   return m;
 }
 
@@ -680,13 +685,84 @@ int bf_model_is_current(const bf_model *m) {
   return same && bf_model_check(m, NULL, 0) == BF_OK;
 }
 
+/* The hash of model.safetensors, read with pread() through the descriptor
+** kept since loading (the very file that was mapped): reading does not map
+** the pages into this process, so hashing a file whose products run from
+** its int8 copy costs no resident memory.  Falls back to the mapping. */
+static uint64_t hash_weights(const bf_model *m, uint64_t seed) {
+  enum { CHUNK = 1 << 20 };
+  unsigned char *b = m->map_fd >= 0 ? malloc(CHUNK) : NULL;
+  if (!b) return fp_hash(m->map, m->map_len, seed);
+  /* fp_hash over the whole file in one go equals this streamed form only
+  ** if the chunking is part of the definition: so hash the chunk hashes */
+  uint64_t h = seed;
+  for (size_t off = 0; off < m->map_len; off += CHUNK) {
+    size_t n = m->map_len - off < CHUNK ? m->map_len - off : CHUNK, got = 0;
+    while (got < n) {
+      ssize_t r = pread(m->map_fd, b + got, n - got, (off_t)(off + got));
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) break;
+      got += (size_t)r;
+    }
+    /* a short read (the file shrank: bf_model_check reports it) hashes the
+    ** mapping's bytes instead, which are what the model computes with */
+    h = fp_hash(got == n ? b : (const unsigned char *)m->map + off, n, h);
+  }
+  free(b);
+  return fmix64(h ^ (uint64_t)m->map_len);
+}
+
 const char *bf_model_fingerprint(bf_model *m) {
   pthread_mutex_lock(&m->fp_mu);
   if (!m->fingerprint[0]) {
     /* the precision is part of the seed: int8 answers are not fp32 answers */
-    uint64_t h = fp_hash(m->map, m->map_len, m->fp_files ^ (uint64_t)m->precision * P3);
+    uint64_t h = hash_weights(m, m->fp_files ^ (uint64_t)m->precision * P3);
     snprintf(m->fingerprint, sizeof m->fingerprint, "%016llx", (unsigned long long)h);
   }
   pthread_mutex_unlock(&m->fp_mu);
   return m->fingerprint;
+}
+
+/* ---- warming up after load ---- */
+
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22 /* Linux 5.14 */
+#endif
+
+/* Bring the pages of a mapping into this process's page tables (they are in
+** the page cache once any process has read the file): MADV_POPULATE_READ,
+** or one read per page on kernels without it. */
+static void populate(const void *p, size_t len) {
+  if (!p || !len) return;
+  if (madvise((void *)p, len, MADV_POPULATE_READ) == 0) return;
+  const volatile unsigned char *c = p;
+  long page = sysconf(_SC_PAGESIZE);
+  for (size_t i = 0; i < len; i += (size_t)(page > 0 ? page : 4096)) (void)c[i];
+}
+
+/* The warm-up thread: the weights the products use come into the page
+** tables (an fp32 model's whole file; an int8 model's int8 file, its fp32
+** file holding only embeddings, LayerNorms and biases that the first calls
+** bring in), then the fingerprint is computed, so that the first call after
+** bert_load pays for neither.  It holds a reference to the model. */
+static void *warm_up(void *arg) {
+  bf_model *m = arg;
+  if (m->precision == BF_PRECISION_INT8) populate(m->map8, m->map8_len);
+  else populate(m->map, m->map_len);
+  bf_model_fingerprint(m);
+  bf_model_release(m);
+  return NULL;
+}
+
+/* Start warm_up in a detached thread (a process that exits at once does not
+** wait for it).  BERTFILL_WARM_UP=0 turns it off. */
+static void start_warm_up(bf_model *m) {
+  if (!bf_env_flag("BERTFILL_WARM_UP", 1)) return;
+  pthread_attr_t a;
+  pthread_t t;
+  if (pthread_attr_init(&a) != 0) return;
+  pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+  bf_model_retain(m);
+  if (pthread_create(&t, &a, warm_up, m) != 0) bf_model_release(m);
+  pthread_attr_destroy(&a);
 }

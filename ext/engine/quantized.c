@@ -62,7 +62,9 @@ static void matrix_at(bf_model *m, int i, qmat *q) {
   int nl = m->cfg.num_hidden_layers;
   if (i >= 6 * nl) {
     int head = i == 6 * nl;
-    *q = (qmat){.w = head ? m->head_w : m->dec_w, .n = head ? H : V, .k = H,
+    *q = (qmat){.w = head ? m->head_w : m->dec_w,
+                .n = head ? H : V,
+                .k = H,
                 .dst = head ? &m->head8 : &m->dec8};
     snprintf(q->name, sizeof q->name, "cls.predictions.%s", head ? "transform.dense" : "decoder");
     return;
@@ -188,7 +190,8 @@ static int quantize_all(bf_model *m, int nm, const size_t *off, unsigned char *d
   for (int i = 0; i < nm; i++) {
     matrix_at(m, i, &q);
     if (qg_quantize_weights(q.w, q.n, q.k, (int8_t *)(data + off[3 * i + 2]),
-                            (float *)(data + off[3 * i]), (int32_t *)(data + off[3 * i + 1])) != 0) {
+                            (float *)(data + off[3 * i]),
+                            (int32_t *)(data + off[3 * i + 1])) != 0) {
       bf_errf(err, errlen,
               "%s/model.safetensors: the weights of %s hold NaN or infinity; they cannot be "
               "quantized to int8",
@@ -206,21 +209,23 @@ static char *make_header(bf_model *m, int nm, const size_t *off, size_t *len) {
   char *h = malloc(cap);
   if (!h) return NULL;
   n += (size_t)snprintf(h + n, cap - n,
-                        "{\"__metadata__\":{\"format\":\"bertfill int8 weights\",\"version\":\"%d\","
+                        "{\"__metadata__\":{\"format\":\"bertfill int8 "
+                        "weights\",\"version\":\"%d\","
                         "\"made_from\":\"model.safetensors\"},"
                         "\"%s\":{\"dtype\":\"I64\",\"shape\":[3],\"data_offsets\":[0,24]}",
                         INT8_FORMAT, SOURCE_TENSOR);
   qmat q;
   for (int i = 0; i < nm; i++) {
     matrix_at(m, i, &q);
-    n += (size_t)snprintf(h + n, cap - n,
-                          ",\"%s.scale\":{\"dtype\":\"F32\",\"shape\":[%d],\"data_offsets\":[%zu,%zu]}"
-                          ",\"%s.sum\":{\"dtype\":\"I32\",\"shape\":[%d],\"data_offsets\":[%zu,%zu]}"
-                          ",\"%s.int8\":{\"dtype\":\"I8\",\"shape\":[%d,%d],"
-                          "\"data_offsets\":[%zu,%zu]}",
-                          q.name, q.n, off[3 * i], off[3 * i + 1], q.name, q.n, off[3 * i + 1],
-                          off[3 * i + 1] + (size_t)q.n * 4, q.name, q.n, q.k, off[3 * i + 2],
-                          off[3 * i + 2] + (size_t)q.n * (size_t)q.k);
+    n += (size_t)
+      snprintf(h + n, cap - n,
+               ",\"%s.scale\":{\"dtype\":\"F32\",\"shape\":[%d],\"data_offsets\":[%zu,%zu]}"
+               ",\"%s.sum\":{\"dtype\":\"I32\",\"shape\":[%d],\"data_offsets\":[%zu,%zu]}"
+               ",\"%s.int8\":{\"dtype\":\"I8\",\"shape\":[%d,%d],"
+               "\"data_offsets\":[%zu,%zu]}",
+               q.name, q.n, off[3 * i], off[3 * i + 1], q.name, q.n, off[3 * i + 1],
+               off[3 * i + 1] + (size_t)q.n * 4, q.name, q.n, q.k, off[3 * i + 2],
+               off[3 * i + 2] + (size_t)q.n * (size_t)q.k);
   }
   n += (size_t)snprintf(h + n, cap - n, "}");
   while (n % 8) h[n++] = ' ';
@@ -258,10 +263,10 @@ static int write_file(bf_model *m, const char *path, int nm, const size_t *off,
   if (fd >= 0) {
     unsigned char n8[8];
     for (int i = 0; i < 8; i++) n8[i] = (unsigned char)((uint64_t)hlen >> (8 * i));
-    rc = write_all(fd, n8, 8) || write_all(fd, header, hlen) ||
-                 write_all(fd, data, off[3 * nm]) || fsync(fd) != 0
-             ? -1
-             : 0;
+    rc = write_all(fd, n8, 8) || write_all(fd, header, hlen) || write_all(fd, data, off[3 * nm]) ||
+             fsync(fd) != 0
+           ? -1
+           : 0;
     if (close(fd) != 0) rc = -1;
     if (rc == 0 && rename(tmp, path) != 0) rc = -1;
     if (rc != 0) unlink(tmp);

@@ -63,7 +63,7 @@ SQLITE_EXTENSION_INIT3
   "one with SELECT bert_load('/path/to/model-dir').  " MODEL_DIR_IS
 
 typedef struct reg_ent {
-  char *path; /* canonical directory */
+  char *path;             /* canonical directory */
   bf_precision precision; /* loads in other precisions are other entries */
   bf_model *m;
   int users; /* connections using it */
@@ -306,7 +306,7 @@ char *bfx_model_describe(bf_model *m) {
   const char *dir = bf_model_dir(m);
   const char *base = dir ? strrchr(dir, '/') : NULL;
   base = base && base[1] ? base + 1 : (dir ? dir : "?");
-  return sqlite3_mprintf("%s: %d layers, hidden %d, vocab %d, %s, %s", base,
-                         cfg->num_hidden_layers, cfg->hidden_size, cfg->vocab_size,
-                         bf_model_dtype(m), bf_precision_name(bf_model_precision(m)));
+  return sqlite3_mprintf("%s: %d layers, hidden %d, vocab %d, %s, %s", base, cfg->num_hidden_layers,
+                         cfg->hidden_size, cfg->vocab_size, bf_model_dtype(m),
+                         bf_precision_name(bf_model_precision(m)));
 }

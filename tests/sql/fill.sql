@@ -41,9 +41,9 @@ select 'tokenize_escapes_backslash', json_extract(bert_tokenize('\'), '$[1]') = 
 select 'tokenize_number', bert_tokenize(12) = bert_tokenize('12');
 
 -- the model
-select 'load_describes', bert_load('@MODELS@/tiny') = 'tiny: 2 layers, hidden 32, vocab 600, F32';
-select 'load_f16', bert_load('@MODELS@/tiny-f16') like 'tiny-f16: 2 layers, hidden 32, vocab 600, F16';
-select 'load_relative_path_same_model', bert_load('@MODELS@/../models/tiny') = 'tiny: 2 layers, hidden 32, vocab 600, F32';
+select 'load_describes', bert_load('@MODELS@/tiny') = 'tiny: 2 layers, hidden 32, vocab 600, F32, fp32';
+select 'load_f16', bert_load('@MODELS@/tiny-f16') like 'tiny-f16: 2 layers, hidden 32, vocab 600, F16, fp32';
+select 'load_relative_path_same_model', bert_load('@MODELS@/../models/tiny') = 'tiny: 2 layers, hidden 32, vocab 600, F32, fp32';
 select 'debug_json', json_valid(bert_debug());
 select 'debug_model_dir', json_extract(bert_debug(), '$.model.dir') like '%/models/tiny';
 select 'debug_fingerprint', length(json_extract(bert_debug(), '$.model.fingerprint')) = 16;
