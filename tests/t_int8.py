@@ -130,6 +130,23 @@ def test_stale_and_damaged(tmp):
     check("a newer model.safetensors makes the int8 file again", os.stat(p).st_ino != ino)
     check("... with the same answers (same weights)", candidates(c, "我[MASK]你") == want)
     c.close()
+    # changed in place under a loaded model: an error, never a crash
+    c = connect()
+    one(c, "SELECT bert_load(?, 'int8')", (d,))
+    one(c, "SELECT bert_cache('off')")  # (the answer above is in the process's LRU)
+    data = open(p, "rb").read()
+    with open(p, "r+b") as f:
+        f.seek(len(data) - 100)
+        f.write(bytes(100))
+    e = error_of(c, "SELECT bert_fill('我[MASK]你')")
+    check("an int8 file rewritten in place: bert_fill says so",
+          e is not None and "model.int8.safetensors was rewritten in place" in e, e)
+    with open(p, "r+b") as f:
+        f.truncate(len(data) // 2)
+    e = error_of(c, "SELECT bert_fill('我[MASK]你')")
+    check("an int8 file truncated in place: bert_fill says so",
+          e is not None and "model.int8.safetensors changed on disk" in e, e)
+    c.close()
     # damaged: truncated, then garbage
     for what, data in (("truncated", open(p, "rb").read()[:1000]), ("garbage", b"\x00" * 5000)):
         with open(p, "wb") as f:

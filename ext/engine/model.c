@@ -451,6 +451,7 @@ static bf_model *model_new(const char *dir) {
   if (!m) return NULL;
   pthread_mutex_init(&m->fp_mu, NULL);
   m->int8_source = "";
+  m->map8_fd = -1;
   atomic_init(&m->refcount, 1);
   m->dir = strdup(dir);
   if (!m->dir) {
@@ -656,24 +657,35 @@ const char *bf_model_token(const bf_model *m, int32_t id) {
   return m->display[id];
 }
 
-int bf_model_check(const bf_model *m, char *err, size_t errlen) {
+/* One mapped file against what it was when mapped: BF_OK, or BF_ERR_MODEL
+** with err saying how it changed. */
+static int check_file(const bf_model *m, int fd, size_t len, int64_t mtime_then, const char *name,
+                      char *err, size_t errlen) {
   struct stat st;
-  if (!m || !m->map || m->map_fd < 0) return BF_OK;
-  if (fstat(m->map_fd, &st) != 0) return BF_OK; /* cannot tell: keep going */
+  if (fd < 0 || fstat(fd, &st) != 0) return BF_OK; /* cannot tell: keep going */
   int64_t mtime = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
-  if ((size_t)st.st_size == m->map_len && mtime == m->map_mtime_ns) return BF_OK;
-  if ((size_t)st.st_size != m->map_len)
+  if ((size_t)st.st_size == len && mtime == mtime_then) return BF_OK;
+  if ((size_t)st.st_size != len)
     bf_errf(err, errlen,
-            "%s/model.safetensors changed on disk after it was loaded (%zu bytes then, %lld now): "
+            "%s/%s changed on disk after it was loaded (%zu bytes then, %lld now): "
             "the model must be loaded again (replace model files with a new file and rename, "
             "never in place)",
-            m->dir, m->map_len, (long long)st.st_size);
+            m->dir, name, len, (long long)st.st_size);
   else
     bf_errf(err, errlen,
-            "%s/model.safetensors was rewritten in place after it was loaded: the model must be "
+            "%s/%s was rewritten in place after it was loaded: the model must be "
             "loaded again (replace model files with a new file and rename, never in place)",
-            m->dir);
+            m->dir, name);
   return BF_ERR_MODEL;
+}
+
+int bf_model_check(const bf_model *m, char *err, size_t errlen) {
+  if (!m || !m->map) return BF_OK;
+  int rc = check_file(m, m->map_fd, m->map_len, m->map_mtime_ns, "model.safetensors", err, errlen);
+  if (rc == BF_OK && m->map8)
+    rc = check_file(m, m->map8_fd, m->map8_len, m->map8_mtime_ns, "model.int8.safetensors", err,
+                    errlen);
+  return rc;
 }
 
 int bf_model_is_current(const bf_model *m) {
@@ -730,11 +742,14 @@ const char *bf_model_fingerprint(bf_model *m) {
 #endif
 
 /* Bring the pages of a mapping into this process's page tables (they are in
-** the page cache once any process has read the file): MADV_POPULATE_READ,
-** or one read per page on kernels without it. */
-static void populate(const void *p, size_t len) {
+** the page cache once any process has read the file): MADV_POPULATE_READ.
+** Only a kernel that does not know it (EINVAL: before Linux 5.14) gets one
+** read per page instead; any other failure (EFAULT: the file was truncated
+** since loading) stops here, where reading would raise SIGBUS. */
+static void populate(const bf_model *m, const void *p, size_t len) {
   if (!p || !len) return;
-  if (madvise((void *)p, len, MADV_POPULATE_READ) == 0) return;
+  if (madvise((void *)p, len, MADV_POPULATE_READ) == 0 || errno != EINVAL) return;
+  if (bf_model_check(m, NULL, 0) != BF_OK) return; /* changed on disk: leave it */
   const volatile unsigned char *c = p;
   long page = sysconf(_SC_PAGESIZE);
   for (size_t i = 0; i < len; i += (size_t)(page > 0 ? page : 4096)) (void)c[i];
@@ -747,8 +762,8 @@ static void populate(const void *p, size_t len) {
 ** bert_load pays for neither.  It holds a reference to the model. */
 static void *warm_up(void *arg) {
   bf_model *m = arg;
-  if (m->precision == BF_PRECISION_INT8) populate(m->map8, m->map8_len);
-  else populate(m->map, m->map_len);
+  if (m->precision == BF_PRECISION_INT8) populate(m, m->map8, m->map8_len);
+  else populate(m, m->map, m->map_len);
   bf_model_fingerprint(m);
   bf_model_release(m);
   return NULL;

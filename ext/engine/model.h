@@ -55,6 +55,8 @@ struct bf_model {
   const char *int8_source; /* "file", "memory" or "" (fp32) */
   void *map8;              /* mmap of model.int8.safetensors (int8 from a file) */
   size_t map8_len;
+  int map8_fd;           /* its descriptor (bf_model_check watches it too), or -1 */
+  int64_t map8_mtime_ns; /* its modification time when mapped */
   void *own8; /* the quantized weights in private memory (int8, read-only dir) */
 
   /* display strings: vocab entries with a leading "##" removed */

@@ -171,7 +171,10 @@ static int use_file(bf_model *m, const char *path, int nm, const size_t *off) {
   point_into(m, nm, off, f.data);
   m->map8 = f.map;
   m->map8_len = f.map_len;
-  f.map = NULL; /* the model owns the mapping now; st_close closes the rest */
+  m->map8_fd = f.fd;
+  m->map8_mtime_ns = f.mtime_ns;
+  f.map = NULL; /* the model owns the mapping and the descriptor now */
+  f.fd = -1;
   st_close(&f);
   m->int8_source = "file";
   return 1;
@@ -316,6 +319,8 @@ done:
 
 void bf_quantized_detach(bf_model *m) {
   if (m->map8) munmap(m->map8, m->map8_len);
+  if (m->map8_fd >= 0) close(m->map8_fd);
   free(m->own8);
   m->map8 = m->own8 = NULL;
+  m->map8_fd = -1;
 }
