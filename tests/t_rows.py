@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """t_rows.py — fill_rows(sql [, k]), the column filler (ext/sqlite/rows.c),
 and what goes with it: bert_rows_cache, bert_prefill's error when the cache
-cannot keep a column, the chunked pattern of the README (killed, then
+cannot keep a column, the chunked pattern of docs/columns.md (killed, then
 resumed; in Python and in the sqlite3 shell), and the trusted-schema entry
 point (sqlite3_bertfill_trusted_init) with PRAGMA trusted_schema on and off.
 
@@ -23,7 +23,7 @@ from bftest import EXT, TINY, check, exit_code, skip
 
 UPDATE = ("UPDATE t SET filled = f.filled FROM fill_rows('SELECT rowid, text FROM t "
           "WHERE filled IS NULL') AS f WHERE t.rowid = f.key")
-# The chunked pattern of the README: each chunk one transaction, rows that
+# The chunked pattern of docs/columns.md: each chunk one transaction, rows that
 # cannot be filled marked by their error so that no chunk picks them again.
 CHUNK = """UPDATE t SET filled = f.filled, fill_error = f.error
   FROM fill_rows('SELECT rowid, text FROM t WHERE filled IS NULL AND fill_error IS NULL
@@ -140,7 +140,9 @@ def test_surface():
     check("rows_cache_set", c.execute("SELECT bert_rows_cache('ALL'), bert_rows_cache('none'), "
                                       "bert_rows_cache('room')").fetchone() == ("all", "none", "room"))
     e = error_of(c, "SELECT bert_rows_cache('some')")
-    check("rows_cache_bad", e == "bert_rows_cache: the argument must be 'room', 'all' or 'none'", e)
+    check("rows_cache_bad", e == "bert_rows_cache: the argument must be 'room', 'all' or 'none' (got some)", e)
+    e = error_of(c, "SELECT bert_rows_cache(x'ff')")
+    check("rows_cache_blob", e == "bert_rows_cache: the argument must be 'room', 'all' or 'none' (got a blob)", e)
     c.close()
 
 
@@ -418,7 +420,7 @@ while True:
 
 
 def test_kill_and_resume(tmp):
-    """The README's chunked pattern in Python, killed with SIGKILL in the
+    """The chunked pattern of docs/columns.md in Python, killed with SIGKILL in the
     middle, then run again to the end: every chunk is all or nothing, and
     the column ends as one UPDATE would leave it."""
     path = os.path.join(tmp, "kill.db")
@@ -453,7 +455,7 @@ def test_kill_and_resume(tmp):
 
 
 def test_shell_chunks(tmp):
-    """The README's loop for the sqlite3 shell."""
+    """The loop of docs/columns.md for the sqlite3 shell."""
     if not shutil.which("sqlite3"):
         skip("shell_chunks", "no sqlite3 shell")
         return

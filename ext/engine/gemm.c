@@ -1,8 +1,9 @@
 /*
-** gemm.c — y = x W^T with AVX-512 (the threads that share a job are
-** pool.c's), and which kernels run (gemm_kernels: AVX-512 here, AVX2 in
-** gemm_avx2.c, or none).  See gemm.h for what is computed and when each
-** kernel is used.
+** gemm.c — y = x W^T: which kernels run (gemm_kernels: AVX-512 here, AVX2 in
+** gemm_avx2.c, or none), the AVX-512 kernels, and the one job splitter that
+** cuts a product into units of work for the threads of a pool (pool.c) and
+** runs either set of kernels through its gemm_kernel_table.  See gemm.h for
+** what is computed and when each kernel is used.
 **
 ** Dot kernel (rows of x <= GEMM_DOT_MAX_T): a tile of 3 rows of W x 8 tokens
 ** keeps 24 accumulators of 16 lanes; sums run over K and are reduced at the
@@ -262,11 +263,40 @@ AVX512 static void panel_strip(float *Wp, float *y, const float *x, const float 
   }
 }
 
+static const gemm_kernel_table avx512_table = {
+  .dot_max_t = GEMM_DOT_MAX_T,
+  .dot_tile = TILE_R,
+  .dot_unit = DOT_UNIT,
+  .panel = PANEL,
+  .panel_rows = MR,
+  .lanes = 16,
+  .dot_cols = dot_cols,
+  .panel_strip = panel_strip,
+};
+#endif /* BF_HAVE_AVX512 */
+
+/* The table of the kernels gemm_kernels() chose, or NULL: none (OpenBLAS). */
+static const gemm_kernel_table *kernel_table(void) {
+  switch (gemm_kernels()) {
+#ifdef BF_HAVE_AVX512
+    case GEMM_KERNELS_AVX512: return &avx512_table;
+#endif
+#ifdef BF_HAVE_AVX2
+    case GEMM_KERNELS_AVX2: return &gemm_avx2_table;
+#endif
+    default: return NULL;
+  }
+}
+
 /* ---- one job: nout products of the same x, split into units of work ---- */
 
-/* (gemm_unit, a unit of work, is in gemm.h: gemm_avx2.c uses it too) */
+/* A unit of work: columns [c0, c1) of output o, rows [t0, t1) of x. */
+typedef struct gemm_unit {
+  int o, c0, c1, t0, t1;
+} gemm_unit;
 
 typedef struct gemm_job {
+  const gemm_kernel_table *kt;
   gemm_scratch *s; /* panel[tid]: the panel buffer of each thread */
   const float *x;
   int T, K, nout, nt;
@@ -276,7 +306,7 @@ typedef struct gemm_job {
   int nunits;
 } gemm_job;
 
-AVX512 static void run_unit(void *arg, int u, int tid) {
+static void run_unit(void *arg, int u, int tid) {
   gemm_job *j = arg;
   const gemm_unit *w = &j->units[u];
   const gemm_out *g = &j->out[w->o];
@@ -289,9 +319,9 @@ AVX512 static void run_unit(void *arg, int u, int tid) {
     ** unit after the ones the other threads are taking now */
     int next = g->n, v = u + j->nt;
     if (v < j->nunits && j->units[v].o == w->o && j->units[v].c0 > w->c0) next = j->units[v].c0;
-    panel_strip(wp, y, x, g->w, T, g->n, j->K, w->c0, w->c1 - w->c0, next);
+    j->kt->panel_strip(wp, y, x, g->w, T, g->n, j->K, w->c0, w->c1 - w->c0, next);
   } else {
-    dot_cols(y, x, g->w, T, g->n, j->K, w->c0, w->c1);
+    j->kt->dot_cols(y, x, g->w, T, g->n, j->K, w->c0, w->c1);
   }
 }
 
@@ -300,28 +330,29 @@ AVX512 static void run_unit(void *arg, int u, int tid) {
 ** them dynamically, so that the last unit of each thread ends at nearly the
 ** same time they shrink towards the end:
 **   - dot kernel: runs of columns, each a 1/(2 nt) share of what is left (at
-**     least DOT_UNIT), long runs first for the hardware prefetchers;
-**   - panel kernel: one strip of PANEL columns each, but the last nt strips
-**     of the job are cut into two halves of the rows (each half packs the
-**     strip again, which costs far less than a thread waiting). */
-static int plan_units(gemm_unit *units, int max_units, const gemm_out *out, int nout, int T,
-                      int panel, int nt) {
+**     least kt->dot_unit, a multiple of kt->dot_tile), long runs first for
+**     the hardware prefetchers;
+**   - panel kernel: one strip of kt->panel columns each, but the last nt
+**     strips of the job are cut into two halves of the rows (each half packs
+**     the strip again, which costs far less than a thread waiting). */
+static int plan_units(const gemm_kernel_table *kt, gemm_unit *units, int max_units,
+                      const gemm_out *out, int nout, int T, int panel, int nt) {
   int n = 0;
   if (panel) {
-    int split_from = 0; /* strips from this index on (counted over the whole job) are split */
+    const int strip = kt->panel, mr = kt->panel_rows;
     int strips = 0;
-    for (int o = 0; o < nout; o++) strips += (out[o].n + PANEL - 1) / PANEL;
-    if (nt > 1 && T >= 2 * MR) split_from = strips - nt < 0 ? 0 : strips - nt;
-    else split_from = strips;
+    for (int o = 0; o < nout; o++) strips += (out[o].n + strip - 1) / strip;
+    /* strips from this index on (counted over the whole job) are split */
+    int split_from = nt > 1 && T >= 2 * mr ? (strips - nt < 0 ? 0 : strips - nt) : strips;
     int s = 0;
     for (int o = 0; o < nout; o++)
-      for (int c0 = 0; c0 < out[o].n; c0 += PANEL, s++) {
-        int c1 = c0 + PANEL < out[o].n ? c0 + PANEL : out[o].n;
+      for (int c0 = 0; c0 < out[o].n; c0 += strip, s++) {
+        int c1 = c0 + strip < out[o].n ? c0 + strip : out[o].n;
         if (s < split_from) {
           if (n >= max_units) return -1;
           units[n++] = (gemm_unit){o, c0, c1, 0, T};
         } else {
-          int mid = (T / 2 + MR - 1) / MR * MR; /* a multiple of the register tile */
+          int mid = (T / 2 + mr - 1) / mr * mr; /* a multiple of the register tile */
           if (n + 2 > max_units) return -1;
           units[n++] = (gemm_unit){o, c0, c1, 0, mid};
           units[n++] = (gemm_unit){o, c0, c1, mid, T};
@@ -334,8 +365,8 @@ static int plan_units(gemm_unit *units, int max_units, const gemm_out *out, int 
   for (int o = 0; o < nout; o++)
     for (int c0 = 0; c0 < out[o].n;) {
       long left = total - done, size = (left + 2L * nt - 1) / (2L * nt);
-      size = (size + TILE_R - 1) / TILE_R * TILE_R;
-      if (size < DOT_UNIT) size = DOT_UNIT;
+      size = (size + kt->dot_tile - 1) / kt->dot_tile * kt->dot_tile;
+      if (size < kt->dot_unit) size = kt->dot_unit;
       int c1 = out[o].n - c0 <= size ? out[o].n : c0 + (int)size;
       if (n >= max_units) return -1;
       units[n++] = (gemm_unit){o, c0, c1, 0, T};
@@ -347,9 +378,8 @@ static int plan_units(gemm_unit *units, int max_units, const gemm_out *out, int 
 
 int gemm_xwt(bf_pool *p, gemm_scratch *s, int nthreads, const float *x, int T, int K, int nout,
              const gemm_out *out) {
-  if (!gemm_have_avx512()) /* AVX2 kernels, or none */
-    return gemm_kernels() == GEMM_KERNELS_AVX2 ? gemm_avx2_xwt(p, s, nthreads, x, T, K, nout, out)
-                                               : GEMM_NO_KERNEL;
+  const gemm_kernel_table *kt = kernel_table();
+  if (!kt) return GEMM_NO_KERNEL;
   if (nout < 1 || nout > GEMM_MAX_OUT || T < 1 || K < 1) return GEMM_NO_KERNEL;
   if (nthreads < 1) nthreads = 1;
   if (nthreads > BF_POOL_MAX_THREADS) nthreads = BF_POOL_MAX_THREADS;
@@ -359,11 +389,11 @@ int gemm_xwt(bf_pool *p, gemm_scratch *s, int nthreads, const float *x, int T, i
     cols += out[o].n;
   }
   if (work < 65536 || !p || !s) nthreads = 1; /* too little to be worth waking anyone */
-  int panel = T > GEMM_DOT_MAX_T;
+  int panel = T > kt->dot_max_t;
 
   /* panel buffers: one per thread that may take part (kept in s), or one of
   ** this call's own without s */
-  size_t panel_floats = ((size_t)K + 16) * PANEL;
+  size_t panel_floats = ((size_t)K + kt->lanes) * kt->panel;
   float *solo = NULL;
   if (panel && !s) {
     solo = aligned_alloc(64, panel_floats * sizeof(float));
@@ -383,12 +413,12 @@ int gemm_xwt(bf_pool *p, gemm_scratch *s, int nthreads, const float *x, int T, i
     float *wp = s ? s->panel[0] : solo;
     for (int o = 0; o < nout; o++) {
       if (!panel) {
-        dot_cols(out[o].y, x, out[o].w, T, out[o].n, K, 0, out[o].n);
+        kt->dot_cols(out[o].y, x, out[o].w, T, out[o].n, K, 0, out[o].n);
         continue;
       }
-      for (int c0 = 0; c0 < out[o].n; c0 += PANEL) {
-        int c1 = c0 + PANEL < out[o].n ? c0 + PANEL : out[o].n;
-        panel_strip(wp, out[o].y, x, out[o].w, T, out[o].n, K, c0, c1 - c0, c1);
+      for (int c0 = 0; c0 < out[o].n; c0 += kt->panel) {
+        int c1 = c0 + kt->panel < out[o].n ? c0 + kt->panel : out[o].n;
+        kt->panel_strip(wp, out[o].y, x, out[o].w, T, out[o].n, K, c0, c1 - c0, c1);
       }
     }
     free(solo);
@@ -396,7 +426,7 @@ int gemm_xwt(bf_pool *p, gemm_scratch *s, int nthreads, const float *x, int T, i
   }
 
   /* more threads (and so a pool and s): the units, planned into s's table */
-  long most = 2 * (cols / (panel ? PANEL : DOT_UNIT) + 2L * nout + nthreads) + 16;
+  long most = 2 * (cols / (panel ? kt->panel : kt->dot_unit) + 2L * nout + nthreads) + 16;
   if (most > INT32_MAX / (long)sizeof(gemm_unit)) return GEMM_NOMEM;
   if ((size_t)most > s->units_cap) {
     gemm_unit *units = malloc((size_t)most * sizeof *units);
@@ -407,6 +437,7 @@ int gemm_xwt(bf_pool *p, gemm_scratch *s, int nthreads, const float *x, int T, i
   }
   gemm_job j;
   memset(&j, 0, sizeof j);
+  j.kt = kt;
   j.s = s;
   j.x = x;
   j.T = T;
@@ -416,16 +447,8 @@ int gemm_xwt(bf_pool *p, gemm_scratch *s, int nthreads, const float *x, int T, i
   j.panel = panel;
   for (int o = 0; o < nout; o++) j.out[o] = out[o];
   j.units = s->units;
-  j.nunits = plan_units(s->units, (int)most, out, nout, T, panel, nthreads);
+  j.nunits = plan_units(kt, s->units, (int)most, out, nout, T, panel, nthreads);
   if (j.nunits < 0) return GEMM_NOMEM;
   bf_pool_run(p, nthreads, j.nunits, run_unit, &j);
   return GEMM_OK;
 }
-
-#else /* no AVX-512 kernels in this build: the AVX2 ones, or none */
-int gemm_xwt(bf_pool *p, gemm_scratch *s, int nthreads, const float *x, int T, int K, int nout,
-             const gemm_out *out) {
-  if (gemm_kernels() != GEMM_KERNELS_AVX2) return GEMM_NO_KERNEL;
-  return gemm_avx2_xwt(p, s, nthreads, x, T, K, nout, out);
-}
-#endif

@@ -15,9 +15,10 @@
 ** On CPUs with AVX2 and FMA but no AVX-512 (AMD Zen 2/3, Intel Haswell to
 ** Alder Lake) the same two kinds of kernel in 8-lane form run instead
 ** (gemm_avx2.c; dot kernel up to GEMM_AVX2_DOT_MAX_T rows).
-** Work is split into units (runs of output columns; the last strips of a job
-** also by rows, so that the units shrink towards its end) taken dynamically
-** by the threads of a bf_pool (pool.h).
+** Both run through one job splitter (gemm.c, gemm_kernel_table below): work
+** is split into units (runs of output columns; the last strips of a job also
+** by rows, so that the units shrink towards its end) taken dynamically by the
+** threads of a bf_pool (pool.h).
 **
 **   gemm_scratch s = {0};
 **   gemm_out o = { y, W, N };                      // y[T,N] = x[T,K] W[N,K]^T
@@ -56,17 +57,12 @@ typedef struct gemm_out {
   int n;
 } gemm_out;
 
-/* A unit of work: columns [c0, c1) of output o, rows [t0, t1) of x. */
-typedef struct gemm_unit {
-  int o, c0, c1, t0, t1;
-} gemm_unit;
-
 /* The buffers gemm_xwt keeps between calls (zero-initialise; one per pool):
 ** the packed panel of W of each thread, and the table of units of a job. */
 typedef struct gemm_scratch {
   float *panel[BF_POOL_MAX_THREADS];
   size_t panel_cap[BF_POOL_MAX_THREADS]; /* floats */
-  struct gemm_unit *units;
+  struct gemm_unit *units;               /* (gemm.c) */
   size_t units_cap;
 } gemm_scratch;
 void gemm_scratch_free(gemm_scratch *s); /* frees the buffers; s itself stays */
@@ -88,10 +84,28 @@ const char *gemm_kernels_name(int kernels); /* "openblas", "avx2", "avx512" */
 ** keeps its registers) and the environment does not turn it off. */
 int gemm_have_avx512(void);
 
-/* gemm_xwt on the AVX2 kernels (gemm_avx2.c), which gemm_xwt calls when
-** gemm_kernels() is GEMM_KERNELS_AVX2; the CPU must have AVX2 and FMA.
-** GEMM_NO_KERNEL in a build without them (-DBF_NO_AVX2, not x86-64). */
-int gemm_avx2_xwt(bf_pool *p, gemm_scratch *s, int nthreads, const float *x, int T, int K, int nout,
-                  const gemm_out *out);
+/* The two kernels of one instruction set and their shapes: what gemm_xwt's
+** job splitter (gemm.c) needs to cut a job into units for them.  The
+** AVX-512 table is gemm.c's own; the AVX2 one is gemm_avx2_table. */
+typedef struct gemm_kernel_table {
+  int dot_max_t;  /* up to this many rows of x: the dot kernel; more: the panel kernel */
+  int dot_tile;   /* columns of W per tile of the dot kernel */
+  int dot_unit;   /* least columns per unit of work of the dot kernel */
+  int panel;      /* output columns per strip of the panel kernel */
+  int panel_rows; /* rows of x per register tile of the panel kernel */
+  int lanes;      /* floats per vector: a panel buffer holds (K + lanes) * panel floats */
+  /* columns [o0, o1) of y[T,N] = x[T,K] W[N,K]^T */
+  void (*dot_cols)(float *y, const float *x, const float *W, int T, int N, int K, int o0, int o1);
+  /* strip [n0, n0 + nr) of the same, through the panel buffer Wp (64-byte
+  ** aligned); meanwhile rows [next, next + panel) of W (if next < N) are
+  ** prefetched */
+  void (*panel_strip)(float *Wp, float *y, const float *x, const float *W, int T, int N, int K,
+                      int n0, int nr, int next);
+} gemm_kernel_table;
+
+/* The AVX2 kernels (gemm_avx2.c), which gemm_xwt runs when gemm_kernels() is
+** GEMM_KERNELS_AVX2; the CPU must have AVX2 and FMA.  Only in builds with
+** them (avx2.h's BF_HAVE_AVX2: not with -DBF_NO_AVX2, not off x86-64). */
+extern const gemm_kernel_table gemm_avx2_table;
 
 #endif

@@ -1,8 +1,9 @@
 /*
 ** gemm_avx2.c — y = x W^T with AVX2 and FMA, for CPUs without AVX-512
-** (gemm.c's gemm_xwt calls gemm_avx2_xwt when gemm_kernels() chose
-** GEMM_KERNELS_AVX2).  The same two kernels as gemm.c, in 8-lane form for
-** the 16 ymm registers, W read in place:
+** (gemm.c's gemm_xwt runs them, through gemm_avx2_table, when gemm_kernels()
+** chose GEMM_KERNELS_AVX2; its job splitter cuts the work into units for the
+** threads).  The same two kernels as gemm.c, in 8-lane form for the 16 ymm
+** registers, W read in place:
 **
 ** Dot kernel (rows of x <= GEMM_AVX2_DOT_MAX_T): a tile of 3 rows of W x 4
 ** tokens keeps 12 accumulators of 8 lanes (plus 3 rows of W and 1 token: all
@@ -29,10 +30,6 @@
 ** Float accumulation in a fixed order per output element (results do not
 ** depend on the number of threads or on how the work is split).
 */
-#include <stdint.h>
-#include <stdlib.h>
-#include <string.h>
-
 #include "avx2.h"
 #include "gemm.h"
 
@@ -234,170 +231,15 @@ AVX2 static void panel_strip(float *Wp, float *y, const float *x, const float *W
   }
 }
 
-/* ---- one job: nout products of the same x, split into units of work ---- */
-
-typedef struct gemm_job {
-  gemm_scratch *s; /* panel[tid]: the panel buffer of each thread */
-  const float *x;
-  int T, K, nout, nt;
-  int panel; /* 1: panel kernel, 0: dot kernel */
-  gemm_out out[GEMM_MAX_OUT];
-  const gemm_unit *units;
-  int nunits;
-} gemm_job;
-
-AVX2 static void run_unit(void *arg, int u, int tid) {
-  gemm_job *j = arg;
-  const gemm_unit *w = &j->units[u];
-  const gemm_out *g = &j->out[w->o];
-  const float *x = j->x + (size_t)w->t0 * j->K;
-  float *y = g->y + (size_t)w->t0 * g->n;
-  int T = w->t1 - w->t0;
-  if (j->panel) {
-    float *wp = j->s->panel[tid];
-    /* meanwhile prefetch the strip this thread most likely takes next: the
-    ** unit after the ones the other threads are taking now */
-    int next = g->n, v = u + j->nt;
-    if (v < j->nunits && j->units[v].o == w->o && j->units[v].c0 > w->c0) next = j->units[v].c0;
-    panel_strip(wp, y, x, g->w, T, g->n, j->K, w->c0, w->c1 - w->c0, next);
-  } else {
-    dot_cols(y, x, g->w, T, g->n, j->K, w->c0, w->c1);
-  }
-}
-
-/* The units of a job, in the order they are taken, into units (at most
-** max_units; returns how many, or -1 if more were needed).  The threads take
-** them dynamically, so that the last unit of each thread ends at nearly the
-** same time they shrink towards the end:
-**   - dot kernel: runs of columns, each a 1/(2 nt) share of what is left (at
-**     least DOT_UNIT), long runs first for the hardware prefetchers;
-**   - panel kernel: one strip of PANEL columns each, but the last nt strips
-**     of the job are cut into two halves of the rows (each half packs the
-**     strip again, which costs far less than a thread waiting). */
-static int plan_units(gemm_unit *units, int max_units, const gemm_out *out, int nout, int T,
-                      int panel, int nt) {
-  int n = 0;
-  if (panel) {
-    int strips = 0;
-    for (int o = 0; o < nout; o++) strips += (out[o].n + PANEL - 1) / PANEL;
-    int split_from = nt > 1 && T >= 2 * MR ? (strips - nt < 0 ? 0 : strips - nt) : strips;
-    int s = 0;
-    for (int o = 0; o < nout; o++)
-      for (int c0 = 0; c0 < out[o].n; c0 += PANEL, s++) {
-        int c1 = c0 + PANEL < out[o].n ? c0 + PANEL : out[o].n;
-        if (s < split_from) {
-          if (n >= max_units) return -1;
-          units[n++] = (gemm_unit){o, c0, c1, 0, T};
-        } else {
-          int mid = (T / 2 + MR - 1) / MR * MR; /* a multiple of the register tile */
-          if (n + 2 > max_units) return -1;
-          units[n++] = (gemm_unit){o, c0, c1, 0, mid};
-          units[n++] = (gemm_unit){o, c0, c1, mid, T};
-        }
-      }
-    return n;
-  }
-  long total = 0, done = 0;
-  for (int o = 0; o < nout; o++) total += out[o].n;
-  for (int o = 0; o < nout; o++)
-    for (int c0 = 0; c0 < out[o].n;) {
-      long left = total - done, size = (left + 2L * nt - 1) / (2L * nt);
-      size = (size + TILE_R - 1) / TILE_R * TILE_R;
-      if (size < DOT_UNIT) size = DOT_UNIT;
-      int c1 = out[o].n - c0 <= size ? out[o].n : c0 + (int)size;
-      if (n >= max_units) return -1;
-      units[n++] = (gemm_unit){o, c0, c1, 0, T};
-      done += c1 - c0;
-      c0 = c1;
-    }
-  return n;
-}
-
-int gemm_avx2_xwt(bf_pool *p, gemm_scratch *s, int nthreads, const float *x, int T, int K, int nout,
-                  const gemm_out *out) {
-  if (nout < 1 || nout > GEMM_MAX_OUT || T < 1 || K < 1) return GEMM_NO_KERNEL;
-  if (nthreads < 1) nthreads = 1;
-  if (nthreads > BF_POOL_MAX_THREADS) nthreads = BF_POOL_MAX_THREADS;
-  long work = 0, cols = 0;
-  for (int o = 0; o < nout; o++) {
-    work += (long)out[o].n * K;
-    cols += out[o].n;
-  }
-  if (work < 65536 || !p || !s) nthreads = 1; /* too little to be worth waking anyone */
-  int panel = T > GEMM_AVX2_DOT_MAX_T;
-
-  /* panel buffers: one per thread that may take part (kept in s), or one of
-  ** this call's own without s */
-  size_t panel_floats = ((size_t)K + 8) * PANEL;
-  float *solo = NULL;
-  if (panel && !s) {
-    solo = aligned_alloc(64, panel_floats * sizeof(float));
-    if (!solo) return GEMM_NOMEM;
-  } else if (panel) {
-    for (int t = 0; t < nthreads; t++) {
-      if (s->panel_cap[t] >= panel_floats) continue;
-      float *b = aligned_alloc(64, panel_floats * sizeof(float));
-      if (!b) return GEMM_NOMEM;
-      free(s->panel[t]);
-      s->panel[t] = b;
-      s->panel_cap[t] = panel_floats;
-    }
-  }
-
-  if (nthreads == 1) { /* this thread does it all, strip after strip */
-    float *wp = s ? s->panel[0] : solo;
-    for (int o = 0; o < nout; o++) {
-      if (!panel) {
-        dot_cols(out[o].y, x, out[o].w, T, out[o].n, K, 0, out[o].n);
-        continue;
-      }
-      for (int c0 = 0; c0 < out[o].n; c0 += PANEL) {
-        int c1 = c0 + PANEL < out[o].n ? c0 + PANEL : out[o].n;
-        panel_strip(wp, out[o].y, x, out[o].w, T, out[o].n, K, c0, c1 - c0, c1);
-      }
-    }
-    free(solo);
-    return GEMM_OK;
-  }
-
-  /* more threads (and so a pool and s): the units, planned into s's table */
-  long most = 2 * (cols / (panel ? PANEL : DOT_UNIT) + 2L * nout + nthreads) + 16;
-  if (most > INT32_MAX / (long)sizeof(gemm_unit)) return GEMM_NOMEM;
-  if ((size_t)most > s->units_cap) {
-    gemm_unit *units = malloc((size_t)most * sizeof *units);
-    if (!units) return GEMM_NOMEM;
-    free(s->units);
-    s->units = units;
-    s->units_cap = (size_t)most;
-  }
-  gemm_job j;
-  memset(&j, 0, sizeof j);
-  j.s = s;
-  j.x = x;
-  j.T = T;
-  j.K = K;
-  j.nout = nout;
-  j.nt = nthreads;
-  j.panel = panel;
-  for (int o = 0; o < nout; o++) j.out[o] = out[o];
-  j.units = s->units;
-  j.nunits = plan_units(s->units, (int)most, out, nout, T, panel, nthreads);
-  if (j.nunits < 0) return GEMM_NOMEM;
-  bf_pool_run(p, nthreads, j.nunits, run_unit, &j);
-  return GEMM_OK;
-}
-
-#else /* no AVX2 kernels in this build */
-int gemm_avx2_xwt(bf_pool *p, gemm_scratch *s, int nthreads, const float *x, int T, int K, int nout,
-                  const gemm_out *out) {
-  (void)p;
-  (void)s;
-  (void)nthreads;
-  (void)x;
-  (void)T;
-  (void)K;
-  (void)nout;
-  (void)out;
-  return GEMM_NO_KERNEL;
-}
-#endif
+/* The job splitter (gemm.c) runs them from this table. */
+const gemm_kernel_table gemm_avx2_table = {
+  .dot_max_t = GEMM_AVX2_DOT_MAX_T,
+  .dot_tile = TILE_R,
+  .dot_unit = DOT_UNIT,
+  .panel = PANEL,
+  .panel_rows = MR,
+  .lanes = 8,
+  .dot_cols = dot_cols,
+  .panel_strip = panel_strip,
+};
+#endif /* BF_HAVE_AVX2 */

@@ -449,6 +449,10 @@ int64_t bfc_table_rows(sqlite3 *db) {
   return n;
 }
 
+int64_t bfc_table_capacity(sqlite3 *db, int table_on, int64_t limit) {
+  return table_on && sqlite3_db_readonly(db, "main") == 0 ? limit : 0;
+}
+
 int bfc_table_trim(sqlite3 *db, int64_t limit) {
   sqlite3_stmt *st = NULL;
   if (limit < 1) limit = 1;

@@ -99,6 +99,11 @@ int bfc_group_end(sqlite3 *db);
 /* The number of rows of main.bertfill_cache (0 when there is no table),
 ** or -1 when it cannot be read. */
 int64_t bfc_table_rows(sqlite3 *db);
+/* How many rows the cache table of db holds at most: limit (the connection's
+** bert_cache_limit) when the cache writes the table (table_on: mode 'on')
+** and db's main database is writable; else 0 (all the cache holds is in the
+** LRU, bfc_lru_max_entries).  What bert_prefill and fill_rows count on. */
+int64_t bfc_table_capacity(sqlite3 *db, int table_on, int64_t limit);
 /* Evict the oldest rows beyond limit.  SQLITE_OK or an error code. */
 int bfc_table_trim(sqlite3 *db, int64_t limit);
 /* Delete every row (all models).  SQLITE_OK with *deleted, or an error with

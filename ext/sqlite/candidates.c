@@ -41,13 +41,10 @@ SQLITE_EXTENSION_INIT3
 #include "candidates.h"
 #include "bounds.h"
 #include "conn.h"
-#include "errors.h"
 #include "lookup.h"
 #include "stats.h"
 #include "text.h"
-#include "trace.h"
 #include "tvf.h"
-#include "util.h"
 
 enum { COL_MASK, COL_RANK, COL_TOKEN, COL_TOKEN_ID, COL_SCORE, COL_SEQUENCE, COL_TEXT, COL_K };
 
@@ -58,12 +55,9 @@ typedef struct cand_vtab {
 
 typedef struct cand_cursor {
   sqlite3_vtab_cursor base;
-  bf_model *m; /* retained for the life of the results */
-  char *text;  /* copy of the input (sqlite3_malloc) */
-  int n;       /* its length in bytes */
-  int k;       /* rows per mask */
+  bfx_tvf_text in; /* the text, its [MASK]s and the model (tvf.h) */
+  int k;           /* rows per mask */
   int n_masks;
-  int *off;       /* byte offset of each "[MASK]" in text */
   bfx_result res; /* candidates: res.c[mask * res.k + rank] */
   sqlite3_int64 row, nrows;
 } cand_cursor;
@@ -102,13 +96,8 @@ static int cand_open(sqlite3_vtab *pVtab, sqlite3_vtab_cursor **ppCursor) {
 
 static void cursor_reset(cand_cursor *cur) {
   bfx_result_clear(&cur->res);
-  sqlite3_free(cur->text);
-  sqlite3_free(cur->off);
-  if (cur->m) bf_model_release(cur->m);
-  cur->m = NULL;
-  cur->text = NULL;
-  cur->off = NULL;
-  cur->n = cur->k = cur->n_masks = 0;
+  bfx_tvf_text_clear(&cur->in);
+  cur->k = cur->n_masks = 0;
   cur->row = cur->nrows = 0;
 }
 
@@ -133,83 +122,32 @@ static int cand_best_index(sqlite3_vtab *pVtab, sqlite3_index_info *info) {
   return SQLITE_OK;
 }
 
+/* The rows: the candidates of every mask, from the memo cache or the encoder. */
+static int cand_rows(sqlite3_vtab_cursor *cursor, bfx_call *call, int k, bfx_result *res) {
+  cand_cursor *cur = (cand_cursor *)cursor;
+  int rc = bfx_lookup_or_encode(call->kind->fname, call->c, call->m, &call->t, k, res, &call->e);
+  if (rc != SQLITE_OK) return rc;
+  int vocab = bf_model_config(call->m)->vocab_size;
+  cur->k = k < vocab ? k : vocab;
+  cur->n_masks = call->t.n_masks;
+  cur->nrows = (sqlite3_int64)cur->n_masks * cur->k;
+  return SQLITE_OK;
+}
+
+static const bfx_tvf_fn fill_candidates = {
+  .kind = {"fill_candidates", "fill_candidates", BF_CT_CALLS, BF_ST_CALL},
+  .example = "今天天气真[MASK]啊",
+  .max_k = BF_MAX_K,
+  .rows = cand_rows,
+};
+
 static int cand_filter(sqlite3_vtab_cursor *cursor, int idxNum, const char *idxStr, int argc,
                        sqlite3_value **argv) {
   (void)idxStr;
   cand_cursor *cur = (cand_cursor *)cursor;
-  sqlite3_vtab *vt = cursor->pVtab;
-  bfx_conn *c = ((cand_vtab *)vt)->c;
-  bfx_err e = BFX_ERR_NONE;
   cursor_reset(cur);
-  if (!(idxNum & BFX_TVF_TEXT) || argc < 1) {
-    bfx_errf(&e, SQLITE_ERROR, BF_CT_ERR_INPUT,
-             "fill_candidates: missing text argument; use fill_candidates(text [, k]), "
-             "e.g. SELECT * FROM fill_candidates('今天天气真[MASK]啊', 5)");
-    return bfx_error_vtab(vt, &e);
-  }
-
-  /* k: default BFX_DEFAULT_K; an integer from 1 to BF_MAX_K. */
-  sqlite3_int64 k = BFX_DEFAULT_K;
-  if ((idxNum & BFX_TVF_K) && argc >= 2 && sqlite3_value_type(argv[1]) != SQLITE_NULL) {
-    if (!bfx_arg_int(argv[1], 1, BF_MAX_K, &k)) {
-      char *m = bfx_int_arg_msg("fill_candidates", "k", 1, NULL, BF_MAX_K, NULL, argv[1]);
-      if (!m) return SQLITE_NOMEM;
-      bfx_errf(&e, SQLITE_ERROR, BF_CT_ERR_INPUT, "%s", m);
-      sqlite3_free(m);
-      return bfx_error_vtab(vt, &e);
-    }
-  }
-
-  const char *s;
-  int n;
-  int a = bfx_arg_text(argv[0], &s, &n);
-  if (a == 0) return SQLITE_OK; /* NULL text: no rows */
-  if (a < 0) return SQLITE_NOMEM;
-
-  uint64_t t0 = bf_now_ns(), tok_ns = 0;
-  bf_stats_add(BF_CT_CALLS, 1);
-  bf_tokens t = {0};
-  int rc = SQLITE_OK, traced = 0;
-  bf_model *m = bfx_conn_model(c, &e);
-  if (!m) {
-    rc = bfx_error_vtab(vt, &e);
-    goto done;
-  }
-  traced = 1;
-  if (bfx_tokenize("fill_candidates", m, s, n, &t, &tok_ns, &e) != SQLITE_OK) {
-    rc = bfx_error_vtab(vt, &e);
-    goto done;
-  }
-  bf_model_retain(m);
-  cur->m = m;
-  cur->text = sqlite3_malloc64((size_t)n + 1);
-  cur->off = sqlite3_malloc64((size_t)(t.n_masks ? t.n_masks : 1) * sizeof *cur->off);
-  if (!cur->text || !cur->off) {
-    bfx_err_nomem(&e);
-    rc = bfx_error_vtab(vt, &e);
-    goto done;
-  }
-  memcpy(cur->text, s, (size_t)n);
-  cur->text[n] = 0;
-  cur->n = n;
-  if (t.n_masks == 0) goto done; /* nothing to fill: no rows */
-  if (bfx_find_masks("fill_candidates", s, n, t.n_masks, cur->off, &e) != SQLITE_OK) {
-    rc = bfx_error_vtab(vt, &e);
-    goto done;
-  }
-  if (bfx_lookup_or_encode("fill_candidates", c, m, &t, (int)k, &cur->res, &e) != SQLITE_OK) {
-    rc = bfx_error_vtab(vt, &e);
-    goto done;
-  }
-  int vocab = bf_model_config(m)->vocab_size;
-  cur->k = (int)(k < vocab ? k : vocab);
-  cur->n_masks = t.n_masks;
-  cur->nrows = (sqlite3_int64)cur->n_masks * cur->k;
-done:
-  bf_stats_time(BF_ST_CALL, bf_now_ns() - t0);
-  if (traced)
-    bfx_trace_call(c->db, "fill_candidates", s, n, &cur->res, t0, tok_ns, t.n, rc != SQLITE_OK);
-  bf_tokens_free(&t);
+  int rc = bfx_tvf_filter(&fill_candidates, ((cand_vtab *)cursor->pVtab)->c, cursor, idxNum, argc,
+                          argv, &cur->in, &cur->res);
   if (rc != SQLITE_OK) cursor_reset(cur);
   return rc;
 }
@@ -232,29 +170,29 @@ static int cand_column(sqlite3_vtab_cursor *cursor, sqlite3_context *ctx, int co
     case COL_MASK: sqlite3_result_int(ctx, mask); break;
     case COL_RANK: sqlite3_result_int(ctx, rank + 1); break;
     case COL_TOKEN: {
-      const char *tok = bf_model_token(cur->m, cd->id);
+      const char *tok = bf_model_token(cur->in.m, cd->id);
       sqlite3_result_text(ctx, tok ? tok : "", -1, SQLITE_TRANSIENT);
       break;
     }
     case COL_TOKEN_ID: sqlite3_result_int(ctx, cd->id); break;
     case COL_SCORE: sqlite3_result_double(ctx, (double)cd->prob); break;
     case COL_SEQUENCE: {
-      const char *tok = bf_model_token(cur->m, cd->id);
+      const char *tok = bf_model_token(cur->in.m, cd->id);
       if (!tok) tok = "";
-      int at = cur->off[mask];
+      int at = cur->in.off[mask];
       /* lengths, not %.*s: the text may hold NUL bytes */
-      size_t tl = strlen(tok), rest = (size_t)(cur->n - at - BF_MASK_TEXT_LEN);
+      size_t tl = strlen(tok), rest = (size_t)(cur->in.n - at - BF_MASK_TEXT_LEN);
       size_t len = (size_t)at + tl + rest;
       char *z = sqlite3_malloc64(len + 1);
       if (!z) return SQLITE_NOMEM;
-      memcpy(z, cur->text, (size_t)at);
+      memcpy(z, cur->in.text, (size_t)at);
       memcpy(z + at, tok, tl);
-      memcpy(z + at + tl, cur->text + at + BF_MASK_TEXT_LEN, rest);
+      memcpy(z + at + tl, cur->in.text + at + BF_MASK_TEXT_LEN, rest);
       z[len] = 0;
       sqlite3_result_text64(ctx, z, len, sqlite3_free, SQLITE_UTF8);
       break;
     }
-    case COL_TEXT: sqlite3_result_text(ctx, cur->text, cur->n, SQLITE_TRANSIENT); break;
+    case COL_TEXT: sqlite3_result_text(ctx, cur->in.text, cur->in.n, SQLITE_TRANSIENT); break;
     case COL_K: sqlite3_result_int(ctx, cur->k); break;
   }
   return SQLITE_OK;

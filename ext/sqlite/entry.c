@@ -63,7 +63,7 @@
 ** user's transaction when one is open.
 **
 ** Settings and diagnostics (no argument or NULL: read the setting; a value
-** out of range is an error, never clamped; README.md has the table):
+** out of range is an error, never clamped; docs/settings.md has the table):
 **   SELECT bert_threads(2);            -- threads per encoder run (default: cores)
 **   SELECT bert_max_concurrent(4);     -- encoder runs at once in the process
 **                                      -- (default, and 0: cores / threads)

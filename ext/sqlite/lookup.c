@@ -6,7 +6,8 @@
 **             (hit)   (hit)         (miss: store in the cache)
 **
 ** Every step records its time and counters in the process-wide stats
-** (ext/engine/stats.h).
+** (ext/engine/stats.h).  And how a call of a fill function starts (counted,
+** model, tokens) and ends (timed, traced): bfx_call.
 */
 #include <string.h>
 
@@ -18,6 +19,7 @@ SQLITE_EXTENSION_INIT3
 #include "cache.h"
 #include "stats.h"
 #include "text.h"
+#include "trace.h"
 #include "util.h"
 
 void bfx_result_clear(bfx_result *r) {
@@ -117,4 +119,26 @@ int bfx_lookup_or_encode(const char *fname, bfx_conn *c, bf_model *m, const bf_t
   res->k = keff;
   bfx_store(c, m, t, keff, cands, &res->times, 1);
   return SQLITE_OK;
+}
+
+int bfx_call_begin(bfx_call *call, bfx_conn *c, const bfx_call_kind *kind, const char *s, int n) {
+  memset(call, 0, sizeof *call);
+  call->kind = kind;
+  call->c = c;
+  call->s = s;
+  call->n = n;
+  call->e = (bfx_err)BFX_ERR_NONE;
+  call->t0 = bf_now_ns();
+  bf_stats_add(kind->counter, 1);
+  call->m = bfx_conn_model(c, &call->e);
+  if (!call->m) return call->e.rc != SQLITE_OK ? call->e.rc : SQLITE_ERROR;
+  return bfx_tokenize(kind->fname, call->m, s, n, &call->t, &call->tok_ns, &call->e);
+}
+
+void bfx_call_end(bfx_call *call, const bfx_result *res, int failed) {
+  bf_stats_time(call->kind->stage, bf_now_ns() - call->t0);
+  if (call->m)
+    bfx_trace_call(call->c->db, call->kind->traced, call->s, call->n, res, call->t0, call->tok_ns,
+                   call->t.n, failed);
+  bf_tokens_free(&call->t);
 }

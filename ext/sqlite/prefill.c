@@ -100,13 +100,9 @@ static int progress_wanted(void) { return bf_env_flag("BERTFILL_PROGRESS", isatt
 ** (bert_cache_limit) when that holds more. */
 static sqlite3_int64 cache_capacity(bfx_conn *c, const char **setting) {
   sqlite3_int64 n = bfc_lru_max_entries();
-  *setting = "bert_cache_lru";
-  if (c->cache_mode == BFX_CACHE_ON && sqlite3_db_readonly(c->db, "main") == 0 &&
-      c->cache_limit > n) {
-    n = c->cache_limit;
-    *setting = "bert_cache_limit";
-  }
-  return n;
+  sqlite3_int64 table = bfc_table_capacity(c->db, c->cache_mode == BFX_CACHE_ON, c->cache_limit);
+  *setting = table > n ? "bert_cache_limit" : "bert_cache_lru";
+  return table > n ? table : n;
 }
 
 /* The error when the texts computed outnumber what the cache keeps. */

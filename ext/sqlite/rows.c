@@ -77,6 +77,7 @@ SQLITE_EXTENSION_INIT3
 #include "lookup.h"
 #include "stats.h"
 #include "text.h"
+#include "tvf.h"
 #include "util.h"
 
 enum { COL_KEY, COL_TEXT, COL_FILLED, COL_MASKS, COL_ERROR, COL_SQL, COL_K };
@@ -186,46 +187,18 @@ static int rows_close(sqlite3_vtab_cursor *cursor) {
 }
 
 /*
-** The plan, as for fill_candidates: sql (argument 1) must come from an
-** equality constraint (without one, xFilter reports the missing query); k
-** (argument 2) is optional; a constraint that exists but is not usable in
+** The plan, as for fill_candidates (tvf.h): sql (argument 1) must come from
+** an equality constraint (without one, xFilter reports the missing query);
+** k (argument 2) is optional; a constraint that exists but is not usable in
 ** this plan returns SQLITE_CONSTRAINT so that SQLite picks another join
-** order.  idxNum: bit 1 = sql given, bit 2 = k given.  The cost is high
-** and independent of any other table, so that in
+** order.  The cost is high and independent of any other table, so that in
 **   UPDATE t SET ... FROM fill_rows(...) AS f WHERE t.rowid = f.key
 ** fill_rows runs once, as the outer loop, and t is looked up by rowid.
 */
 static int rows_best_index(sqlite3_vtab *pVtab, sqlite3_index_info *info) {
   (void)pVtab;
-  int sql_i = -1, k_i = -1, sql_unusable = 0, k_unusable = 0;
-  for (int i = 0; i < info->nConstraint; i++) {
-    const struct sqlite3_index_constraint *cs = &info->aConstraint[i];
-    if (cs->iColumn != COL_SQL && cs->iColumn != COL_K) continue;
-    if (cs->op != SQLITE_INDEX_CONSTRAINT_EQ) continue; /* checked by SQLite on our rows */
-    if (!cs->usable) {
-      if (cs->iColumn == COL_SQL) sql_unusable = 1;
-      else k_unusable = 1;
-      continue;
-    }
-    if (cs->iColumn == COL_SQL && sql_i < 0) sql_i = i;
-    if (cs->iColumn == COL_K && k_i < 0) k_i = i;
-  }
-  if (sql_i < 0) {
-    if (sql_unusable) return SQLITE_CONSTRAINT;
-    info->idxNum = 0; /* a plan no one would choose: xFilter names the problem */
-    info->estimatedCost = 1e300;
-    info->estimatedRows = 2147483647;
-    return SQLITE_OK;
-  }
-  if (k_i < 0 && k_unusable) return SQLITE_CONSTRAINT;
-  info->aConstraintUsage[sql_i].argvIndex = 1;
-  info->aConstraintUsage[sql_i].omit = 1;
-  info->idxNum = 1;
-  if (k_i >= 0) {
-    info->aConstraintUsage[k_i].argvIndex = 2;
-    info->aConstraintUsage[k_i].omit = 1;
-    info->idxNum |= 2;
-  }
+  int rc = bfx_tvf_best_index(info, COL_SQL, COL_K);
+  if (rc != SQLITE_OK || !(info->idxNum & BFX_TVF_TEXT)) return rc;
   info->estimatedCost = 1e12;
   info->estimatedRows = 1000000;
   return SQLITE_OK;
@@ -581,23 +554,17 @@ static int rows_filter(sqlite3_vtab_cursor *cursor, int idxNum, const char *idxS
   bfx_err e = BFX_ERR_NONE;
   cursor_reset(cur);
   cur->done = 1; /* until the query is ready */
-  if (!(idxNum & 1) || argc < 1 || sqlite3_value_type(argv[0]) != SQLITE_TEXT) {
+  if (!(idxNum & BFX_TVF_TEXT) || argc < 1 || sqlite3_value_type(argv[0]) != SQLITE_TEXT) {
     bfx_errf(&e, SQLITE_ERROR, BF_CT_ERR_INPUT,
              "fill_rows: %s; use fill_rows(sql [, k]), e.g. "
              "SELECT * FROM fill_rows('SELECT rowid, text FROM t')",
-             !(idxNum & 1) || argc < 1 ? "missing query argument" : "the query must be a text");
+             !(idxNum & BFX_TVF_TEXT) || argc < 1 ? "missing query argument"
+                                                  : "the query must be a text");
     return bfx_error_vtab(vt, &e);
   }
-  sqlite3_int64 k = 0;
-  if ((idxNum & 2) && argc >= 2 && sqlite3_value_type(argv[1]) != SQLITE_NULL) {
-    if (!bfx_arg_int(argv[1], 1, BF_MAX_K, &k)) {
-      char *m = bfx_int_arg_msg("fill_rows", "k", 1, NULL, BF_MAX_K, NULL, argv[1]);
-      if (!m) return SQLITE_NOMEM;
-      bfx_errf(&e, SQLITE_ERROR, BF_CT_ERR_INPUT, "%s", m);
-      sqlite3_free(m);
-      return bfx_error_vtab(vt, &e);
-    }
-  }
+  sqlite3_int64 k; /* 0: no masks column */
+  int rc = bfx_tvf_k(vt, "fill_rows", BF_MAX_K, 0, idxNum, argc, argv, &k);
+  if (rc != SQLITE_OK) return rc;
   cur->sql = sqlite3_mprintf("%s", (const char *)sqlite3_value_text(argv[0]));
   if (!cur->sql) return SQLITE_NOMEM;
   bf_model *m = bfx_conn_model(c, &e);
@@ -609,17 +576,17 @@ static int rows_filter(sqlite3_vtab_cursor *cursor, int idxNum, const char *idxS
   cur->k_enc = cur->k > BFX_MIN_K ? cur->k : BFX_MIN_K;
   if (cur->k_enc > vocab) cur->k_enc = vocab;
   if (prepare_query(cur, cur->sql, &e) != SQLITE_OK) {
-    int rc = bfx_error_vtab(vt, &e);
+    rc = bfx_error_vtab(vt, &e);
     cursor_reset(cur);
     cur->done = 1;
     return rc;
   }
   cur->done = 0;
   cur->table_room = 0;
-  if (c->cache_mode == BFX_CACHE_ON && c->rows_cache == BFX_ROWS_CACHE_ROOM &&
-      sqlite3_db_readonly(c->db, "main") == 0) {
+  int64_t cap = bfc_table_capacity(c->db, c->cache_mode == BFX_CACHE_ON, c->cache_limit);
+  if (c->rows_cache == BFX_ROWS_CACHE_ROOM && cap > 0) {
     int64_t have = bfc_table_rows(c->db);
-    if (have >= 0 && have < c->cache_limit) cur->table_room = c->cache_limit - have;
+    if (have >= 0 && have < cap) cur->table_room = cap - have;
   }
   cur->progress = bf_env_flag("BERTFILL_PROGRESS", isatty(2));
   cur->t_start = cur->t_progress = bf_now_ns();

@@ -35,7 +35,6 @@ SQLITE_EXTENSION_INIT3
 #include "models.h"
 #include "stats.h"
 #include "text.h"
-#include "trace.h"
 #include "util.h"
 #include "version.h"
 
@@ -57,55 +56,49 @@ static int text_arg(sqlite3_context *ctx, sqlite3_value *v, const char **s, int 
 
 /* ---- bert_fill(text) ---- */
 
-void bfx_fn_fill(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
-  (void)argc;
-  bfx_conn *c = sqlite3_user_data(ctx);
-  const char *s;
-  int n;
-  if (!text_arg(ctx, argv[0], &s, &n)) return;
-  uint64_t t0 = bf_now_ns(), tok_ns = 0;
-  bf_stats_add(BF_CT_CALLS, 1);
-  bfx_err e = BFX_ERR_NONE;
+void bfx_fill_text(sqlite3_context *ctx, bfx_conn *c, const bfx_call_kind *kind, const char *s,
+                   int n, bfx_fill_best best) {
+  bfx_call call;
   bfx_result res;
   memset(&res, 0, sizeof res);
-  bf_tokens t = {0};
   int *off = NULL;
   int failed = 1;
-  bf_model *m = need_model(ctx, c, &e);
-  if (!m) goto done;
-  if (bfx_tokenize("bert_fill", m, s, n, &t, &tok_ns, &e) != SQLITE_OK) {
-    bfx_error(ctx, &e);
-    goto done;
-  }
-  if (t.n_masks == 0) { /* nothing to fill: the text as it is */
+  if (bfx_call_begin(&call, c, kind, s, n) != SQLITE_OK) goto done;
+  if (call.t.n_masks == 0) { /* nothing to fill: the text as it is */
     sqlite3_result_text(ctx, s, n, SQLITE_TRANSIENT);
     failed = 0;
     goto done;
   }
-  off = sqlite3_malloc64((size_t)t.n_masks * sizeof *off);
+  off = sqlite3_malloc64((size_t)call.t.n_masks * sizeof *off);
   if (!off) {
-    bfx_err_nomem(&e);
-    bfx_error(ctx, &e);
+    bfx_err_nomem(&call.e);
     goto done;
   }
-  if (bfx_find_masks("bert_fill", s, n, t.n_masks, off, &e) != SQLITE_OK) {
-    bfx_error(ctx, &e);
-    goto done;
-  }
-  if (bfx_lookup_or_encode("bert_fill", c, m, &t, 1, &res, &e) != SQLITE_OK) {
-    bfx_error(ctx, &e);
-    goto done;
-  }
-  sqlite3_str *out = sqlite3_str_new(NULL);
-  bfx_append_filled(out, m, s, n, off, t.n_masks, res.c, (size_t)res.k);
+  if (bfx_find_masks(kind->fname, s, n, call.t.n_masks, off, &call.e) != SQLITE_OK) goto done;
+  if (best(&call, &res) != SQLITE_OK) goto done;
+  sqlite3_str *out = sqlite3_str_new(NULL); /* row 0: the best fill */
+  bfx_append_filled(out, call.m, s, n, off, call.t.n_masks, res.c, (size_t)res.k);
   bfx_result_str(ctx, out);
   failed = 0;
 done:
-  bf_stats_time(BF_ST_CALL, bf_now_ns() - t0);
-  if (m) bfx_trace_call(c->db, "bert_fill", s, n, &res, t0, tok_ns, t.n, failed);
+  if (failed) bfx_error(ctx, &call.e);
+  bfx_call_end(&call, &res, failed);
   bfx_result_clear(&res);
-  bf_tokens_free(&t);
   sqlite3_free(off);
+}
+
+/* The best candidate of each mask on its own: rank 1 of fill_candidates. */
+static int best_candidates(bfx_call *call, bfx_result *res) {
+  return bfx_lookup_or_encode(call->kind->fname, call->c, call->m, &call->t, 1, res, &call->e);
+}
+
+void bfx_fn_fill(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+  (void)argc;
+  static const bfx_call_kind kind = {"bert_fill", "bert_fill", BF_CT_CALLS, BF_ST_CALL};
+  const char *s;
+  int n;
+  if (!text_arg(ctx, argv[0], &s, &n)) return;
+  bfx_fill_text(ctx, sqlite3_user_data(ctx), &kind, s, n, best_candidates);
 }
 
 /* ---- bert_tokenize(text) ---- */

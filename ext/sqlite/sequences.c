@@ -42,14 +42,11 @@ SQLITE_EXTENSION_INIT3
 #include "sequences.h"
 #include "bounds.h"
 #include "conn.h"
-#include "errors.h"
 #include "joint.h"
 #include "jsonw.h"
 #include "stats.h"
 #include "text.h"
-#include "trace.h"
 #include "tvf.h"
-#include "util.h"
 
 enum { COL_RANK, COL_FILL, COL_TOKENS, COL_TOKEN_IDS, COL_SCORE, COL_SEQUENCE, COL_TEXT, COL_K };
 
@@ -60,12 +57,9 @@ typedef struct seq_vtab {
 
 typedef struct seq_cursor {
   sqlite3_vtab_cursor base;
-  bf_model *m;    /* retained for the life of the results */
-  char *text;     /* copy of the input (sqlite3_malloc) */
-  int n;          /* its length in bytes */
-  int *off;       /* byte offset of each "[MASK]" in text */
-  bfx_result res; /* rows: res.c[mask * res.k + row] */
-  int k;          /* the k asked for (capped at the vocabulary) */
+  bfx_tvf_text in; /* the text, its [MASK]s and the model (tvf.h) */
+  bfx_result res;  /* rows: res.c[mask * res.k + row] */
+  int k;           /* the k asked for (capped at the vocabulary) */
   sqlite3_int64 row, nrows;
 } seq_cursor;
 
@@ -103,9 +97,7 @@ static int seq_open(sqlite3_vtab *pVtab, sqlite3_vtab_cursor **ppCursor) {
 
 static void cursor_reset(seq_cursor *cur) {
   bfx_result_clear(&cur->res);
-  sqlite3_free(cur->text);
-  sqlite3_free(cur->off);
-  if (cur->m) bf_model_release(cur->m);
+  bfx_tvf_text_clear(&cur->in);
   memset((char *)cur + sizeof cur->base, 0, sizeof *cur - sizeof cur->base);
 }
 
@@ -125,83 +117,31 @@ static int seq_best_index(sqlite3_vtab *pVtab, sqlite3_index_info *info) {
   return SQLITE_OK;
 }
 
+/* The rows: the k best whole fills, by beam search (joint.h). */
+static int seq_rows(sqlite3_vtab_cursor *cursor, bfx_call *call, int k, bfx_result *res) {
+  seq_cursor *cur = (seq_cursor *)cursor;
+  int rc = bfx_joint_fill(call->kind->fname, call->c, call->m, &call->t, k, BFX_JOINT_CALL, res,
+                          &call->e);
+  if (rc != SQLITE_OK) return rc;
+  cur->k = res->k;
+  cur->nrows = res->k;
+  return SQLITE_OK;
+}
+
+static const bfx_tvf_fn fill_sequences = {
+  .kind = {"fill_sequences", "fill_sequences", BF_CT_JOINT_CALLS, BF_ST_JOINT},
+  .example = "两天[MASK][MASK]",
+  .max_k = BFX_SEQUENCES_MAX_K,
+  .rows = seq_rows,
+};
+
 static int seq_filter(sqlite3_vtab_cursor *cursor, int idxNum, const char *idxStr, int argc,
                       sqlite3_value **argv) {
   (void)idxStr;
   seq_cursor *cur = (seq_cursor *)cursor;
-  sqlite3_vtab *vt = cursor->pVtab;
-  bfx_conn *c = ((seq_vtab *)vt)->c;
-  bfx_err e = BFX_ERR_NONE;
   cursor_reset(cur);
-  if (!(idxNum & BFX_TVF_TEXT) || argc < 1) {
-    bfx_errf(&e, SQLITE_ERROR, BF_CT_ERR_INPUT,
-             "fill_sequences: missing text argument; use fill_sequences(text [, k]), "
-             "e.g. SELECT * FROM fill_sequences('两天[MASK][MASK]', 5)");
-    return bfx_error_vtab(vt, &e);
-  }
-  sqlite3_int64 k = BFX_DEFAULT_K;
-  if ((idxNum & BFX_TVF_K) && argc >= 2 && sqlite3_value_type(argv[1]) != SQLITE_NULL) {
-    if (!bfx_arg_int(argv[1], 1, BFX_SEQUENCES_MAX_K, &k)) {
-      char *m = bfx_int_arg_msg("fill_sequences", "k", 1, NULL, BFX_SEQUENCES_MAX_K, NULL, argv[1]);
-      if (!m) return SQLITE_NOMEM;
-      bfx_errf(&e, SQLITE_ERROR, BF_CT_ERR_INPUT, "%s", m);
-      sqlite3_free(m);
-      return bfx_error_vtab(vt, &e);
-    }
-  }
-  const char *s;
-  int n;
-  int a = bfx_arg_text(argv[0], &s, &n);
-  if (a == 0) return SQLITE_OK; /* NULL text: no rows */
-  if (a < 0) return SQLITE_NOMEM;
-
-  uint64_t t0 = bf_now_ns(), tok_ns = 0;
-  bf_stats_add(BF_CT_JOINT_CALLS, 1);
-  bf_tokens t = {0};
-  int rc = SQLITE_OK, traced = 0;
-  bf_model *m = bfx_conn_model(c, &e);
-  if (!m) {
-    rc = bfx_error_vtab(vt, &e);
-    goto done;
-  }
-  traced = 1;
-  if (bfx_tokenize("fill_sequences", m, s, n, &t, &tok_ns, &e) != SQLITE_OK) {
-    rc = bfx_error_vtab(vt, &e);
-    goto done;
-  }
-  bf_model_retain(m);
-  cur->m = m;
-  cur->text = sqlite3_malloc64((size_t)n + 1);
-  cur->off = sqlite3_malloc64((size_t)(t.n_masks ? t.n_masks : 1) * sizeof *cur->off);
-  if (!cur->text || !cur->off) {
-    bfx_err_nomem(&e);
-    rc = bfx_error_vtab(vt, &e);
-    goto done;
-  }
-  memcpy(cur->text, s, (size_t)n);
-  cur->text[n] = 0;
-  cur->n = n;
-  if (t.n_masks == 0) goto done; /* nothing to fill: no rows */
-  int literal = bfx_mask_offsets(s, n, cur->off, t.n_masks);
-  if (literal != t.n_masks) {
-    bfx_errf(&e, SQLITE_ERROR, BF_CT_ERR_INPUT,
-             "fill_sequences: the text has %d \"[MASK]\" but the tokenizer found %d mask tokens",
-             literal, t.n_masks);
-    rc = bfx_error_vtab(vt, &e);
-    goto done;
-  }
-  if (bfx_joint_fill("fill_sequences", c, m, &t, (int)k, BFX_JOINT_CALL, &cur->res, &e) !=
-      SQLITE_OK) {
-    rc = bfx_error_vtab(vt, &e);
-    goto done;
-  }
-  cur->k = cur->res.k;
-  cur->nrows = cur->res.k;
-done:
-  bf_stats_time(BF_ST_JOINT, bf_now_ns() - t0);
-  if (traced)
-    bfx_trace_call(c->db, "fill_sequences", s, n, &cur->res, t0, tok_ns, t.n, rc != SQLITE_OK);
-  bf_tokens_free(&t);
+  int rc = bfx_tvf_filter(&fill_sequences, ((seq_vtab *)cursor->pVtab)->c, cursor, idxNum, argc,
+                          argv, &cur->in, &cur->res);
   if (rc != SQLITE_OK) cursor_reset(cur);
   return rc;
 }
@@ -221,13 +161,13 @@ static int seq_eof(sqlite3_vtab_cursor *cursor) {
 ** (COL_TOKEN_IDS). */
 static void row_tokens(sqlite3_context *ctx, const seq_cursor *cur, int col) {
   const bfx_result *r = &cur->res;
-  const bf_tokenizer *tk = bf_model_tokenizer(cur->m);
+  const bf_tokenizer *tk = bf_model_tokenizer(cur->in.m);
   sqlite3_str *out = sqlite3_str_new(NULL);
   if (col != COL_FILL) sqlite3_str_appendchar(out, 1, '[');
   for (int i = 0; i < r->n_masks; i++) {
     int32_t id = r->c[(size_t)i * r->k + (size_t)cur->row].id;
     if (col == COL_FILL) {
-      const char *tok = bf_model_token(cur->m, id);
+      const char *tok = bf_model_token(cur->in.m, id);
       sqlite3_str_appendall(out, tok ? tok : "");
       continue;
     }
@@ -249,12 +189,12 @@ static int seq_column(sqlite3_vtab_cursor *cursor, sqlite3_context *ctx, int col
     case COL_SCORE: sqlite3_result_double(ctx, bfx_joint_p(&cur->res, (int)cur->row)); break;
     case COL_SEQUENCE: {
       sqlite3_str *out = sqlite3_str_new(NULL);
-      bfx_append_filled(out, cur->m, cur->text, cur->n, cur->off, cur->res.n_masks,
+      bfx_append_filled(out, cur->in.m, cur->in.text, cur->in.n, cur->in.off, cur->res.n_masks,
                         cur->res.c + cur->row, (size_t)cur->res.k);
       bfx_result_str(ctx, out);
       break;
     }
-    case COL_TEXT: sqlite3_result_text(ctx, cur->text, cur->n, SQLITE_TRANSIENT); break;
+    case COL_TEXT: sqlite3_result_text(ctx, cur->in.text, cur->in.n, SQLITE_TRANSIENT); break;
     case COL_K: sqlite3_result_int(ctx, cur->k); break;
   }
   return SQLITE_OK;

@@ -176,10 +176,16 @@ void bfx_fn_batching(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
 void bfx_fn_rows_cache(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
   bfx_conn *c = sqlite3_user_data(ctx);
   if (argc > 0 && sqlite3_value_type(argv[0]) != SQLITE_NULL) {
+    bfx_quote q; /* before sqlite3_value_text, which may change the value's type */
+    const char *got = bfx_arg_shown(argv[0], &q);
     int mode = bfx_rows_cache_parse((const char *)sqlite3_value_text(argv[0]));
     if (mode < 0) {
-      sqlite3_result_error(ctx, "bert_rows_cache: the argument must be 'room', 'all' or 'none'",
-                           -1);
+      char *m = sqlite3_mprintf("bert_rows_cache: the argument must be 'room', 'all' or 'none' "
+                                "(got %s)",
+                                got);
+      if (m) sqlite3_result_error(ctx, m, -1);
+      else sqlite3_result_error_nomem(ctx);
+      sqlite3_free(m);
       return;
     }
     c->rows_cache = mode;

@@ -35,9 +35,10 @@ SQLITE_EXTENSION_INIT3
 #include "errors.h"
 #include "joint.h"
 #include "json.h"
+#include "lookup.h"
+#include "scalars.h"
 #include "stats.h"
 #include "text.h"
-#include "trace.h"
 #include "util.h"
 
 /* The tokens of a JSON-array answer v into ids (count of them); SQLITE_OK
@@ -113,6 +114,7 @@ static int answer_tokens(bf_model *m, const char *s, int n, int32_t **ids, int *
 
 void bfx_fn_score(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
   (void)argc;
+  static const bfx_call_kind kind = {"bert_score", "bert_score", BF_CT_JOINT_CALLS, BF_ST_JOINT};
   bfx_conn *c = sqlite3_user_data(ctx);
   const char *s, *as;
   int n, an;
@@ -125,47 +127,48 @@ void bfx_fn_score(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
     sqlite3_result_null(ctx);
     return;
   }
-  uint64_t t0 = bf_now_ns(), tok_ns = 0;
-  bf_stats_add(BF_CT_JOINT_CALLS, 1);
-  bfx_err e = BFX_ERR_NONE;
+  bfx_call call;
   bfx_result res;
   memset(&res, 0, sizeof res);
-  bf_tokens t = {0};
   int32_t *ans = NULL;
   int nans = 0, failed = 1;
   char not_json[200];
-  bf_model *m = bfx_conn_model(c, &e);
-  if (!m) goto done;
-  if (bfx_tokenize("bert_score", m, s, n, &t, &tok_ns, &e) != SQLITE_OK) goto done;
-  if (answer_tokens(m, as, an, &ans, &nans, not_json, sizeof not_json, &tok_ns, &e) != SQLITE_OK)
+  if (bfx_call_begin(&call, c, &kind, s, n) != SQLITE_OK) goto done;
+  if (answer_tokens(call.m, as, an, &ans, &nans, not_json, sizeof not_json, &call.tok_ns,
+                    &call.e) != SQLITE_OK)
     goto done;
-  if (nans != t.n_masks || t.n_masks == 0) {
+  int n_masks = call.t.n_masks;
+  if (nans != n_masks || n_masks == 0) {
     bfx_quote q;
-    bfx_errf(&e, SQLITE_ERROR, BF_CT_ERR_INPUT,
+    bfx_errf(&call.e, SQLITE_ERROR, BF_CT_ERR_INPUT,
              "bert_score: the answer '%s' is %d token%s but the text has %d [MASK]%s%s%s%s",
-             bfx_quoted(&q, as, an), nans, nans == 1 ? "" : "s", t.n_masks,
-             t.n_masks == 1 ? "" : "s",
+             bfx_quoted(&q, as, an), nans, nans == 1 ? "" : "s", n_masks, n_masks == 1 ? "" : "s",
              not_json[0] ? " (the answer was read as text: as JSON, " : "", not_json,
              not_json[0] ? ")" : "");
     goto done;
   }
-  if (bfx_joint_score("bert_score", c, m, &t, ans, &res, &e) != SQLITE_OK) goto done;
+  if (bfx_joint_score("bert_score", c, call.m, &call.t, ans, &res, &call.e) != SQLITE_OK) goto done;
   sqlite3_result_double(ctx, bfx_joint_p(&res, 0));
   failed = 0;
 done:
-  if (failed) bfx_error(ctx, &e);
-  bf_stats_time(BF_ST_JOINT, bf_now_ns() - t0);
-  if (m) bfx_trace_call(c->db, "bert_score", s, n, &res, t0, tok_ns, t.n, failed);
+  if (failed) bfx_error(ctx, &call.e);
+  bfx_call_end(&call, &res, failed);
   bfx_result_clear(&res);
-  bf_tokens_free(&t);
   sqlite3_free(ans);
 }
 
 /* ---- bert_fill(text, 'joint') ---- */
 
+/* The best whole fill: rank 1 of fill_sequences(text, BFX_DEFAULT_K). */
+static int best_joint_fill(bfx_call *call, bfx_result *res) {
+  return bfx_joint_fill(call->kind->fname, call->c, call->m, &call->t, BFX_DEFAULT_K,
+                        BFX_JOINT_CALL, res, &call->e);
+}
+
 void bfx_fn_fill_joint(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
   (void)argc;
-  bfx_conn *c = sqlite3_user_data(ctx);
+  static const bfx_call_kind kind = {"bert_fill", "bert_fill(joint)", BF_CT_JOINT_CALLS,
+                                     BF_ST_JOINT};
   bfx_err e = BFX_ERR_NONE;
   const char *s;
   int n;
@@ -183,44 +186,5 @@ void bfx_fn_fill_joint(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
     sqlite3_result_null(ctx);
     return;
   }
-  uint64_t t0 = bf_now_ns(), tok_ns = 0;
-  bf_stats_add(BF_CT_JOINT_CALLS, 1);
-  bfx_result res;
-  memset(&res, 0, sizeof res);
-  bf_tokens t = {0};
-  int *off = NULL;
-  int failed = 1;
-  bf_model *m = bfx_conn_model(c, &e);
-  if (!m) goto done;
-  if (bfx_tokenize("bert_fill", m, s, n, &t, &tok_ns, &e) != SQLITE_OK) goto done;
-  if (t.n_masks == 0) { /* nothing to fill: the text as it is */
-    sqlite3_result_text(ctx, s, n, SQLITE_TRANSIENT);
-    failed = 0;
-    goto done;
-  }
-  off = sqlite3_malloc64((size_t)t.n_masks * sizeof *off);
-  if (!off) {
-    bfx_err_nomem(&e);
-    goto done;
-  }
-  int literal = bfx_mask_offsets(s, n, off, t.n_masks);
-  if (literal != t.n_masks) {
-    bfx_errf(&e, SQLITE_ERROR, BF_CT_ERR_INPUT,
-             "bert_fill: the text has %d \"[MASK]\" but the tokenizer found %d mask tokens",
-             literal, t.n_masks);
-    goto done;
-  }
-  if (bfx_joint_fill("bert_fill", c, m, &t, BFX_DEFAULT_K, BFX_JOINT_CALL, &res, &e) != SQLITE_OK)
-    goto done;
-  sqlite3_str *out = sqlite3_str_new(NULL); /* row 0: the best whole fill */
-  bfx_append_filled(out, m, s, n, off, t.n_masks, res.c, (size_t)res.k);
-  bfx_result_str(ctx, out);
-  failed = 0;
-done:
-  if (failed) bfx_error(ctx, &e);
-  bf_stats_time(BF_ST_JOINT, bf_now_ns() - t0);
-  if (m) bfx_trace_call(c->db, "bert_fill(joint)", s, n, &res, t0, tok_ns, t.n, failed);
-  bfx_result_clear(&res);
-  bf_tokens_free(&t);
-  sqlite3_free(off);
+  bfx_fill_text(ctx, sqlite3_user_data(ctx), &kind, s, n, best_joint_fill);
 }
