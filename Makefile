@@ -45,7 +45,10 @@ DESTDIR ?=
 INSTALL_LIB   := $(DESTDIR)$(PREFIX)/lib
 INSTALL_SHARE := $(DESTDIR)$(PREFIX)/share/bertfill
 SHIPPED_MODEL := bertfill-zh-tiny
-MODEL_FILES   := $(wildcard model/$(SHIPPED_MODEL)/*)
+# (model.int8.safetensors, which an int8 load writes next to the weights, is
+# made again where it is needed: not installed, but removed by uninstall)
+INT8_FILE     := model.int8.safetensors
+MODEL_FILES   := $(filter-out %/$(INT8_FILE),$(wildcard model/$(SHIPPED_MODEL)/*))
 PORT ?= 8000
 
 .PHONY: all deps demo test test-bins models install uninstall web asan valgrind bench fuzz soak \
@@ -109,7 +112,7 @@ install: $(EXTENSION)
 
 uninstall:
 	rm -f $(INSTALL_LIB)/bertfill.so
-	rm -f $(addprefix $(INSTALL_SHARE)/$(SHIPPED_MODEL)/,$(notdir $(MODEL_FILES)))
+	rm -f $(addprefix $(INSTALL_SHARE)/$(SHIPPED_MODEL)/,$(notdir $(MODEL_FILES)) $(INT8_FILE))
 	rmdir $(INSTALL_SHARE)/$(SHIPPED_MODEL) $(INSTALL_SHARE) 2>/dev/null || true
 
 # The /predict service and its WebUI (examples/web/README.md); Ctrl-C stops it.
