@@ -60,8 +60,9 @@ secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b - a }'; }
 # three free ports on 127.0.0.1
 base=""
 for b in $(seq 25100 3 25400); do
-  if ! (exec 3<>/dev/tcp/127.0.0.1/$b) 2>/dev/null && ! (exec 3<>/dev/tcp/127.0.0.1/$((b + 1))) 2>/dev/null &&
-    ! (exec 3<>/dev/tcp/127.0.0.1/$((b + 2))) 2>/dev/null; then base=$b; break; fi
+  busy=0
+  for p in $b $((b + 1)) $((b + 2)); do (exec 3<>/dev/tcp/127.0.0.1/$p) 2>/dev/null && busy=1; done
+  if [ $busy = 0 ]; then base=$b; break; fi
 done
 [ -z "$base" ] && { echo "FAIL cluster: no three free ports in 25100..25402"; exit 1; }
 export BF_CLUSTER_PORTS="$base $((base + 1)) $((base + 2))"
@@ -186,7 +187,8 @@ once=$(dq "SELECT count(*) || ' ' || sum(n = 1 AND y IS NOT NULL) FROM t")
 if [ "$once" = "$ROWS $ROWS" ] && cmp -s "$T/got.txt" "$T/want.txt"; then
   ok "every row filled exactly once, with the single-node bert_fill value"
 else
-  bad "rows filled once: '$once' of $ROWS; differences: $(diff "$T/want.txt" "$T/got.txt" | head -n 4 | tr '\n' ' ')"
+  bad "rows, rows filled once: '$once' of $ROWS; differences:" \
+    "$(diff "$T/want.txt" "$T/got.txt" | head -n 4 | tr '\n' ' ')"
 fi
 
 # the leader's database, then each live node's own copy (a follower applies

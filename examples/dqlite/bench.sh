@@ -52,7 +52,8 @@ echo "model $MODEL; $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores;" \
 
 # ---- single node --------------------------------------------------------------
 sq "PRAGMA journal_mode=WAL" >/dev/null
-sq "CREATE TABLE t(id INTEGER PRIMARY KEY, x TEXT, y TEXT); INSERT INTO t(id, x) VALUES $(values batch-256 1 $ROWS)"
+sq "CREATE TABLE t(id INTEGER PRIMARY KEY, x TEXT, y TEXT);
+    INSERT INTO t(id, x) VALUES $(values batch-256 1 $ROWS)"
 for ((a = 1; a <= ROWS; a += CHUNK)); do echo "$(chunk_sql t $a $((a + CHUNK - 1)));"; done >"$OUT/chunks.sql"
 t0=$(now); sq <"$OUT/chunks.sql"; t1=$(now)
 single_rate=$(awk -v a="$t0" -v b="$t1" -v n=$ROWS 'BEGIN { printf "%.1f", n / (b - a) }')
@@ -112,8 +113,10 @@ echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo
 echo "| $(basename "$MODEL") | single node (sqlite3) | 3-node dqlite cluster |"
 echo "|---|---|---|"
-echo "| column fill, $ROWS sentences of 16-23 tokens, chunks of $CHUNK (sentences/s) | $single_rate | $cluster_rate (column $same) |"
+echo "| column fill, $ROWS sentences of 16-23 tokens, chunks of $CHUNK (sentences/s)" \
+  "| $single_rate | $cluster_rate (column $same) |"
 echo "| bert_fill from the shell, new process per call (ms) | $single_cold | $cluster_call |"
 echo "| bert_fill, one sqlite3 process, model loaded (ms) | $single_warm | — |"
 echo "| \`SELECT 1\` from the dqlite shell (ms) | — | $shell_call |"
-echo "| kill -9 of the leader to the first chunk written by the new leader (s) | — | $failover ($leader → $new_leader) |"
+echo "| kill -9 of the leader to the first chunk written by the new leader (s)" \
+  "| — | $failover ($leader → $new_leader) |"

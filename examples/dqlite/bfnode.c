@@ -23,8 +23,9 @@
 **                      then the leader to add this node and make it a voter
 **                      (skipped when it already is one, so a restart may pass
 **                      it again)
-**   --extension PATH   the bertfill extension (default: bertfill.so next to
-**                      this program's parent directory, i.e. the repository)
+**   --extension PATH   the bertfill extension (default: bertfill.so in the
+**                      directory above this program's: build/bfnode finds
+**                      the repository's ./bertfill.so)
 **   --latency-ms MS    dqlite_node_set_network_latency_ms: heartbeat 1.5 x MS,
 **                      election timeout 15 x MS (default: dqlite's 500/3000 ms)
 **
@@ -364,6 +365,24 @@ static int register_bertfill(const char *path) {
   return sqlite3_auto_extension((void (*)(void))open_connection) == SQLITE_OK ? 0 : -1;
 }
 
+/* Keeps the default model (BERTFILL_MODEL, else the shipped one) loaded for
+** the life of the process.  bertfill shares one loaded model among the
+** connections of a process and unloads it when the last one closes; a dqlite
+** client's connection lasts one `dqlite` shell call, so without this every
+** call would map the weights again and fault them in (bert-base: 400 MB). */
+static sqlite3 *keep_model_loaded(unsigned long long id) {
+  sqlite3 *db = NULL;
+  sqlite3_stmt *st = NULL;
+  if (sqlite3_open(":memory:", &db) == SQLITE_OK &&
+      sqlite3_prepare_v2(db, "SELECT bert_load(NULL)", -1, &st, NULL) == SQLITE_OK &&
+      sqlite3_step(st) == SQLITE_ROW)
+    printf("bfnode %llu: model %s\n", id, sqlite3_column_text(st, 0));
+  else
+    printf("bfnode %llu: no model loaded yet: %s\n", id, sqlite3_errmsg(db));
+  sqlite3_finalize(st);
+  return db;
+}
+
 static void usage(void) {
   fprintf(stderr, "usage: bfnode --id N --address HOST:PORT --dir DIR [--join HOST:PORT,...]\n"
                   "              [--extension PATH] [--latency-ms MS]\n");
@@ -422,11 +441,13 @@ int main(int argc, char **argv) {
     return 1;
   }
   printf("bfnode %llu: serving %s, data in %s, extension %s\n", id, address, dir, extension);
+  sqlite3 *model_holder = keep_model_loaded(id);
   fflush(stdout);
   if (join && join_cluster(join, id, address) != 0) {
     fprintf(stderr, "bfnode %llu: could not join %s within %d s\n", id, join, JOIN_TIMEOUT_S);
     dqlite_node_stop(node);
     dqlite_node_destroy(node);
+    sqlite3_close(model_holder);
     return 1;
   }
   printf("bfnode %llu: ready\n", id);
@@ -438,5 +459,6 @@ int main(int argc, char **argv) {
   fflush(stdout);
   dqlite_node_stop(node);
   dqlite_node_destroy(node);
+  sqlite3_close(model_holder);
   return 0;
 }
