@@ -5,18 +5,25 @@
 #
 #   1. start three bfnode processes with examples/dqlite/start.sh; they join
 #      one cluster; bert_fill and fill_candidates answer through Debian's
-#      `dqlite` shell as in a single-node sqlite3 shell
-#   2. fill a column in chunks, each chunk one UPDATE (one transaction):
-#        UPDATE t SET y = bert_fill(x), n = n + 1 WHERE id BETWEEN a AND b
-#          AND y IS NULL AND (SELECT bert_prefill(x) FROM t WHERE ...) >= 0
+#      `dqlite` shell as in a single-node sqlite3 shell; and from a raw
+#      client (tests/dqlite_wire.py) outside a transaction, after which the
+#      leader still writes (bfnode's write guard)
+#   2. fill a column in chunks with fill_rows, each chunk one UPDATE (one
+#      transaction):
+#        UPDATE t SET y = f.filled, n = n + 1 FROM fill_rows('SELECT id, x
+#          FROM t WHERE id BETWEEN a AND b AND y IS NULL') AS f WHERE t.id = f.key
 #      retrying a chunk until it succeeds; kill -9 the leader after a few
 #      chunks; a new leader is elected and the fill finishes on it
 #   3. every row filled exactly once (n = 1) with the value of bert_fill in a
 #      single-node sqlite3 shell; the two live nodes' copies (.dump of each
 #      node's own database) agree with it, bertfill_cache included
 #   4. restart the killed node: it catches up and its copy agrees too
-#   5. stop.sh ends every node
+#   5. stop.sh ends every node; no node printed an assertion, a sanitizer
+#      report or a crash
 # Skips when libdqlite-dev or go-dqlite (the `dqlite` shell) is missing.
+# BFNODE and BF_NODE_EXTENSION name another node program and extension for
+# the nodes (an ASan build: see examples/dqlite/README.md); the single-node
+# reference always uses $BERTFILL_EXT.
 # Ports: three free ones from 25100 up, loopback only.  Every process it
 # starts is ended by pid on exit, also on failure.
 set -u
@@ -25,7 +32,8 @@ BUILD=${BUILD:-build}
 EXT=${BERTFILL_EXT:-./bertfill}
 case "$EXT" in /*) ;; *) EXT=$PWD/$EXT ;; esac
 [ -e "$EXT.so" ] && EXT=$EXT.so
-BFNODE=$BUILD/bfnode
+BFNODE=${BFNODE:-$BUILD/bfnode}
+NODE_EXT=${BF_NODE_EXTENSION:-$EXT}
 
 if ! ${CC:-cc} -E -include dqlite.h -x c /dev/null >/dev/null 2>&1; then
   echo "skip cluster: libdqlite-dev is not installed (apt-get install libdqlite-dev go-dqlite)"
@@ -38,7 +46,7 @@ if ! command -v sqlite3 >/dev/null; then echo "skip cluster: no sqlite3 shell"; 
 if [ ! -x "$BFNODE" ]; then echo "FAIL cluster: $BFNODE is not built (make test builds it)"; exit 1; fi
 
 T=$BUILD/t_cluster
-export BF_CLUSTER_DIR=$T BFNODE BF_EXTENSION=$EXT
+export BF_CLUSTER_DIR=$T BFNODE BF_EXTENSION=$NODE_EXT
 bash examples/dqlite/stop.sh >/dev/null 2>&1  # nodes left by an interrupted run
 rm -rf "$T"
 mkdir -p "$T"
@@ -110,6 +118,21 @@ want=$(ref "$q"); got=$(dq "$q")
 if [ -n "$want" ] && [ "$got" = "$want" ]; then ok "fill_candidates through the dqlite shell"
 else bad "fill_candidates: got '$got', single node '$want'"; fi
 
+# a raw client's autocommit QUERY that would write bertfill's cache: bfnode's
+# guard lets it compute without writing (dqlite 1.11 would not replicate the
+# write and the leader would abort on its next write lock); then a write
+wire() { timeout 30 "${PYTHON:-/usr/bin/python3}" tests/dqlite_wire.py "$S" "$@" 2>&1; }
+was_leader=$(dq ".leader")
+got="$(wire query "SELECT bert_fill('全心全意为人民服[MASK]')") / $(wire query \
+  "SELECT key, filled FROM fill_rows('SELECT 7, ''中华人民共[MASK]国''')")"
+after=$(wire exec "CREATE TABLE wire_probe(a)")
+want="$(ref "SELECT bert_fill('全心全意为人民服[MASK]')") / 7|$(ref "SELECT bert_fill('中华人民共[MASK]国')")"
+if [ "$got" = "$want" ] && [ "$after" = "changes 0" ] && [ "$(dq ".leader")" = "$was_leader" ]; then
+  ok "autocommit queries from a raw client (bert_fill, fill_rows) answer; the leader writes next"
+else
+  bad "raw client: got '$got', want '$want'; then CREATE TABLE: '$after'; leader '$was_leader', now '$(dq .leader)'"
+fi
+
 # --- 2. a chunked column fill, leader killed in the middle ---------------------
 ROWS=240 CHUNK=20
 # texts of 10-23 characters cut from rotations of a few sentences, one [MASK]
@@ -132,15 +155,21 @@ ref "$schema; INSERT INTO t(id, x) VALUES $texts; SELECT bert_cache('memory');
      SELECT id, bert_fill(x) FROM t ORDER BY id;" | tail -n +2 >"$T/want.txt"
 [ "$(wc -l <"$T/want.txt")" = $ROWS ] || { bad "reference run failed: $(head -n 2 "$T/want.txt")"; exit 1; }
 
+# the leader, before the fill (no fault yet, so it stays the leader)
+leader=$(dq ".leader")
+k=""
+for i in 1 2 3; do [ "${ADDR[i - 1]}" = "$leader" ] && k=$i; done
+if [ -z "$k" ]; then bad "no leader before the fill ('$leader')"; exit 1; fi
+
 # the fill: one line per attempt in fill.log: "chunk A-B ok|error SENT DONE"
 (
   for ((a = 1; a <= ROWS; a += CHUNK)); do
     b=$((a + CHUNK - 1))
-    w="id BETWEEN $a AND $b AND y IS NULL"
     end=$(($(date +%s) + 60))
     start=$(now)
-    until timeout 15 dqlite -s "$S" demo "UPDATE t SET y = bert_fill(x), n = n + 1 WHERE $w
-            AND (SELECT bert_prefill(x) FROM t WHERE $w) >= 0" >/dev/null 2>&1; do
+    until timeout 15 dqlite -s "$S" demo "UPDATE t SET y = f.filled, n = n + 1
+            FROM fill_rows('SELECT id, x FROM t WHERE id BETWEEN $a AND $b AND y IS NULL') AS f
+            WHERE t.id = f.key" >/dev/null 2>&1; do
       echo "chunk $a-$b error $start $(now)"
       [ "$(date +%s)" -gt $end ] && exit 1
       sleep 0.1
@@ -152,18 +181,17 @@ ref "$schema; INSERT INTO t(id, x) VALUES $texts; SELECT bert_cache('memory');
 fill_pid=$!
 
 # kill -9 the leader once 3 chunks are in
-for _ in $(seq 300); do
+for _ in $(seq 3000); do
   [ "$(grep -c ' ok ' "$T/fill.log")" -ge 3 ] && break
-  sleep 0.1
+  sleep 0.01
 done
-leader=$(dq ".leader")
-k=""
-for i in 1 2 3; do [ "${ADDR[i - 1]}" = "$leader" ] && k=$i; done
-if [ -z "$k" ]; then bad "no leader before the kill ('$leader')"; exit 1; fi
-done_before=$(grep -c ' ok ' "$T/fill.log")
-killed_at=$(now)
 kill -9 "$(cat "$T/n$k.pid")"
+killed_at=$(now)
+done_before=$(grep -c ' ok ' "$T/fill.log")
 echo "# killed the leader, node $k, after $done_before of $((ROWS / CHUNK)) chunks"
+if [ "$done_before" -lt 3 ] || [ "$done_before" -ge $((ROWS / CHUNK)) ]; then
+  bad "the leader was not killed in the middle of the fill ($done_before of $((ROWS / CHUNK)) chunks done)"
+fi
 
 waited=0
 while kill -0 $fill_pid 2>/dev/null && [ $waited -lt 900 ]; do sleep 0.1; waited=$((waited + 1)); done
@@ -173,7 +201,7 @@ wait $fill_pid; fill_rc=$?; fill_pid=""
 first_ok=$(awk -v t="$killed_at" '$3 == "ok" && $4 > t { print $5; exit }' "$T/fill.log")
 new_leader=$(dq ".leader")
 if [ $fill_rc -eq 0 ] && [ "$(grep -c ' ok ' "$T/fill.log")" = $((ROWS / CHUNK)) ] &&
-  [ -n "$new_leader" ] && [ "$new_leader" != "$leader" ]; then
+  [ -n "$first_ok" ] && [ -n "$new_leader" ] && [ "$new_leader" != "$leader" ]; then
   ok "leader $leader killed mid-fill; $new_leader took over; the fill finished"
   echo "# a chunk sent after the kill was written ${first_ok:+$(secs "$killed_at" "$first_ok") s}" \
     "after it; $(grep -c ' error ' "$T/fill.log") failed attempts retried"
@@ -223,4 +251,11 @@ left=""
 for p in $pids; do grep -qs bfnode "/proc/$p/cmdline" && left+=" $p"; done
 if [ -z "$left" ] && ! grep -q SIGKILL "$T/stop.log"; then ok "stop.sh ended every node (SIGTERM)"
 else bad "still running after stop.sh:$left $(cat "$T/stop.log")"; fi
+# what a node prints when it goes wrong: a failed assertion (dqlite aborts),
+# a sanitizer report (an ASan/UBSan build of bfnode and the extension), a
+# signal it died of
+crash=$(grep -HE 'Assertion|Sanitizer|runtime error:|LeakSanitizer|Segmentation|Aborted' \
+  "$T"/n*.log | head -n 3)
+if [ -z "$crash" ]; then ok "no node printed an assertion, a sanitizer report or a crash"
+else bad "a node's log: $(tr '\n' ' ' <<<"$crash")"; fi
 exit $fail

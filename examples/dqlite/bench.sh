@@ -2,15 +2,15 @@
 # bench.sh — one model, one run: a column fill on a single node (sqlite3, no
 # dqlite) against the three-node cluster (examples/dqlite), the time of one
 # bert_fill call from each shell, and the time from kill -9 of the leader to
-# the first write on the new leader.  Numbers in README "Beyond one machine".
+# the first write on the new leader.  Numbers in examples/dqlite/README.md.
 #
 #   bash examples/dqlite/bench.sh [MODEL_DIR]     (default: the shipped model)
 #
 # The column: the 256 sentences of 16-23 tokens of `make bench`
 # (tests/bench/sentences.py, batch-256), filled in chunks of $CHUNK (32) rows,
 # each chunk one statement and one transaction, the same statement on both:
-#   UPDATE t SET y = bert_fill(x) WHERE id BETWEEN a AND b AND y IS NULL
-#     AND (SELECT bert_prefill(x) FROM t WHERE id BETWEEN a AND b AND y IS NULL) >= 0
+#   UPDATE t SET y = f.filled FROM fill_rows('SELECT id, x FROM t
+#     WHERE id BETWEEN a AND b AND y IS NULL') AS f WHERE t.id = f.key
 # single node: all chunks in one sqlite3 process on a WAL database file;
 # cluster: one `dqlite` shell call per chunk (a new process each).
 # Per call: $CALLS texts never seen before (batch-2000), one new shell process
@@ -44,8 +44,8 @@ texts() { awk -F'\t' -v set="$1" -v from="$2" -v n="$3" \
   '$1 == set && ++i >= from && i < from + n { print $2 }' "$OUT/sentences.tsv"; }
 ROWS=256
 chunk_sql() {  # chunk_sql TABLE A B
-  local w="id BETWEEN $2 AND $3 AND y IS NULL"
-  echo "UPDATE $1 SET y = bert_fill(x) WHERE $w AND (SELECT bert_prefill(x) FROM $1 WHERE $w) >= 0"
+  echo "UPDATE $1 SET y = f.filled FROM fill_rows('SELECT id, x FROM $1" \
+    "WHERE id BETWEEN $2 AND $3 AND y IS NULL') AS f WHERE $1.id = f.key"
 }
 echo "model $MODEL; $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores;" \
   "load before: $(cut -d' ' -f1-3 /proc/loadavg)"

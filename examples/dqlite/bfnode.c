@@ -323,21 +323,19 @@ static int guard_writes(void *arg, int action, const char *a1, const char *a2, c
   (void)a3;
   (void)a4;
   switch (action) {
-  case SQLITE_INSERT:
-  case SQLITE_UPDATE:
-  case SQLITE_DELETE:
-  case SQLITE_CREATE_TABLE:
-  case SQLITE_CREATE_INDEX:
-  case SQLITE_DROP_TABLE:
-  case SQLITE_DROP_INDEX:
-  case SQLITE_ALTER_TABLE:
-    break;
-  case SQLITE_TRANSACTION: /* a1: BEGIN, COMMIT or ROLLBACK */
-  case SQLITE_SAVEPOINT:   /* a1: BEGIN, RELEASE or ROLLBACK */
-    if (a1 == NULL || strcmp(a1, "BEGIN") != 0) return SQLITE_OK;
-    break;
-  default:
-    return SQLITE_OK;
+    case SQLITE_INSERT:
+    case SQLITE_UPDATE:
+    case SQLITE_DELETE:
+    case SQLITE_CREATE_TABLE:
+    case SQLITE_CREATE_INDEX:
+    case SQLITE_DROP_TABLE:
+    case SQLITE_DROP_INDEX:
+    case SQLITE_ALTER_TABLE: break;
+    case SQLITE_TRANSACTION: /* a1: BEGIN, COMMIT or ROLLBACK */
+    case SQLITE_SAVEPOINT:   /* a1: BEGIN, RELEASE or ROLLBACK */
+      if (a1 == NULL || strcmp(a1, "BEGIN") != 0) return SQLITE_OK;
+      break;
+    default: return SQLITE_OK;
   }
   return nested_in_autocommit_read((sqlite3 *)arg) ? SQLITE_DENY : SQLITE_OK;
 }
@@ -377,8 +375,7 @@ static sqlite3 *keep_model_loaded(unsigned long long id) {
       sqlite3_prepare_v2(db, "SELECT bert_load(NULL)", -1, &st, NULL) == SQLITE_OK &&
       sqlite3_step(st) == SQLITE_ROW)
     printf("bfnode %llu: model %s\n", id, sqlite3_column_text(st, 0));
-  else
-    printf("bfnode %llu: no model loaded yet: %s\n", id, sqlite3_errmsg(db));
+  else printf("bfnode %llu: no model loaded yet: %s\n", id, sqlite3_errmsg(db));
   sqlite3_finalize(st);
   return db;
 }
@@ -390,23 +387,22 @@ static void usage(void) {
 }
 
 int main(int argc, char **argv) {
-  static const struct option opts[] = {{"id", 1, 0, 'i'},         {"address", 1, 0, 'a'},
-                                       {"dir", 1, 0, 'd'},        {"join", 1, 0, 'j'},
-                                       {"extension", 1, 0, 'e'},  {"latency-ms", 1, 0, 'l'},
-                                       {0, 0, 0, 0}};
+  static const struct option opts[] =
+    {{"id", 1, 0, 'i'},        {"address", 1, 0, 'a'},    {"dir", 1, 0, 'd'}, {"join", 1, 0, 'j'},
+     {"extension", 1, 0, 'e'}, {"latency-ms", 1, 0, 'l'}, {0, 0, 0, 0}};
   unsigned long long id = 0;
   const char *address = NULL, *dir = NULL, *join = NULL;
   char extension[PATH_MAX] = "";
   unsigned latency_ms = 0;
   for (int c; (c = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
     switch (c) {
-    case 'i': id = strtoull(optarg, NULL, 10); break;
-    case 'a': address = optarg; break;
-    case 'd': dir = optarg; break;
-    case 'j': join = optarg; break;
-    case 'e': snprintf(extension, sizeof extension, "%s", optarg); break;
-    case 'l': latency_ms = (unsigned)strtoul(optarg, NULL, 10); break;
-    default: usage();
+      case 'i': id = strtoull(optarg, NULL, 10); break;
+      case 'a': address = optarg; break;
+      case 'd': dir = optarg; break;
+      case 'j': join = optarg; break;
+      case 'e': snprintf(extension, sizeof extension, "%s", optarg); break;
+      case 'l': latency_ms = (unsigned)strtoul(optarg, NULL, 10); break;
+      default: usage();
     }
   }
   if (id == 0 || address == NULL || dir == NULL || optind != argc) usage();
