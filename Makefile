@@ -10,6 +10,7 @@
 #   make valgrind   the C tests under valgrind
 #   make format     format the C sources with clang-format (.clang-format)
 #   make bench / fuzz / soak / load   long runs, never part of `make test`
+#   make cluster    a three-node dqlite cluster with bertfill (examples/dqlite)
 
 CC      ?= cc
 PYTHON  ?= /usr/bin/python3
@@ -37,6 +38,11 @@ TEST_BIN := $(patsubst tests/c/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 
 EXTENSION ?= bertfill.so
 
+# The dqlite node (examples/dqlite) is built, and tested by make test, only
+# where libdqlite-dev is installed; tests/t_cluster.sh skips without it.
+HAVE_DQLITE  := $(shell $(CC) -E -include dqlite.h -x c /dev/null >/dev/null 2>&1 && echo 1)
+CLUSTER_NODE := $(if $(HAVE_DQLITE),$(BUILD)/bfnode)
+
 # make install: $(DESTDIR)$(PREFIX)/lib/bertfill.so and the shipped model in
 # $(DESTDIR)$(PREFIX)/share/bertfill/bertfill-zh-tiny/ (the extension looks for
 # it at ../share/bertfill/bertfill-zh-tiny from the directory it was loaded from).
@@ -52,7 +58,7 @@ MODEL_FILES   := $(filter-out %/$(INT8_FILE),$(wildcard model/$(SHIPPED_MODEL)/*
 PORT ?= 8000
 
 .PHONY: all deps demo test test-bins models install uninstall web asan valgrind bench fuzz soak \
-        load format clean
+        load format cluster clean
 all: $(EXTENSION)
 
 $(BUILD)/obj/engine/%.o: ext/engine/%.c $(ENGINE_HDR)
@@ -102,7 +108,7 @@ deps:
 demo: all
 	@bash sql/demo.sh
 
-test: all test-bins models
+test: all test-bins models $(CLUSTER_NODE)
 	@BUILD=$(BUILD) BERTFILL_EXT=./$(basename $(EXTENSION)) bash tests/run.sh
 
 install: $(EXTENSION)
@@ -146,6 +152,20 @@ soak: all
 
 load: all
 	@bash tests/load/run.sh
+
+# examples/dqlite: a dqlite node with bertfill in it ($(CLUSTER_NODE) above);
+# `make cluster` starts three of them on 127.0.0.1 (examples/dqlite/stop.sh
+# stops them).
+$(BUILD)/bfnode: examples/dqlite/bfnode.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< -ldqlite -lsqlite3 -ldl -lpthread
+
+cluster: all $(CLUSTER_NODE)
+ifeq ($(HAVE_DQLITE),1)
+	@BFNODE=$(BUILD)/bfnode BF_EXTENSION=./$(EXTENSION) bash examples/dqlite/start.sh
+else
+	@echo "make cluster: skipped: libdqlite-dev is not installed (make deps installs it)"
+endif
 
 clean:
 	rm -rf build $(EXTENSION)
