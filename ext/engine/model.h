@@ -57,7 +57,7 @@ struct bf_model {
   size_t map8_len;
   int map8_fd;           /* its descriptor (bf_model_check watches it too), or -1 */
   int64_t map8_mtime_ns; /* its modification time when mapped */
-  void *own8; /* the quantized weights in private memory (int8, read-only dir) */
+  void *own8;            /* the quantized weights in private memory (int8, read-only dir) */
 
   /* display strings: vocab entries with a leading "##" removed */
   char **display; /* [V] */
