@@ -21,7 +21,8 @@ mk() { make --no-print-directory -s EXTENSION="$EXT.so" "$@" 2>&1; }
 # Every file under a directory with its mode, relative and sorted.
 listing() { (cd "$1" && find . -type f -printf '%m %P\n' | LC_ALL=C sort); }
 
-model_files=$(cd model/bertfill-zh-tiny && LC_ALL=C ls)
+# (model.int8.safetensors, which an int8 load writes there, is not installed)
+model_files=$(cd model/bertfill-zh-tiny && LC_ALL=C ls | grep -vx model.int8.safetensors)
 for prefix in /usr/local /opt/bertfill; do
   name=${prefix//\//_}
   dest=$tmp/dest$name
@@ -55,6 +56,11 @@ for prefix in /usr/local /opt/bertfill; do
   want_version=$(sed -n 's/^#define BFX_VERSION "\(.*\)"$/\1/p' ext/sqlite/version.h)
   got=$(cd / && sqlite3 :memory: -cmd ".load $lib" "select bert_version()" 2>&1)
   check "version$name" "$got" "$want_version"
+  # an int8 load of the installed model writes model.int8.safetensors next
+  # to it (the directory is writable here); uninstall removes that too
+  got=$(cd / && env -u BERTFILL_MODEL sqlite3 :memory: -cmd ".load $lib" \
+        "select bert_load(NULL, 'int8') like '%, int8', json_extract(bert_debug(), '\$.model.int8_weights')" 2>&1)
+  check "int8$name" "$got" "1|file"
 
   if [ "$prefix" = /usr/local ]; then out=$(mk uninstall DESTDIR="$dest")
   else out=$(mk uninstall DESTDIR="$dest" PREFIX="$prefix"); fi
