@@ -4,7 +4,8 @@
 **   bench_bertfill engine MODEL_DIR SENTENCES.tsv OUT.json [options]
 **       the engine (build/libbfengine.a, ext/engine/bertfill.h) called directly:
 **       load time, single-sentence latency, batch throughput, per-stage
-**       timings (bf_run_timings), top-1 ids, peak RSS.
+**       timings (bf_run_timings), the top 5 ids and probabilities at every
+**       sentence's [MASK] (bf_fill with k = 5), peak RSS.
 **   bench_bertfill sql MODEL_DIR SENTENCES.tsv OUT.json --ext ./bertfill.so [options]
 **       the same model through the SQLite extension: cache-hit latency of a
 **       repeated bert_fill(), and filling a table column in one statement
@@ -24,6 +25,14 @@
 **          --hits N (cache-hit calls timed in sql mode, default 20000)
 **          --column 0 (leave out the column fill: its plain UPDATE alone runs
 **                     the encoder once per row, minutes on a bert-base model)
+**          --precision fp32|int8 (default fp32: the model loaded with
+**                     bf_model_load_as(dir, BF_PRECISION_INT8, ...) in engine
+**                     mode, SELECT bert_load(dir, 'int8') in sql mode; fp32 is
+**                     plain bf_model_load / bert_load(dir))
+**
+** A mode this build of bertfill does not have (int8 before bertfill.h defines
+** BF_HAVE_PRECISION, or a bertfill.so whose bert_load refuses 'int8') is not an
+** error: OUT.json gets {"missing": "<why>"} and run.sh reports it as MISSING.
 **
 ** Each mode runs in its own process so that its peak RSS is its own.  The
 ** sentences file is made by tests/bench/sentences.py; the engine must tokenize
@@ -138,6 +147,33 @@ static int o_big_rounds = 2;
 static int o_reps = 20, o_warmup = 3, o_rounds = 3, o_batch = 32, o_limit = 0, o_threads = 0, o_hits = 20000;
 static const char *o_ext = NULL;
 static int o_column = 1;
+static const char *o_precision = "fp32";
+#define TOPK 5 /* candidates kept per [MASK]: the agreement table compares top-5 sets */
+
+static int is_single(const sset *s) { return !strncmp(s->name, "single-", 7) || !strncmp(s->name, "demo-", 5); }
+/* Key of a single-sentence set in the JSON: "16" for single-16, "demo-1" for demo-1. */
+static const char *single_key(const sset *s) { return strncmp(s->name, "single-", 7) ? s->name : s->name + 7; }
+
+/* The run cannot be made in this build: say why in OUT.json (run.sh reports it). */
+static int write_missing(const char *out, const char *why) {
+  FILE *o = fopen(out, "w");
+  if (!o) die("cannot write %s%s", out, "");
+  fprintf(o, "{\"missing\": ");
+  json_str(o, why);
+  fprintf(o, "}\n");
+  fclose(o);
+  fprintf(stderr, "bench_bertfill: MISSING: %s\n", why);
+  return 0;
+}
+
+/* One sentence's top-5 at its [MASK] as JSON: [[id, ...], [prob, ...]]. */
+static void top5_json(FILE *o, const bf_cand *c) {
+  fprintf(o, "[[");
+  for (int r = 0; r < TOPK; r++) fprintf(o, "%s%d", r ? "," : "", c[r].id);
+  fprintf(o, "],[");
+  for (int r = 0; r < TOPK; r++) fprintf(o, "%s%.7g", r ? "," : "", c[r].prob);
+  fprintf(o, "]]");
+}
 
 static int set_len(const sset *s) { return o_limit > 0 && s->n > o_limit ? o_limit : s->n; }
 static int rounds_for(const sset *s) {
@@ -165,7 +201,17 @@ static int engine_mode(const char *dir, const char *out) {
   double blas_ms = (now_s() - t0) * 1e3;
   if (o_threads > 0) bf_blas_set_threads(o_threads);
   t0 = now_s();
+#ifdef BF_HAVE_PRECISION
+  bf_model *m = bf_model_load_as(dir, strcmp(o_precision, "int8") ? BF_PRECISION_FP32 : BF_PRECISION_INT8, err,
+                                 sizeof err);
+  const char *precision = m ? bf_model_precision_name(m) : "";
+#else
+  if (strcmp(o_precision, "fp32"))
+    return write_missing(out, "this bertfill has no int8 mode yet (ext/engine/bertfill.h does not define "
+                              "BF_HAVE_PRECISION: no bf_model_load_as)");
   bf_model *m = bf_model_load(dir, err, sizeof err);
+  const char *precision = "fp32";
+#endif
   double load_ms = (now_s() - t0) * 1e3;
   if (!m) die("%s%s", err, "");
   const bf_tokenizer *tok = bf_model_tokenizer(m);
@@ -188,7 +234,8 @@ static int engine_mode(const char *dir, const char *out) {
 
   FILE *o = fopen(out, "w");
   if (!o) die("cannot write %s%s", out, "");
-  fprintf(o, "{\n \"engine\": \"bertfill (engine, C)\",\n \"blas_core\": ");
+  fprintf(o, "{\n \"engine\": \"bertfill (engine, C, %s)\",\n \"precision\": \"%s\",\n \"blas_core\": ", precision,
+          precision);
   json_str(o, bf_blas_core());
   fprintf(o, ",\n \"blas_config\": ");
   json_str(o, bf_blas_config());
@@ -213,9 +260,11 @@ static int engine_mode(const char *dir, const char *out) {
   int first = 1;
   char top1_json[1 << 16]; size_t tj = 0;
   top1_json[0] = 0;
+  char *t5buf = NULL; size_t t5len = 0;
+  FILE *t5 = open_memstream(&t5buf, &t5len);
   for (int i = 0; i < nsets; i++) {
     sset *ss = &sets[i];
-    if (strncmp(ss->name, "single-", 7)) continue;
+    if (!is_single(ss)) continue;
     sent *s = &ss->s[0];
     double *times = malloc(o_reps * sizeof *times);
     stage_acc st[4];
@@ -225,7 +274,7 @@ static int engine_mode(const char *dir, const char *out) {
     for (int r = 0; r < o_warmup + o_reps; r++) {
       double a = now_s();
       if (bf_tokenize(tok, s->text, -1, &tk, err, sizeof err) != BF_OK ||
-          bf_fill(m, run, 1, &tk, 1, cand, err, sizeof err) != BF_OK)
+          bf_fill(m, run, 1, &tk, TOPK, cand, err, sizeof err) != BF_OK)
         die("bf_fill: %s%s", err, "");
       double b = now_s();
       if (r >= o_warmup) {
@@ -238,10 +287,13 @@ static int engine_mode(const char *dir, const char *out) {
     double med = median(times, o_reps);
     fprintf(o, "%s\n  \"%s\": {\"median_ms\": %.4f, \"min_ms\": %.4f, \"runs\": %d, \"stages_median\": "
             "{\"embed_ms\": %.4f, \"encode_ms\": %.4f, \"head_ms\": %.4f, \"topk_ms\": %.4f}}",
-            first ? "" : ",", ss->name + 7, med, times[0], o_reps, median(ee, o_reps), median(en, o_reps),
+            first ? "" : ",", single_key(ss), med, times[0], o_reps, median(ee, o_reps), median(en, o_reps),
             median(hd, o_reps), median(tp, o_reps));
     tj += snprintf(top1_json + tj, sizeof top1_json - tj, "%s\n  \"%s\": [%d]", tj ? "," : "", ss->name, cand[0].id);
-    fprintf(stderr, "bertfill: single %s tokens: %.1f ms\n", ss->name + 7, med);
+    fprintf(t5, "%s\n  \"%s\": [", ftell(t5) ? "," : "", ss->name);
+    top5_json(t5, cand);
+    fprintf(t5, "]");
+    fprintf(stderr, "bertfill %s: single %s (%d tokens): %.1f ms\n", precision, single_key(ss), s->n, med);
     first = 0;
     free(times); free(ee); free(en); free(hd); free(tp);
   }
@@ -253,7 +305,7 @@ static int engine_mode(const char *dir, const char *out) {
   char *topbuf = NULL; size_t toplen = 0;
   FILE *tops = open_memstream(&topbuf, &toplen);
   bf_tokens *tks = calloc(o_batch, sizeof *tks);
-  bf_cand *bc = malloc((size_t)o_batch * 64 * sizeof *bc);
+  bf_cand *bc = malloc((size_t)o_batch * 64 * TOPK * sizeof *bc);
   for (int i = 0; i < nsets; i++) {
     sset *ss = &sets[i];
     if (strncmp(ss->name, "batch-", 6)) continue;
@@ -272,9 +324,17 @@ static int engine_mode(const char *dir, const char *out) {
           nm += tks[b].n_masks;
         }
         if (nm > o_batch * 64) die("too many masks in a batch%s%s", "", "");
-        if (bf_fill(m, run, nb, tks, 1, bc, err, sizeof err) != BF_OK) die("bf_fill: %s%s", err, "");
+        if (bf_fill(m, run, nb, tks, TOPK, bc, err, sizeof err) != BF_OK) die("bf_fill: %s%s", err, "");
         acc_add(&acc, bf_run_timings(run));
-        for (int b = 0; b < nb; b++) top[j + b] = bc[b].id;   /* one mask per sentence */
+        for (int b = 0; b < nb; b++) top[j + b] = bc[b * TOPK].id;   /* one mask per sentence */
+        if (r == R - 1) {   /* the top 5 of the last round */
+          if (!j) fprintf(t5, "%s\n  \"%s\": [", ftell(t5) ? "," : "", ss->name);
+          for (int b = 0; b < nb; b++) {
+            if (j + b) fputc(',', t5);
+            top5_json(t5, bc + b * TOPK);
+          }
+          if (j + nb >= n) fputc(']', t5);
+        }
       }
       secs[r] = now_s() - a;
     }
@@ -288,12 +348,15 @@ static int engine_mode(const char *dir, const char *out) {
     fprintf(tops, ",\n  \"%s\": [", ss->name);
     for (int j = 0; j < n; j++) fprintf(tops, "%s%d", j ? "," : "", top[j]);
     fprintf(tops, "]");
-    fprintf(stderr, "bertfill: %s (%d): %.1f sentences/s\n", ss->name, n, n / med);
+    fprintf(stderr, "bertfill %s: %s (%d): %.1f sentences/s\n", precision, ss->name, n, n / med);
     first = 0;
     free(secs);
   }
   fclose(tops);
+  fclose(t5);
   fprintf(o, "\n },\n \"top1\": {%s%s\n },\n", top1_json, topbuf ? topbuf : "");
+  fprintf(o, " \"top5\": {%s\n },\n", t5buf ? t5buf : "");
+  free(t5buf);
   fprintf(o, " \"cpu_s\": %.3f,\n \"peak_rss_mb\": %.1f\n}\n", cpu_s(), peak_rss_mb());
   fclose(o);
   free(topbuf); free(top); free(bc);
@@ -433,13 +496,35 @@ static int sql_mode(const char *dir, const char *out, const char *dbpath) {
   if (sqlite3_load_extension(db, o_ext, NULL, &msg) != SQLITE_OK) die("cannot load %s: %s", o_ext, msg ? msg : "?");
   double ext_ms = (now_s() - t0) * 1e3;
 
-  /* Model selection and load through SQL. */
-  sqlite3_stmt *st = prep("SELECT bert_load(?)");
-  sqlite3_bind_text(st, 1, dir, -1, SQLITE_STATIC);
+  /* Model selection and load through SQL: bert_load(dir) is fp32 (run.sh
+  ** unsets BERTFILL_PRECISION), bert_load(dir, 'int8') the int8 mode. */
+  int fp32 = !strcmp(o_precision, "fp32");
+  sqlite3_stmt *st = NULL;
   t0 = now_s();
-  step_all(st, "bert_load");
+  int rc = sqlite3_prepare_v2(db, fp32 ? "SELECT bert_load(?)" : "SELECT bert_load(?, ?)", -1, &st, NULL);
+  if (rc == SQLITE_OK) {
+    sqlite3_bind_text(st, 1, dir, -1, SQLITE_STATIC);
+    if (!fp32) sqlite3_bind_text(st, 2, o_precision, -1, SQLITE_STATIC);
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {}
+  }
   double load_ms = (now_s() - t0) * 1e3;
+  if (rc != SQLITE_DONE) {
+    char why[1024];
+    snprintf(why, sizeof why, "%s: SELECT bert_load(dir%s) failed: %s", o_ext, fp32 ? "" : ", 'int8'",
+             sqlite3_errmsg(db));
+    if (fp32) die("%s%s", why, "");
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    return write_missing(out, why);
+  }
   sqlite3_finalize(st);
+  if (!fp32) {   /* bert_debug() says which mode the connection's model is in */
+    st = prep("SELECT instr(bert_debug(), '\"precision\":\"' || ? || '\"')");
+    sqlite3_bind_text(st, 1, o_precision, -1, SQLITE_STATIC);
+    int says = sqlite3_step(st) == SQLITE_ROW && sqlite3_column_int(st, 0) > 0;
+    sqlite3_finalize(st);
+    if (!says) die("%s: after SELECT bert_load(dir, 'int8'), bert_debug() has no \"precision\":\"%s\"", o_ext, o_precision);
+  }
   if (o_threads > 0) {
     char q[64];
     snprintf(q, sizeof q, "SELECT bert_threads(%d)", o_threads);
@@ -451,8 +536,9 @@ static int sql_mode(const char *dir, const char *out, const char *dbpath) {
 
   FILE *o = fopen(out, "w");
   if (!o) die("cannot write %s%s", out, "");
-  fprintf(o, "{\n \"engine\": \"bertfill (SQL, %s)\",\n \"sqlite_version\": \"%s\",\n \"extension_load_ms\": %.3f,\n"
-          " \"bert_load_ms\": %.3f,\n", o_ext, sqlite3_libversion(), ext_ms, load_ms);
+  fprintf(o, "{\n \"engine\": \"bertfill (SQL, %s, %s)\",\n \"precision\": \"%s\",\n \"sqlite_version\": \"%s\",\n"
+          " \"extension_load_ms\": %.3f,\n \"bert_load_ms\": %.3f,\n", o_ext, o_precision, o_precision,
+          sqlite3_libversion(), ext_ms, load_ms);
 
   /* Cache hit: the same text again and again. */
   sset *ss = get_set("single-16");
@@ -613,6 +699,7 @@ int main(int argc, char **argv) {
       else if (!strcmp(k, "hits")) o_hits = atoi(v);
       else if (!strcmp(k, "column")) o_column = atoi(v);
       else if (!strcmp(k, "ext")) o_ext = v;
+      else if (!strcmp(k, "precision")) o_precision = v;
       else die("unknown option --%s%s", k, "");
     } else if (np < 4) pos[np++] = argv[i];
     else die("too many arguments%s%s", "", "");
@@ -621,6 +708,8 @@ int main(int argc, char **argv) {
     die("usage: bench_bertfill engine|sql MODEL_DIR SENTENCES.tsv OUT.json [--reps N ...]%s%s", "", "");
   if (o_reps < 1 || o_rounds < 1 || o_big_rounds < 1 || o_batch < 1 || o_batch > 4096 || o_warmup < 0 || o_hits < 20)
     die("bad option values%s%s", "", "");
+  if (strcmp(o_precision, "fp32") && strcmp(o_precision, "int8"))
+    die("--precision %s: expected fp32 or int8%s", o_precision, "");
   read_sentences(pos[2]);
   if (!strcmp(pos[0], "engine")) return engine_mode(pos[1], pos[3]);
   if (!o_ext) die("sql mode needs --ext PATH_TO_bertfill.so%s%s", "", "");

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # make bench — bertfill vs ONNX Runtime vs PyTorch, side by side, in one run.
 #
-#   make bench                 full run (~10-15 minutes on 2 cores)
+#   make bench                 full run (~15-20 minutes on 2 cores)
 #   BENCH_QUICK=1 make bench   quick run for development (fewer repetitions,
 #                              64 sentences per batch set; numbers are rough)
 #
@@ -12,11 +12,17 @@
 #      ../shared/data/bert-base-chinese when present, else a synthetic one) in
 #      build/models/bert-base-random, made once by model/gen_random_model.py;
 #      the same weights exported to ONNX (build/bench/model.onnx) with Debian's
-#      python3-torch (tests/bench/export_onnx.py);
-#   2. benchmark sentences (tests/bench/sentences.py): one sentence of 8, 16,
-#      32, 64 and 128 tokens, and two disjoint sets of 256 and 2,000 sentences
-#      of 16-23 tokens, one [MASK] each;
-#   3. bertfill engine (tests/bench/bench_bertfill.c linked with
+#      python3-torch (tests/bench/export_onnx.py); and that export made int8
+#      (build/bench/model.int8.onnx) with Debian's python3-onnx
+#      (tests/bench/quantize_onnx.py: DynamicQuantizeLinear + MatMulInteger,
+#      per-column int8 weights, as ONNX Runtime's quantize_dynamic does);
+#   2. benchmark sentences (tests/bench/sentences.py): one sentence of 8, 12,
+#      16, 20, 24, 32, 64 and 128 tokens, the five sentences of the demo's
+#      column (sql/demo.sql, 16-21 tokens), and two disjoint sets of 256 and
+#      2,000 sentences of 16-23 tokens, one [MASK] each;
+#   3. every engine in fp32 and in int8 (its dynamic quantization: int8
+#      weights per output channel, activations quantized at run time):
+#      bertfill engine (tests/bench/bench_bertfill.c linked with
 #      build/libbfengine.a), bertfill through SQL (./bertfill.so in the same
 #      driver, separate process; with "column fill, N rows": the 2,000 set as
 #      a column filled by UPDATE ... FROM fill_rows, by bert_prefill + UPDATE,
@@ -25,15 +31,22 @@
 #      npm onnxruntime-node), PyTorch (tests/bench/bench_torch.py) with
 #      OPENBLAS_CORETYPE=SkylakeX and OMP_WAIT_POLICY=PASSIVE (its fast path),
 #      and, on fewer sentences, with OpenBLAS as installed and with OpenMP's
-#      default (spinning) wait policy;
+#      default (spinning) wait policy; then int8: bertfill --precision int8
+#      (bf_model_load_as; through SQL bert_load(dir, 'int8'), without the
+#      column fill), ONNX Runtime on model.int8.onnx, PyTorch with
+#      quantize_dynamic (bench_torch.py --precision int8);
 #   4. tests/bench/report.py: the markdown table (printed, and written to
-#      build/bench/results.md), raw numbers in build/bench/results.json, and
-#      the top-1 agreement of the engines on every benchmark sentence.
+#      build/bench/results.md), raw numbers in build/bench/results.json, the
+#      top-1 agreement of the engines on every benchmark sentence, and the
+#      agreement of each int8 engine with its fp32 (top-1, top-5 overlap,
+#      |Δp| of the top-1 probability).
 #
 # Installs what it needs when it can (root): python3-torch and nodejs/npm with
-# apt-get, onnxruntime-node with `npm ci` in tests/bench (its CPU binaries ship
-# inside the npm package; the optional CUDA download is skipped).  A peer that
-# cannot run is reported as MISSING in the table; the run goes on.
+# apt-get, python3-onnx (the int8 graph) with apt-get, onnxruntime-node with
+# `npm ci` in tests/bench (its CPU binaries ship inside the npm package; the
+# optional CUDA download is skipped).  A peer that cannot run is reported as
+# MISSING in the table, with the reason; the run goes on.  So is a mode this
+# bertfill does not have (int8 before the engine has bf_model_load_as).
 #
 # Other work on the machine spoils a run: run.sh reads /proc/stat around each
 # engine's run, and when other processes (or the hypervisor: steal) took more
@@ -41,9 +54,10 @@
 # more and keeps the quieter try; the table shows what each run shared.
 #
 # Environment: BENCH_QUICK=1, BUILD (default build), BENCH_SKIP="sql ort torch
-# torch_asis torch_spin" to leave engines out, BENCH_NOISE_LIMIT, BENCH_THREADS (default 2: the peers'
+# torch_asis torch_spin int8" to leave engines out (int8: every int8 run),
+# BENCH_NOISE_LIMIT, BENCH_THREADS (default 2: the peers'
 # thread count; bertfill uses its own default, the number of cores, and
-# reports it).
+# reports it).  BERTFILL_PRECISION is unset: bert_load(dir) is fp32 here.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${BUILD:-build}
@@ -53,6 +67,7 @@ PY=/usr/bin/python3
 SHARED_VOCAB=../shared/data/bert-base-chinese/vocab.txt
 THREADS=${BENCH_THREADS:-2}
 SKIP=" ${BENCH_SKIP:-} "
+unset BERTFILL_PRECISION
 mkdir -p "$OUT"
 missing=()
 # OpenBLAS core for the Python peers: Debian's OpenBLAS 0.3.21 picks slow
@@ -117,6 +132,19 @@ if [ "$have_torch" = 1 ] && ! skipped ort &&
     { rm -f "$OUT/model.onnx"; missing+=("ONNX export failed (tests/bench/export_onnx.py)"); }
 fi
 [ -f "$OUT/model.onnx" ] || have_ort=0
+# The int8 graph for ONNX Runtime, from the same export.
+have_ort8=$have_ort
+if [ "$have_ort" = 1 ] && ! skipped int8 && ! skipped ort; then
+  if ! $PY -c 'import onnx' 2>/dev/null; then apt_install python3-onnx || true; fi
+  if ! $PY -c 'import onnx' 2>/dev/null; then
+    have_ort8=0; missing+=("ort_int8: python3-onnx (apt-get install python3-onnx) is missing: no int8 graph")
+  elif [ ! -f "$OUT/model.int8.onnx" ] || [ "$OUT/model.onnx" -nt "$OUT/model.int8.onnx" ] ||
+       [ tests/bench/quantize_onnx.py -nt "$OUT/model.int8.onnx" ]; then
+    say "quantizing $OUT/model.onnx to int8 ($OUT/model.int8.onnx)"
+    $PY tests/bench/quantize_onnx.py "$OUT/model.onnx" "$OUT/model.int8.onnx" >&2 ||
+      { rm -f "$OUT/model.int8.onnx"; have_ort8=0; missing+=("ort_int8: tests/bench/quantize_onnx.py failed"); }
+  fi
+fi
 
 $PY tests/bench/sentences.py "$MODEL" "$OUT/sentences.tsv"
 
@@ -126,7 +154,8 @@ ${CC:-cc} -O2 -march=x86-64-v2 -std=c11 -D_GNU_SOURCE -Wall -Iext/engine -o "$OU
   tests/bench/bench_bertfill.c "$BUILD/libbfengine.a" -lsqlite3 -lutf8proc -ldl -lm -lpthread
 
 # ---- runs (sequential) --------------------------------------------------------
-rm -f "$OUT"/{bertfill,bertfill_sql,ort,torch,torch_asis,torch_spin,meta,results}.json "$OUT"/*.stat "$OUT"/*.try1.*
+rm -f "$OUT"/{bertfill,bertfill_sql,ort,torch,torch_asis,torch_spin,meta,results}.json "$OUT"/*_int8.json \
+  "$OUT"/*.stat "$OUT"/*.try1.*
 loadavg_before=$(cut -d' ' -f1-3 /proc/loadavg)
 start=$(date +%s)
 run() {   # run NAME COMMAND...: one engine, its own process; failure is reported, not fatal
@@ -137,6 +166,10 @@ run() {   # run NAME COMMAND...: one engine, its own process; failure is reporte
     else say "--- $name again: other work took ${noise}% of the CPUs during the first try"; fi
     local t0=$(date +%s) w0=$(date +%s.%N) s0=$(head -1 /proc/stat)
     if ! "$@"; then missing+=("$name: run failed (see the messages above)"); rm -f "$OUT/$name.json"; return; fi
+    # A mode or peer this build cannot run: the driver wrote {"missing": "<why>"}.
+    local why
+    why=$($PY -c 'import json, sys; print(json.load(open(sys.argv[1])).get("missing", ""))' "$OUT/$name.json") || true
+    if [ -n "$why" ]; then missing+=("$name: $why"); rm -f "$OUT/$name.json"; return; fi
     # Whole-machine CPU counters around the run: report.py subtracts the
     # engine's own CPU time to show how much else ran meanwhile (and steal).
     printf '%s %s\n%s\n%s\n' "$w0" "$(date +%s.%N)" "$s0" "$(head -1 /proc/stat)" >"$OUT/$name.stat"
@@ -160,17 +193,36 @@ run() {   # run NAME COMMAND...: one engine, its own process; failure is reporte
   fi
 }
 run bertfill "$OUT/bench_bertfill" engine "$MODEL" "$OUT/sentences.tsv" "$OUT/bertfill.json" "${COMMON[@]}"
+skipped int8 || run bertfill_int8 "$OUT/bench_bertfill" engine "$MODEL" "$OUT/sentences.tsv" "$OUT/bertfill_int8.json" \
+  "${COMMON[@]}" --precision int8
 skipped sql || run bertfill_sql "$OUT/bench_bertfill" sql "$MODEL" "$OUT/sentences.tsv" "$OUT/bertfill_sql.json" \
   "${COMMON[@]}" --ext "./bertfill.so" --hits "$HITS"
+skipped sql || skipped int8 || run bertfill_sql_int8 "$OUT/bench_bertfill" sql "$MODEL" "$OUT/sentences.tsv" \
+  "$OUT/bertfill_sql_int8.json" "${COMMON[@]}" --ext "./bertfill.so" --hits "$HITS" --precision int8 --column 0
 if [ "$have_ort" = 1 ] && ! skipped ort; then
   run ort node tests/bench/bench_ort.js "$OUT/model.onnx" "$OUT/sentences.tsv" "$OUT/ort.json" \
     "${COMMON[@]}" --threads "$THREADS" --batch 32
+fi
+ort8_ops=""
+if [ "$have_ort8" = 1 ] && ! skipped ort && ! skipped int8; then
+  run ort_int8 node tests/bench/bench_ort.js "$OUT/model.int8.onnx" "$OUT/sentences.tsv" "$OUT/ort_int8.json" \
+    "${COMMON[@]}" --threads "$THREADS" --batch 32 --precision int8
+  # Which kernels that is: the graph as ORT runs it after its own fusions (not timed).
+  if node tests/bench/bench_ort.js "$OUT/model.int8.onnx" "$OUT/sentences.tsv" /dev/null --threads "$THREADS" \
+       --optimized "$OUT/model.int8.ort-optimized.onnx" 2>/dev/null; then
+    ort8_ops=$($PY tests/bench/quantize_onnx.py --ops "$OUT/model.int8.ort-optimized.onnx" 2>/dev/null |
+               tr ',' '\n' | grep -E 'Quantize|Integer|MatMul' | paste -sd, | sed 's/^ *//') || true
+  fi
+  rm -f "$OUT/model.int8.ort-optimized.onnx"
 fi
 # PyTorch: OMP_WAIT_POLICY=PASSIVE keeps torch's idle OpenMP threads from
 # spinning against OpenBLAS's threads (see bench_torch.py); its fast path.
 if [ "$have_torch" = 1 ] && ! skipped torch; then
   run torch env "${FAST_CORE[@]}" OMP_WAIT_POLICY=PASSIVE $PY tests/bench/bench_torch.py "$MODEL" \
     "$OUT/sentences.tsv" "$OUT/torch.json" "${COMMON[@]}" --threads "$THREADS" --batch 32
+  skipped int8 || run torch_int8 env "${FAST_CORE[@]}" OMP_WAIT_POLICY=PASSIVE $PY tests/bench/bench_torch.py \
+    "$MODEL" "$OUT/sentences.tsv" "$OUT/torch_int8.json" "${COMMON[@]}" --threads "$THREADS" --batch 32 \
+    --precision int8
 fi
 # Two more PyTorch configurations, single sentences and the 256 set only:
 # OpenBLAS as installed (Prescott kernels here), and OpenMP's default wait policy.
@@ -187,19 +239,25 @@ fi
 loadavg_after=$(cut -d' ' -f1-3 /proc/loadavg)
 
 # ---- report -------------------------------------------------------------------
-cpu=$(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //')
+# The CPU model as lscpu names it, and the instruction sets the kernels choose by.
+cpu=$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -1)
+[ -n "$cpu" ] || cpu=$(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //')
 flags=$(grep -m1 '^flags' /proc/cpuinfo)
-for f in amx_tile avx512_bf16 avx512f; do [[ $flags == *" $f"* ]] && cpu="$cpu, $f"; done
+for f in amx_tile avx512_bf16 avx512_vnni avx_vnni avx512f avx2; do [[ $flags == *" $f"* ]] && cpu="$cpu, $f"; done
+ort8_graph=""
+[ -f "$OUT/model.int8.onnx" ] && ort8_graph=$($PY tests/bench/quantize_onnx.py --ops "$OUT/model.int8.onnx" |
+  tr ',' '\n' | grep -E 'Quantize|Integer|MatMul' | paste -sd, | sed 's/^ *//') || true
 $PY - "$OUT/meta.json" "$MODEL" "$vocab_source" "$cpu" "$(nproc)" "$loadavg_before" "$loadavg_after" \
-    "${BENCH_QUICK:-}" "$(( $(date +%s) - start ))" "${missing[@]+"${missing[@]}"}" <<'EOF'
+    "${BENCH_QUICK:-}" "$(( $(date +%s) - start ))" "$ort8_graph" "$ort8_ops" "${missing[@]+"${missing[@]}"}" <<'EOF'
 import json, sys, time
-out, model, vocab, cpu, cores, lb, la, quick, secs, *missing = sys.argv[1:]
+out, model, vocab, cpu, cores, lb, la, quick, secs, ort8_graph, ort8_ops, *missing = sys.argv[1:]
 cfg = json.load(open(model + "/config.json"))
 shape = (f"{cfg['num_hidden_layers']} layers, {cfg['hidden_size']} hidden, {cfg['num_attention_heads']} heads, "
          f"{cfg['intermediate_size']} intermediate, {cfg['vocab_size']} vocab")
 json.dump({"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "model": model, "shape": shape,
            "vocab_source": vocab, "cpu": cpu, "cores": int(cores), "loadavg_before": lb, "loadavg_after": la,
-           "quick": bool(quick), "seconds": int(secs), "missing": missing}, open(out, "w"), indent=1)
+           "quick": bool(quick), "seconds": int(secs), "ort_int8_graph": ort8_graph, "ort_int8_ops": ort8_ops,
+           "missing": missing}, open(out, "w"), indent=1)
 EOF
 $PY tests/bench/report.py "$OUT" "$OUT/sentences.tsv" "$MODEL/vocab.txt"
 say "wrote $OUT/results.md and $OUT/results.json (engines ran for $(( $(date +%s) - start )) s)"

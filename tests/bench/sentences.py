@@ -11,17 +11,33 @@ tokens with [CLS] and [SEP].  That lets the peers (ONNX Runtime, PyTorch) use
 the ids written here, while bertfill tokenizes the text itself and the C
 driver checks it gets exactly these ids.
 
+The five sentences of the demo's column (the INSERT INTO sentences of
+sql/demo.sql, 16-21 tokens, with Chinese punctuation) are real text: they are
+tokenized by model/build_vocab.py's Tokenizer (BertTokenizer's rules); with a
+vocabulary that lacks one of their characters they are left out, with a note.
+
 Output: one line per sentence, tab separated:
     set  text  ids(space separated, with [CLS]/[SEP])  mask_position
-sets:  single-8 single-16 single-32 single-64 single-128   (one sentence each)
+sets:  single-8 single-12 single-16 single-20 single-24 single-32 single-64
+       single-128 (one sentence each; 12, 20 and 24 show the band of typical
+       sentence lengths, 17-24 tokens, around 16)
+       demo-1 .. demo-5 (one sentence each: the demo's five, in its order)
        batch-256  (256 sentences of 16-23 tokens)
        batch-2000 (2000 other sentences of 16-23 tokens; disjoint from
                    batch-256 so that a cache warmed by one set never answers
                    the other)
 """
-import os, random, sys
+import os, random, re, sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DEMO_SQL = os.path.join(HERE, "..", "..", "sql", "demo.sql")
+sys.path.insert(0, os.path.join(HERE, "..", "..", "model"))
+import build_vocab  # noqa: E402
 
 SINGLE_LENGTHS = (8, 16, 32, 64, 128)
+# Made after everything else, from a second generator, so that the sentences
+# above (and the batch sets) stay the ones of earlier runs.
+MORE_SINGLE_LENGTHS = (12, 20, 24)
 BATCH_SETS = (("batch-256", 256), ("batch-2000", 2000))
 MIN_TOK, MAX_TOK = 16, 23
 
@@ -40,6 +56,31 @@ def is_cjk(ch):
     # Unified ideographs and extension A only: compatibility ideographs
     # (U+F900..) change under the NFD normalization of accent stripping.
     return 0x4E00 <= cp <= 0x9FFF or 0x3400 <= cp <= 0x4DBF
+
+
+def demo_sentences(path=DEMO_SQL):
+    """The texts of the demo's `INSERT INTO sentences(text) VALUES (...), ...;`."""
+    with open(path, encoding="utf-8") as f:
+        sql = f.read()
+    m = re.search(r"INSERT INTO sentences\(text\) VALUES(.*?);", sql, re.S)
+    if not m:
+        sys.exit(f"sentences.py: {path} has no INSERT INTO sentences(text) VALUES ...;")
+    return [t.replace("''", "'") for t in re.findall(r"'((?:[^']|'')*)'", m.group(1))]
+
+
+def demo_rows(model_dir):
+    """(set, text, ids, mask position) of each demo sentence; None (and a note) when
+    the vocabulary cannot spell them."""
+    tok = build_vocab.Tokenizer(model_dir)
+    rows = []
+    for i, text in enumerate(demo_sentences(), 1):
+        ids = [tok.cls] + tok.encode(text) + [tok.sep]
+        if tok.unk in ids or ids.count(tok.mask) != 1:
+            print(f"sentences.py: note: no demo sentences ({model_dir}/vocab.txt cannot spell {text!r} "
+                  "with one [MASK] and no [UNK])", file=sys.stderr)
+            return []
+        rows.append((f"demo-{i}", text, ids, ids.index(tok.mask)))
+    return rows
 
 
 def main():
@@ -75,9 +116,14 @@ def main():
     rows = []
     for n in SINGLE_LENGTHS:
         rows.append((f"single-{n}",) + sentence(n))
+    batches = []
     for name, count in BATCH_SETS:
         for _ in range(count):
-            rows.append((name,) + sentence(rng.randint(MIN_TOK, MAX_TOK)))
+            batches.append((name,) + sentence(rng.randint(MIN_TOK, MAX_TOK)))
+    rng = random.Random(20261201)
+    rows += [(f"single-{n}",) + sentence(n) for n in MORE_SINGLE_LENGTHS]
+    rows.sort(key=lambda r: int(r[0][7:]))
+    rows += demo_rows(model_dir) + batches
     tmp = out + ".tmp"
     with open(tmp, "w", encoding="utf-8") as f:
         for name, s, ids, mpos in rows:
