@@ -17,6 +17,7 @@
 ** used for every row of the block.
 */
 #include <float.h>
+#include <stdlib.h>
 #include <math.h>
 #include <stdatomic.h>
 #include <string.h>
@@ -26,6 +27,7 @@
 
 #define QG_STRIP 48          /* columns of y per unit (a multiple of every tile's R) */
 #define QG_BLOCK_BYTES 98304 /* quantized x per block of rows of a unit (L2) */
+#define QG_PANEL_ROWS 480    /* rows of x per block for the AVX2 panel kernel */
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #define QG_X86 1
@@ -372,7 +374,87 @@ AVX2 static void cols_avx2(const tile_out *o, int r0, int r1, int i0, int i1, in
   }
 }
 
+/* Panel kernel, for blocks of many rows of x (the dot kernel above reads
+** every row of x once per 3 columns from L2, which bounds it there): for
+** each panel of PANEL_N columns of W,
+**   1. pack: P[k/2][j] = (W[i + j][k], W[i + j][k + 1]) as two int16 (zero
+**      past the strip's end), PANEL_N * K int16, stays in L1/L2;
+**   2. for every PANEL_M rows of x: c[m][j] += x[m][k] W[i + j][k] +
+**      x[m][k + 1] W[i + j][k + 1] for the 16 j at once: one vpmaddwd of a
+**      broadcast pair of x (vpbroadcastd) with 8 pairs of P, 12 accumulators
+**      (the 6x16 tile of BLIS's Haswell kernel, in integers: exact).
+** K must be even (a pair per 32-bit lane). */
+#define PANEL_M 6
+#define PANEL_N 16
+#define PANEL_MIN_ROWS 24 /* fewer rows of x in a block: the dot kernel */
+
+INLINE AVX2 void panel_tile_avx2(int32_t *acc, const int16_t *x, const int16_t *P, int K,
+                                 const int M) {
+  __m256i c[PANEL_M][2];
+#pragma GCC unroll 6
+  for (int m = 0; m < M; m++) c[m][0] = c[m][1] = _mm256_setzero_si256();
+  for (int k = 0; k < K; k += 2) {
+    __m256i b0 = _mm256_load_si256((const __m256i *)(P + (size_t)k * PANEL_N));
+    __m256i b1 = _mm256_load_si256((const __m256i *)(P + (size_t)k * PANEL_N + 16));
+#pragma GCC unroll 6
+    for (int m = 0; m < M; m++) {
+      int32_t pair;
+      memcpy(&pair, x + (size_t)m * K + k, 4);
+      __m256i a = _mm256_set1_epi32(pair);
+      c[m][0] = _mm256_add_epi32(c[m][0], _mm256_madd_epi16(b0, a));
+      c[m][1] = _mm256_add_epi32(c[m][1], _mm256_madd_epi16(b1, a));
+    }
+  }
+  /* acc[j * M + m], the layout finish() reads (columns of W major) */
+  int32_t t[PANEL_M][PANEL_N];
+#pragma GCC unroll 6
+  for (int m = 0; m < M; m++) {
+    _mm256_storeu_si256((__m256i *)t[m], c[m][0]);
+    _mm256_storeu_si256((__m256i *)(t[m] + 8), c[m][1]);
+  }
+  for (int j = 0; j < PANEL_N; j++)
+    for (int m = 0; m < M; m++) acc[j * M + m] = t[m][j];
+}
+
+/* Rows [r0, r1) of x against columns [i0, i1) on the panel kernel; 0 if
+** it cannot run (odd K, no memory for the panel): the caller uses the dot
+** kernel. */
+AVX2 static int panels_avx2(const tile_out *o, int r0, int r1, int i0, int i1) {
+  const int K = o->w->k;
+  if (K & 1) return 0;
+  int16_t *P = aligned_alloc(32, (size_t)K * PANEL_N * sizeof(int16_t));
+  if (!P) return 0;
+  const int16_t *x = o->x->q;
+  int32_t acc[PANEL_M * PANEL_N];
+  for (int i = i0; i < i1; i += PANEL_N) {
+    int R = i1 - i < PANEL_N ? i1 - i : PANEL_N;
+    for (int k = 0; k < K; k += 2)
+      for (int j = 0; j < PANEL_N; j++) {
+        const int8_t *w = o->w->q + (size_t)(i + j) * K + k;
+        P[(size_t)k * PANEL_N + 2 * j] = j < R ? w[0] : 0;
+        P[(size_t)k * PANEL_N + 2 * j + 1] = j < R ? w[1] : 0;
+      }
+    for (int r = r0; r < r1; r += PANEL_M) {
+      int M = r1 - r < PANEL_M ? r1 - r : PANEL_M;
+      const int16_t *xr = x + (size_t)r * K;
+      switch (M) {
+        case 6: panel_tile_avx2(acc, xr, P, K, 6); break;
+        case 5: panel_tile_avx2(acc, xr, P, K, 5); break;
+        case 4: panel_tile_avx2(acc, xr, P, K, 4); break;
+        case 3: panel_tile_avx2(acc, xr, P, K, 3); break;
+        case 2: panel_tile_avx2(acc, xr, P, K, 2); break;
+        default: panel_tile_avx2(acc, xr, P, K, 1); break;
+      }
+      _mm256_zeroupper();
+      finish(o, acc, r, M, i, R);
+    }
+  }
+  free(P);
+  return 1;
+}
+
 AVX2 static void unit_avx2(const tile_out *o, int r0, int r1, int i0, int i1) {
+  if (r1 - r0 >= PANEL_MIN_ROWS && panels_avx2(o, r0, r1, i0, i1)) return;
   int r3 = r0 + (r1 - r0) / A2_J * A2_J;
   if (r3 > r0) cols_avx2(o, r0, r3, i0, i1, A2_R);
   if (r1 > r3) cols_avx2(o, r3, r1, i0, i1, a2_rest_r[r1 - r3]);
@@ -463,6 +545,9 @@ static void job_init(qg_job *job, float *y, size_t ldy, int32_t *c, size_t ldc, 
   size_t row_bytes = (size_t)x->k * (x->path == QG_AVX2 ? 2 : 1);
   size_t most = QG_BLOCK_BYTES / row_bytes;
   most = most < 12 ? 12 : most > 252 ? 252 : most;
+  /* the AVX2 panel kernel packs its strip of W once per unit: blocks of
+  ** many rows keep that cost small (x then streams from L2/L3) */
+  if (x->path == QG_AVX2 && x->t >= QG_PANEL_ROWS) most = QG_PANEL_ROWS;
   size_t nrb = ((size_t)x->t + most - 1) / most;
   size_t rb = nrb ? ((size_t)x->t + nrb - 1) / nrb : 12;
   rb = (rb + 11) / 12 * 12;

@@ -204,7 +204,7 @@ static int engine_mode(const char *dir, const char *out) {
 #ifdef BF_HAVE_PRECISION
   bf_model *m = bf_model_load_as(dir, strcmp(o_precision, "int8") ? BF_PRECISION_FP32 : BF_PRECISION_INT8, err,
                                  sizeof err);
-  const char *precision = m ? bf_model_precision_name(m) : "";
+  const char *precision = m ? bf_precision_name(bf_model_precision(m)) : "";
 #else
   if (strcmp(o_precision, "fp32"))
     return write_missing(out, "this bertfill has no int8 mode yet (ext/engine/bertfill.h does not define "

@@ -372,6 +372,16 @@ int main(void) {
     free(x);
     free(W);
   }
+  /* ---- many rows: the AVX2 panel kernel's long blocks (480 rows), a
+  ** partial last panel of columns and a partial last tile of rows ---- */
+  {
+    int T = 1000, N = 100, K = 322;
+    float *x = rand_mat((size_t)T * K, 1.0f), *W = rand_mat((size_t)N * K, 0.05f);
+    int bad = check_shape(x, (size_t)K, W, NULL, T, N, K, (size_t)N, NULL);
+    CHECKF("qgemm: 1000 rows of 322 into 100 (panel kernel blocks)", !bad, "%s", why);
+    free(x);
+    free(W);
+  }
 
   /* ---- bert-base shapes, and int8 against fp32 ---- */
   {
