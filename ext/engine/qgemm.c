@@ -27,7 +27,8 @@
 
 #define QG_STRIP 48          /* columns of y per unit (a multiple of every tile's R) */
 #define QG_BLOCK_BYTES 98304 /* quantized x per block of rows of a unit (L2) */
-#define QG_PANEL_ROWS 480    /* rows of x per block for the AVX2 panel kernel */
+#define QG_PANEL_ROWS 480    /* rows of x per block for the AVX2 panel kernel, */
+#define QG_PANEL_MIN_T 256   /* used from this many rows of x on */
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #define QG_X86 1
@@ -386,7 +387,7 @@ AVX2 static void cols_avx2(const tile_out *o, int r0, int r1, int i0, int i1, in
 ** K must be even (a pair per 32-bit lane). */
 #define PANEL_M 6
 #define PANEL_N 16
-#define PANEL_MIN_ROWS 24 /* fewer rows of x in a block: the dot kernel */
+#define PANEL_MIN_ROWS 192 /* fewer rows of x in a block: the dot kernel (packing W costs) */
 
 INLINE AVX2 void panel_tile_avx2(int32_t *acc, const int16_t *x, const int16_t *P, int K,
                                  const int M) {
@@ -547,7 +548,7 @@ static void job_init(qg_job *job, float *y, size_t ldy, int32_t *c, size_t ldc, 
   most = most < 12 ? 12 : most > 252 ? 252 : most;
   /* the AVX2 panel kernel packs its strip of W once per unit: blocks of
   ** many rows keep that cost small (x then streams from L2/L3) */
-  if (x->path == QG_AVX2 && x->t >= QG_PANEL_ROWS) most = QG_PANEL_ROWS;
+  if (x->path == QG_AVX2 && x->t >= QG_PANEL_MIN_T) most = QG_PANEL_ROWS;
   size_t nrb = ((size_t)x->t + most - 1) / most;
   size_t rb = nrb ? ((size_t)x->t + nrb - 1) / nrb : 12;
   rb = (rb + 11) / 12 * 12;
