@@ -552,6 +552,50 @@ def test_trusted_schema(tmp):
               repr((r.stdout, r.stderr)))
 
 
+def test_joint():
+    """fill_rows(sql, k, 'joint'): each text as bert_fill(text, 'joint') gives it."""
+    rows = texts(60, 31, masks=(1, 2, 3))
+    rows += [rows[0], rows[5], None, "没有空", b"\xff".decode("latin-1")]
+    c = connect()
+    c.execute("SELECT bert_cache('off')").fetchone()
+    want = [None if r is None else c.execute("SELECT bert_fill(?, 'joint')", (r,)).fetchone()[0]
+            if r != "\xff" else None for r in rows]
+    table(c, rows)
+    c.execute("UPDATE t SET text = CAST(x'ff' AS TEXT) WHERE text = ?", ("\xff",))
+    got = c.execute("SELECT key, filled, masks, error, k, mode FROM fill_rows("
+                    "'SELECT id, text FROM t ORDER BY id', NULL, 'joint')").fetchall()
+    check("fill_rows joint: one row per query row", len(got) == len(rows), str(len(got)))
+    same = all(g[1] == w for g, w in zip(got[:-1], want[:-1]))
+    check("fill_rows joint: filled equals bert_fill(text, 'joint') per row (repeats, NULL, no mask)",
+          same, str([(g[1], w) for g, w in zip(got, want) if g[1] != w][:3]))
+    check("fill_rows joint: an invalid text gets its error in the row",
+          got[-1][1] is None and got[-1][3] is not None and "invalid UTF-8" in got[-1][3], str(got[-1]))
+    check("fill_rows joint: masks is NULL, k the beam (5), mode 'joint'",
+          all(g[2] is None and g[4] == 5 and g[5] == "joint" for g in got), str(got[0]))
+    multi = [r for r in rows[:60] if r.count("[MASK]") >= 2]
+    per_mask = [c.execute("SELECT bert_fill(?)", (r,)).fetchone()[0] for r in multi]
+    jointly = [c.execute("SELECT bert_fill(?, 'joint')", (r,)).fetchone()[0] for r in multi]
+    check("fill_rows joint: differs from per-mask filling somewhere (so the check can fail)",
+          any(a != b for a, b in zip(per_mask, jointly)), "%d texts" % len(multi))
+    r2 = c.execute("SELECT filled FROM fill_rows('SELECT id, text FROM t WHERE id <= 10 "
+                   "ORDER BY id', 2, 'joint')").fetchall()
+    w2 = [c.execute("SELECT sequence FROM fill_sequences(?, 2) WHERE rank = 1", (r,)).fetchone()[0]
+          for r in rows[:10]]
+    check("fill_rows joint, k = 2: rank 1 of fill_sequences(text, 2)", [x[0] for x in r2] == w2,
+          "%s vs %s" % (r2[:2], w2[:2]))
+    e = error_of(c, "SELECT * FROM fill_rows('SELECT id, text FROM t', 3, 'whole')")
+    check("fill_rows: a third argument other than 'joint' is an error",
+          e == "fill_rows: the third argument must be 'joint' (got 'whole'); fill_rows(sql [, k]) "
+               "fills each [MASK] on its own", e)
+    e = error_of(c, "SELECT * FROM fill_rows('SELECT id, text FROM t', 101, 'joint')")
+    check("fill_rows joint: k above 100 is an error", e is not None and "from 1 to 100" in e, e)
+    plain = c.execute("SELECT filled, mode FROM fill_rows('SELECT id, text FROM t ORDER BY id', "
+                      "NULL, NULL) LIMIT 3").fetchall()
+    check("fill_rows(sql, NULL, NULL): per mask, as without the argument",
+          [p[0] for p in plain] == reference(rows[:3]) and all(p[1] is None for p in plain), str(plain))
+    c.close()
+
+
 def main():
     tmp = tempfile.mkdtemp(prefix="t_rows.")
     os.environ["BERTFILL_PROGRESS"] = "0"
@@ -569,6 +613,7 @@ def main():
         test_shell_chunks(tmp)
         test_progress()
         test_trusted_schema(tmp)
+        test_joint()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return exit_code()

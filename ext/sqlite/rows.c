@@ -31,6 +31,10 @@
 **           counted in bertfill_stats (err_input, err_toolong).  One bad
 **           row does not stop the others; select WHERE error IS NOT NULL.
 **   sql, k  HIDDEN: the arguments (k from 1 to 1000, at most the vocabulary)
+**   mode    HIDDEN: fill_rows(sql, k, 'joint') (k may be NULL) fills each
+**           text's masks together, exactly as bert_fill(text, 'joint')
+**           (joint.h; k: the beam's width, default as there); texts go one
+**           at a time (each is a beam search of its own), `masks` is NULL
 ** An error of the query itself (it does not prepare, it writes, it has not
 ** two columns, it fails while running), no model, out of memory, or an
 ** encoder that stays busy past bert_busy_timeout stops the statement.
@@ -73,6 +77,7 @@ SQLITE_EXTENSION_INIT3
 #include "conn.h"
 #include "encode.h"
 #include "errors.h"
+#include "joint.h"
 #include "jsonw.h"
 #include "lookup.h"
 #include "stats.h"
@@ -80,7 +85,10 @@ SQLITE_EXTENSION_INIT3
 #include "tvf.h"
 #include "util.h"
 
-enum { COL_KEY, COL_TEXT, COL_FILLED, COL_MASKS, COL_ERROR, COL_SQL, COL_K };
+enum { COL_KEY, COL_TEXT, COL_FILLED, COL_MASKS, COL_ERROR, COL_SQL, COL_K, COL_MODE };
+
+/* idxNum bit of the plan: the mode ('joint') is the last argument. */
+enum { ROWS_MODE = 4 };
 
 #define MAX_ROWS BFX_ROWS_BATCH_MAX_ROWS
 #define MAX_SEQS BFX_BATCH_MAX_SEQS
@@ -111,6 +119,8 @@ typedef struct rows_cursor {
   sqlite3_stmt *query; /* the user's SELECT */
   char *sql;
   int k;       /* candidates per mask in `masks`; 0: no masks column */
+  int joint;   /* 'joint': each text's masks filled together (joint.h), one text at a time */
+  int beam;    /* its beam width: k, or BFX_DEFAULT_K as bert_fill(text, 'joint') */
   int k_enc;   /* candidates per mask the encoder computes (cache entries) */
   int done;    /* the query has no more rows */
   int pending; /* rows[nrows] was read but waits for the next batch; its tokens are seqs[nseq] */
@@ -133,7 +143,7 @@ static int rows_connect(sqlite3 *db, void *aux, int argc, const char *const *arg
   (void)argv;
   (void)pzErr;
   int rc = sqlite3_declare_vtab(db, "CREATE TABLE x(key, text, filled TEXT, masks TEXT, "
-                                    "error TEXT, sql HIDDEN, k HIDDEN)");
+                                    "error TEXT, sql HIDDEN, k HIDDEN, mode HIDDEN)");
   if (rc != SQLITE_OK) return rc;
   rows_vtab *v = sqlite3_malloc(sizeof *v);
   if (!v) return SQLITE_NOMEM;
@@ -199,6 +209,22 @@ static int rows_best_index(sqlite3_vtab *pVtab, sqlite3_index_info *info) {
   (void)pVtab;
   int rc = bfx_tvf_best_index(info, COL_SQL, COL_K);
   if (rc != SQLITE_OK || !(info->idxNum & BFX_TVF_TEXT)) return rc;
+  /* the mode (argument 3), after sql and k */
+  int argv_n = info->idxNum & BFX_TVF_K ? 2 : 1, unusable = 0;
+  for (int i = 0; i < info->nConstraint; i++) {
+    const struct sqlite3_index_constraint *cs = &info->aConstraint[i];
+    if (cs->iColumn != COL_MODE || cs->op != SQLITE_INDEX_CONSTRAINT_EQ) continue;
+    if (!cs->usable) {
+      unusable = 1;
+      continue;
+    }
+    info->aConstraintUsage[i].argvIndex = argv_n + 1;
+    info->aConstraintUsage[i].omit = 1;
+    info->idxNum |= ROWS_MODE;
+    unusable = 0;
+    break;
+  }
+  if (unusable) return SQLITE_CONSTRAINT;
   info->estimatedCost = 1e12;
   info->estimatedRows = 1000000;
   return SQLITE_OK;
@@ -241,6 +267,40 @@ static int cached(rows_cursor *cur, row *r, const bf_tokens *t) {
   return hit;
 }
 
+/* r cannot be filled: why goes into the row (0), or -1 out of memory. */
+static int row_error(rows_cursor *cur, row *r, bfx_err *why) {
+  if (why->rc == SQLITE_NOMEM) return -1;
+  bfx_err_count(why);
+  r->error = sqlite3_mprintf("%s", why->msg);
+  if (!r->error) return -1;
+  cur->errors++;
+  return 0;
+}
+
+/* 'joint': the best whole fill of r (tokens t, masks found), exactly what
+** bert_fill(text, 'joint') gives with the default beam: one text at a time,
+** through the memo cache as that function uses it.  0, or -1 out of memory. */
+static int joint_row(rows_cursor *cur, row *r, const bf_tokens *t) {
+  bfx_result res;
+  memset(&res, 0, sizeof res);
+  bfx_err why = BFX_ERR_NONE;
+  int rc = bfx_joint_fill("fill_rows", cur->c, cur->m, t, cur->beam, BFX_JOINT_CALL, &res, &why);
+  if (rc == SQLITE_OK) {
+    sqlite3_str *o = sqlite3_str_new(NULL); /* row 0: the best fill */
+    bfx_append_filled(o, cur->m, r->s, r->n, r->off, r->n_masks, res.c, (size_t)res.k);
+    r->filled_n = sqlite3_str_length(o);
+    if (sqlite3_str_errcode(o) != SQLITE_OK) rc = SQLITE_NOMEM;
+    r->filled = sqlite3_str_finish(o);
+    if (!r->filled) rc = SQLITE_NOMEM;
+    cur->computed++;
+  }
+  bfx_result_clear(&res);
+  sqlite3_free(r->off);
+  r->off = NULL;
+  if (rc == SQLITE_NOMEM) return -1;
+  return rc == SQLITE_OK ? 0 : row_error(cur, r, &why);
+}
+
 /* Read the text of r: its tokens go to seqs[nseq]; r gets an error, a
 ** plain answer, cached candidates or the sequence it repeats (returns 0),
 ** or it needs a new sequence (r->seq = nseq, returns 1); -1 out of memory. */
@@ -271,13 +331,8 @@ static int read_text(rows_cursor *cur, row *r) {
     rc = bfx_find_masks("fill_rows", r->s, n, t->n_masks, r->off, &why);
   }
   if (why.rc == SQLITE_NOMEM) return -1;
-  if (rc != SQLITE_OK) { /* this row cannot be filled: say why in the row */
-    bfx_err_count(&why);
-    r->error = sqlite3_mprintf("%s", why.msg);
-    if (!r->error) return -1;
-    cur->errors++;
-    return 0;
-  }
+  if (rc == SQLITE_OK && cur->joint) return joint_row(cur, r, t);
+  if (rc != SQLITE_OK) return row_error(cur, r, &why);
 
   int hit = cached(cur, r, t);
   if (hit < 0) return -1;
@@ -562,8 +617,23 @@ static int rows_filter(sqlite3_vtab_cursor *cursor, int idxNum, const char *idxS
                                                   : "the query must be a text");
     return bfx_error_vtab(vt, &e);
   }
-  sqlite3_int64 k; /* 0: no masks column */
-  int rc = bfx_tvf_k(vt, "fill_rows", BF_MAX_K, 0, idxNum, argc, argv, &k);
+  if (idxNum & ROWS_MODE) {
+    sqlite3_value *v = argv[argc - 1];
+    const char *z = (const char *)sqlite3_value_text(v);
+    if (sqlite3_value_type(v) != SQLITE_NULL && !(z && sqlite3_stricmp(z, "joint") == 0)) {
+      bfx_quote q;
+      if (!z) return SQLITE_NOMEM;
+      bfx_errf(&e, SQLITE_ERROR, BF_CT_ERR_INPUT,
+               "fill_rows: the third argument must be 'joint' (got '%s'); fill_rows(sql [, k]) "
+               "fills each [MASK] on its own",
+               bfx_quoted(&q, z, sqlite3_value_bytes(v)));
+      return bfx_error_vtab(vt, &e);
+    }
+    cur->joint = z != NULL;
+  }
+  sqlite3_int64 k; /* 0: no masks column; 'joint': the beam, as fill_sequences' k */
+  int rc = bfx_tvf_k(vt, "fill_rows", cur->joint ? BFX_SEQUENCES_MAX_K : BF_MAX_K, 0, idxNum, argc,
+                     argv, &k);
   if (rc != SQLITE_OK) return rc;
   cur->sql = sqlite3_mprintf("%s", (const char *)sqlite3_value_text(argv[0]));
   if (!cur->sql) return SQLITE_NOMEM;
@@ -573,6 +643,10 @@ static int rows_filter(sqlite3_vtab_cursor *cursor, int idxNum, const char *idxS
   cur->m = m;
   int vocab = bf_model_config(m)->vocab_size;
   cur->k = (int)(k < vocab ? k : vocab);
+  if (cur->joint) { /* k is the beam's width; no masks column */
+    cur->beam = cur->k > 0 ? cur->k : BFX_DEFAULT_K;
+    cur->k = 0;
+  }
   cur->k_enc = cur->k > BFX_MIN_K ? cur->k : BFX_MIN_K;
   if (cur->k_enc > vocab) cur->k_enc = vocab;
   if (prepare_query(cur, cur->sql, &e) != SQLITE_OK) {
@@ -621,7 +695,10 @@ static int rows_column(sqlite3_vtab_cursor *cursor, sqlite3_context *ctx, int co
       break;
     case COL_SQL: sqlite3_result_text(ctx, cur->sql, -1, SQLITE_TRANSIENT); break;
     case COL_K:
-      if (cur->k > 0) sqlite3_result_int(ctx, cur->k);
+      if (cur->k > 0 || cur->joint) sqlite3_result_int(ctx, cur->joint ? cur->beam : cur->k);
+      break;
+    case COL_MODE:
+      if (cur->joint) sqlite3_result_text(ctx, "joint", 5, SQLITE_STATIC);
       break;
   }
   return SQLITE_OK;
