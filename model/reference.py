@@ -206,6 +206,10 @@ class Bert:
 
     bug = None       # --mutations: name of a deliberate mistake to make
 
+    def decoder(self, m):
+        """logits = t D^T + b at the masks (Int8Bert: in int8, as a Linear)."""
+        return m @ self.dec_w.T + (0 if self.bug == "no-output-bias" else self.dec_b)
+
     def gelu(self, x):
         if self.bug == "gelu-tanh":
             return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
@@ -239,7 +243,7 @@ class Bert:
         if not pos:
             return pos, torch.zeros((0, self.V), dtype=self.dt)
         m = self.layernorm(self.gelu(self.linear(h[pos], self.head)), self.head_ln)
-        logits = m @ self.dec_w.T + (0 if self.bug == "no-output-bias" else self.dec_b)
+        logits = self.decoder(m)
         logits = logits - logits.max(-1, keepdim=True).values
         e = torch.exp(logits)
         return pos, e / e.sum(-1, keepdim=True)
@@ -285,31 +289,8 @@ class Int8Bert(Bert):
         y = acc.to(torch.float32) * (t[:, None] * ws[None, :])
         return y.to(self.dt) + p[1]
 
-    def probs(self, ids):
-        # the decoder (t D^T) is a Linear too: route it through linear()
-        dec = (self.dec_w, torch.zeros(self.V, dtype=self.dt))
-        n, H, A = len(ids), self.H, self.A
-        d = H // A
-        t = torch.tensor(ids, dtype=torch.long)
-        h = self.layernorm(self.word[t] + self.pos[:n] + self.typ[0], self.emb_ln)
-        for ly in self.layers:
-            q = self.linear(h, ly["q"]).view(n, A, d).transpose(0, 1)
-            k = self.linear(h, ly["k"]).view(n, A, d).transpose(0, 1)
-            v = self.linear(h, ly["v"]).view(n, A, d).transpose(0, 1)
-            s = q @ k.transpose(1, 2) / math.sqrt(d)
-            s = torch.exp(s - s.max(-1, keepdim=True).values)
-            a = ((s / s.sum(-1, keepdim=True)) @ v).transpose(0, 1).reshape(n, H)
-            h = self.layernorm(h + self.linear(a, ly["ao"]), ly["aln"])
-            f = self.linear(self.gelu(self.linear(h, ly["i"])), ly["o"])
-            h = self.layernorm(h + f, ly["oln"])
-        pos = [i for i, x in enumerate(ids) if x == self.mask_id]
-        if not pos:
-            return pos, torch.zeros((0, self.V), dtype=self.dt)
-        m = self.layernorm(self.gelu(self.linear(h[pos], self.head)), self.head_ln)
-        logits = self.linear(m, dec) + self.dec_b
-        logits = logits - logits.max(-1, keepdim=True).values
-        e = torch.exp(logits)
-        return pos, e / e.sum(-1, keepdim=True)
+    def decoder(self, m):   # the decoder is a Linear too: in int8
+        return self.linear(m, (self.dec_w, self.dec_b))
 
 
 def int8_goldens(models_dir, golden_dir, names):
@@ -323,15 +304,11 @@ def int8_goldens(models_dir, golden_dir, names):
         for s in seqs:
             pos, p = m8.probs(s)
             _, p64 = m64.probs(s)
-            masks = []
-            for r, at in enumerate(pos):
-                v, ix = torch.topk(p[r], K + 1)
-                v, ix = v.tolist(), ix.tolist()
+            masks, tops = mask_entries(pos, p)
+            for r, (v, ix) in enumerate(tops):
                 agree += int(ix[0] == int(torch.argmax(p64[r])))
                 total += 1
                 dmax = max(dmax, abs(v[0] - float(p64[r][ix[0]])))
-                masks.append({"pos": at, "top": [[i, round(x, 10)] for i, x in zip(ix[:K], v[:K])],
-                              "next_prob": round(v[K], 10)})
             out.append({"ids": s, "masks": masks})
         doc = {
             "model": name,
@@ -341,12 +318,7 @@ def int8_goldens(models_dir, golden_dir, names):
             "precision": "int8",
             "tolerance": INT8_TOL,
             "top1_agreement_with_fp64": [agree, total],
-            "dtype": next(iter({t["dtype"] for t in _header(d).values()} - {"I64"})),
-            "config": {k: m64.cfg[k] for k in ("vocab_size", "hidden_size", "num_hidden_layers",
-                                                "num_attention_heads", "intermediate_size",
-                                                "max_position_embeddings", "type_vocab_size",
-                                                "layer_norm_eps")},
-            "tied": m64.tied,
+            **model_fields(d, m64),
             "ids": ids,
             "k": K,
             "sequences": out,
@@ -392,6 +364,32 @@ def make_sequences(m, name):
     return seqs, ids
 
 
+def mask_entries(pos, p):
+    """The golden entries of the masks at positions pos with distributions p
+    (top K and the probability of the next), and each mask's (v, ix): its
+    K + 1 largest probabilities and their ids."""
+    entries, tops = [], []
+    for r, at in enumerate(pos):
+        v, ix = torch.topk(p[r], K + 1)
+        v, ix = v.tolist(), ix.tolist()
+        tops.append((v, ix))
+        entries.append({"pos": at, "top": [[i, round(x, 10)] for i, x in zip(ix[:K], v[:K])],
+                        "next_prob": round(v[K], 10)})
+    return entries, tops
+
+
+def model_fields(model_dir, m64):
+    """What a golden says of its model: dtype, config, tied decoder."""
+    return {
+        "dtype": next(iter({t["dtype"] for t in _header(model_dir).values()} - {"I64"})),
+        "config": {k: m64.cfg[k] for k in ("vocab_size", "hidden_size", "num_hidden_layers",
+                                            "num_attention_heads", "intermediate_size",
+                                            "max_position_embeddings", "type_vocab_size",
+                                            "layer_norm_eps")},
+        "tied": m64.tied,
+    }
+
+
 def golden_for(model_dir, name):
     m64 = Bert(model_dir, torch.float64)
     m32 = Bert(model_dir, torch.float32)
@@ -400,28 +398,19 @@ def golden_for(model_dir, name):
     for s in seqs:
         pos, p = m64.probs(s)
         pos32, p32 = m32.probs(s)
-        masks = []
-        for r, at in enumerate(pos):
-            v, ix = torch.topk(p[r], K + 1)
-            v, ix = v.tolist(), ix.tolist()
+        masks, tops = mask_entries(pos, p)
+        for r, (v, ix) in enumerate(tops):
             d32 = float((p32[r].double() - p[r]).abs().max())
             stats["fp32_vs_fp64"] = max(stats["fp32_vs_fp64"], d32)
             stats["margins"].append(v[0] - v[1])
             stats["top1"].add(ix[0])
-            masks.append({"pos": at, "top": [[i, round(x, 10)] for i, x in zip(ix[:K], v[:K])],
-                          "next_prob": round(v[K], 10)})
         out_seqs.append({"ids": s, "masks": masks})
     doc = {
         "model": name,
         "safetensors_sha256": file_sha256(os.path.join(model_dir, "model.safetensors")),
         "generator": "model/make_test_models.py (model/gen_random_model.py)",
         "reference": "model/reference.py: float64 forward pass on the stored weights",
-        "dtype": next(iter({t["dtype"] for t in _header(model_dir).values()} - {"I64"})),
-        "config": {k: m64.cfg[k] for k in ("vocab_size", "hidden_size", "num_hidden_layers",
-                                            "num_attention_heads", "intermediate_size",
-                                            "max_position_embeddings", "type_vocab_size",
-                                            "layer_norm_eps")},
-        "tied": m64.tied,
+        **model_fields(model_dir, m64),
         "ids": ids,
         "k": K,
         "sequences": out_seqs,
