@@ -1,7 +1,8 @@
 """bftest.py — what the Python test suites share: where the build, the test
 models and the extension are, and the check lines tests/run.sh counts
-("ok NAME", "FAIL NAME: why", "skip NAME: why")."""
+("ok NAME", "FAIL NAME: why", "skip NAME: why"), and error_of."""
 import os
+import sqlite3
 import sys
 
 BUILD = os.environ.get("BUILD", "build")
@@ -36,3 +37,12 @@ def check(name, cond, why=""):
 def exit_code():
     """1 if any check failed so far, else 0."""
     return 1 if _failures else 0
+
+
+def error_of(c, sql, args=()):
+    """The message of the SQLite error that running sql on c raises, or None."""
+    try:
+        c.execute(sql, args).fetchall()
+    except sqlite3.Error as e:
+        return str(e)
+    return None

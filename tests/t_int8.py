@@ -21,7 +21,7 @@ import subprocess
 import sys
 import tempfile
 
-from bftest import EXT, MODELS, TINY, check, exit_code, skip
+from bftest import EXT, MODELS, TINY, check, error_of, exit_code, skip
 
 INT8_FILE = "model.int8.safetensors"
 
@@ -38,24 +38,13 @@ def one(c, sql, args=()):
     return c.execute(sql, args).fetchone()[0]
 
 
-def error_of(c, sql, args=()):
-    try:
-        c.execute(sql, args).fetchall()
-    except sqlite3.Error as e:
-        return str(e)
-    return None
-
-
 def debug(c):
     return json.loads(one(c, "SELECT bert_debug()"))
 
 
 def copy_model(src, tmp, name):
     d = os.path.join(tmp, name)
-    shutil.copytree(src, d)
-    for f in (INT8_FILE,):
-        if os.path.exists(os.path.join(d, f)):
-            os.unlink(os.path.join(d, f))
+    shutil.copytree(src, d, ignore=shutil.ignore_patterns(INT8_FILE))
     return d
 
 

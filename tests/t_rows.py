@@ -19,7 +19,7 @@ import subprocess
 import sys
 import tempfile
 
-from bftest import EXT, TINY, check, exit_code, skip
+from bftest import EXT, TINY, check, error_of, exit_code, skip
 
 UPDATE = ("UPDATE t SET filled = f.filled FROM fill_rows('SELECT rowid, text FROM t "
           "WHERE filled IS NULL') AS f WHERE t.rowid = f.key")
@@ -74,14 +74,6 @@ def counters(c):
 
 def delta(before, after):
     return {k: after[k] - before.get(k, 0) for k in after}
-
-
-def error_of(c, sql, args=()):
-    try:
-        c.execute(sql, args).fetchall()
-    except sqlite3.Error as e:
-        return str(e)
-    return None
 
 
 def table(c, rows, name="t"):
