@@ -1,23 +1,26 @@
 #!/usr/bin/python3
 """memory.py — do N processes with the same model loaded share one copy of
-the weights?  (make soak)
+the weights, in fp32 and in int8?  (make soak)
 
     /usr/bin/python3 tests/soak/memory.py [MODEL_DIR]
         (default build/models/bert-base-random, made with
          model/gen_random_model.py --layers 12 --hidden 768 --heads 12
          --intermediate 3072 --vocab-size 21128 when missing)
 
-For 1 and then 4 processes at once, each process (Python's sqlite3 with the
-extension) loads the model, runs one bert_fill, and waits; the parent reads
-/proc/PID/smaps_rollup (Rss, Pss, private clean + dirty) and the line of
-/proc/PID/smaps for model.safetensors.  A baseline process that loaded the
+For each precision (fp32, then int8) and 1 and then 4 processes at once,
+each process (Python's sqlite3 with the extension) loads the model in that
+precision (bert_load(dir, precision); the first int8 load writes
+model.int8.safetensors if it is not there), runs one bert_fill, and waits;
+the parent reads /proc/PID/smaps_rollup (Rss, Pss, private clean + dirty)
+and the lines of /proc/PID/smaps for the model's weight files
+(model.safetensors, model.int8.safetensors).  A baseline process that loaded the
 extension and OpenBLAS (SELECT bert_threads()) but no model gives the
 memory that is not bertfill's model; the extra private memory of a process
 with the model is private(process) - private(baseline), to compare with the
-size of the model file.  (The model file's own pages are left out of
+size of the model file.  (The weight files' own pages are left out of
 "private": the kernel counts page-cache pages as private while only one
-process maps them, though they are the one shared copy.)  Target: under 5%
-of the model size.  Prints a
+process maps them, though they are the one shared copy.)  Target, in both
+precisions: under 5% of the fp32 model's size.  Prints a
 table and "ok memory_private_per_process (...)" or FAIL.
 """
 import os
@@ -37,7 +40,7 @@ c.load_extension(sys.argv[1])
 if sys.argv[2] == "-":
     c.execute("SELECT bert_threads()").fetchone()          # OpenBLAS loaded, no model
 else:
-    c.execute("SELECT bert_load(?)", (sys.argv[2],)).fetchone()
+    c.execute("SELECT bert_load(?, ?)", (sys.argv[2], sys.argv[3])).fetchone()
     c.execute("SELECT bert_fill('今天天气真[MASK]啊，我们去公园[MASK]步吧。')").fetchone()
 print("ready", flush=True)
 sys.stdin.readline()
@@ -54,8 +57,11 @@ def rollup(pid):
     return out
 
 
-def model_mapping(pid, name="model.safetensors"):
-    """Rss / Pss / private of the mapping(s) of the model file, in kB."""
+WEIGHT_FILES = ("/model.safetensors", "/model.int8.safetensors")
+
+
+def model_mapping(pid, names=WEIGHT_FILES):
+    """Rss / Pss / private of the mappings of the weight files, in kB."""
     res = {"Rss": 0, "Pss": 0, "Private": 0}
     cur = None
     with open("/proc/%d/smaps" % pid) as f:
@@ -64,7 +70,7 @@ def model_mapping(pid, name="model.safetensors"):
             if parts and "-" in parts[0] and len(parts) >= 5 and not parts[0].endswith(":"):
                 cur = parts[-1] if len(parts) >= 6 else ""
                 continue
-            if cur and cur.endswith(name) and parts and parts[0].endswith(":"):
+            if cur and cur.endswith(names) and parts and parts[0].endswith(":"):
                 k = parts[0][:-1]
                 if k in ("Rss", "Pss"):
                     res[k] += int(parts[1])
@@ -73,11 +79,12 @@ def model_mapping(pid, name="model.safetensors"):
     return res
 
 
-def start(n, model):
+def start(n, model, precision="fp32"):
     env = dict(os.environ)
     ps = []
     for _ in range(n):
-        p = subprocess.Popen([sys.executable, "-c", CHILD, EXT, model], stdin=subprocess.PIPE,
+        p = subprocess.Popen([sys.executable, "-c", CHILD, EXT, model, precision],
+                             stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE, text=True, env=env)
         ps.append(p)
     for p in ps:
@@ -112,12 +119,13 @@ def main():
     stop(base)
     print("model %s: %.1f MB; baseline process (extension + OpenBLAS, no model): RSS %.1f MB, "
           "private %.1f MB" % (model, size_kb / 1024, b["Rss"] / 1024, private(b) / 1024))
-    print("%-6s %-4s %10s %10s %12s %14s %14s %16s" % ("procs", "pid#", "RSS MB", "PSS MB", "private MB",
-                                                     "extra priv MB", "model map RSS", "model map PSS"))
+    print("%-9s %-6s %-4s %10s %10s %12s %14s %14s %16s" % (
+        "precision", "procs", "pid#", "RSS MB", "PSS MB", "private MB", "extra priv MB",
+        "model map RSS", "model map PSS"))
     worst = 0.0
     summary = {}
-    for n in (1, 4):
-        ps = start(n, model)
+    for precision, n in (("fp32", 1), ("fp32", 4), ("int8", 1), ("int8", 4)):
+        ps = start(n, model, precision)
         rows = [(rollup(p.pid), model_mapping(p.pid)) for p in ps]
         stop(ps)
         tot_pss = 0
@@ -128,15 +136,16 @@ def main():
             extra = private(r) - m["Private"] - private(b)
             worst = max(worst, extra)
             tot_pss += r["Pss"]
-            print("%-6d %-4d %10.1f %10.1f %12.1f %14.1f %14.1f %16.1f" % (
-                n, i + 1, r["Rss"] / 1024, r["Pss"] / 1024, private(r) / 1024, extra / 1024,
+            print("%-9s %-6d %-4d %10.1f %10.1f %12.1f %14.1f %14.1f %16.1f" % (
+                precision, n, i + 1, r["Rss"] / 1024, r["Pss"] / 1024, private(r) / 1024, extra / 1024,
                 m["Rss"] / 1024, m["Pss"] / 1024))
-        summary[n] = tot_pss
-        print("       total PSS of the %d process(es): %.1f MB" % (n, tot_pss / 1024))
+        summary[precision, n] = tot_pss
+        print("          total PSS of the %d %s process(es): %.1f MB" % (n, precision, tot_pss / 1024))
     pct = 100.0 * worst / size_kb
     line = ("largest extra private memory per process %.1f MB = %.2f%% of the model (%.0f MB); "
-            "total PSS 1 process %.0f MB, 4 processes %.0f MB"
-            % (worst / 1024, pct, size_kb / 1024, summary[1] / 1024, summary[4] / 1024))
+            "total PSS fp32: 1 process %.0f MB, 4 processes %.0f MB; int8: %.0f MB, %.0f MB"
+            % (worst / 1024, pct, size_kb / 1024, summary["fp32", 1] / 1024,
+               summary["fp32", 4] / 1024, summary["int8", 1] / 1024, summary["int8", 4] / 1024))
     if pct < 5.0:
         print("ok memory_private_per_process (%s)" % line)
         return 0

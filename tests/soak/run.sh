@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # run.sh — `make soak`: the long reliability runs, never part of `make test`.
-#   1. memory: RSS / PSS of 1 and 4 processes with a bert-base-sized model
+#   1. memory: RSS / PSS of 1 and 4 processes with a bert-base-sized model, fp32 and int8
 #      (tests/soak/memory.py; extra private memory per process < 5% of it)
 #   2. threads on the bert-base-sized model (OpenBLAS GEMM sizes), results
 #      identical to one thread (tests/reliability/threads.c)
