@@ -157,11 +157,12 @@ void bfx_fn_load(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
     }
     if (bf_precision_parse(p, &precision) != 0) {
       bfx_quote q;
-      char *msg = sqlite3_mprintf("bert_load: unknown precision '%s': use 'fp32' (exact, the "
-                                  "default) or 'int8' (faster, approximate)",
-                                  bfx_quoted(&q, p, -1));
-      sqlite3_result_error(ctx, msg ? msg : "bert_load: unknown precision", -1);
-      sqlite3_free(msg);
+      bfx_err e = BFX_ERR_NONE;
+      bfx_errf(&e, SQLITE_ERROR, -1,
+               "bert_load: unknown precision '%s': use 'fp32' (exact, the default) or 'int8' "
+               "(faster, approximate)",
+               bfx_quoted(&q, p, -1));
+      bfx_error(ctx, &e);
       return;
     }
   }

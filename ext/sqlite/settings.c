@@ -50,6 +50,15 @@ static int setting_arg(sqlite3_context *ctx, int argc, sqlite3_value **argv, con
   return -1;
 }
 
+/* The error of a setting whose argument is none of its words: "fname: the
+** argument must be WORDS (got GOT)". */
+static void choice_error(sqlite3_context *ctx, const char *fname, const char *words,
+                         const char *got) {
+  bfx_err e = BFX_ERR_NONE;
+  bfx_errf(&e, SQLITE_ERROR, -1, "%s: the argument must be %s (got %s)", fname, words, got);
+  bfx_error(ctx, &e);
+}
+
 void bfx_fn_cache(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
   bfx_conn *c = sqlite3_user_data(ctx);
   if (argc == 0 || sqlite3_value_type(argv[0]) == SQLITE_NULL) {
@@ -76,12 +85,7 @@ void bfx_fn_cache(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
   }
   int mode = bfx_cache_mode_parse(s);
   if (mode < 0) {
-    char *m = sqlite3_mprintf("bert_cache: the argument must be 'on', 'memory', 'off' or 'clear' "
-                              "(got %s)",
-                              got);
-    if (m) sqlite3_result_error(ctx, m, -1);
-    else sqlite3_result_error_nomem(ctx);
-    sqlite3_free(m);
+    choice_error(ctx, "bert_cache", "'on', 'memory', 'off' or 'clear'", got);
     return;
   }
   c->cache_mode = mode;
@@ -180,12 +184,7 @@ void bfx_fn_rows_cache(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
     const char *got = bfx_arg_shown(argv[0], &q);
     int mode = bfx_rows_cache_parse((const char *)sqlite3_value_text(argv[0]));
     if (mode < 0) {
-      char *m = sqlite3_mprintf("bert_rows_cache: the argument must be 'room', 'all' or 'none' "
-                                "(got %s)",
-                                got);
-      if (m) sqlite3_result_error(ctx, m, -1);
-      else sqlite3_result_error_nomem(ctx);
-      sqlite3_free(m);
+      choice_error(ctx, "bert_rows_cache", "'room', 'all' or 'none'", got);
       return;
     }
     c->rows_cache = mode;
