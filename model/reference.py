@@ -27,6 +27,15 @@ engine matches to ~4e-7.  Deeper random models amplify a moved code: on small
 int8 probabilities by 0.02, so an exact int8 golden for it would test noise;
 its int8 mode is checked by agreement with fp32 instead (tests/t_int8.py).
 
+--shipped writes the golden of the shipped model (tests/golden/shipped.json)
+for the texts given (the model card's examples): for each [MASK] its top-5
+tokens and probabilities, from the float64 pass below on the committed F16
+weights; tests/t_shipped.py checks the C engine's fill_candidates against it
+(|dp| <= 1e-4).  Texts are Han characters, full-width punctuation and [MASK],
+one token per character (text_ids).
+
+    /usr/bin/python3 model/reference.py --shipped model/bertfill-zh-tiny tests/golden/shipped.json TEXT ...
+
 --joint writes tests/golden/joint_NAME.json for tiny and small (or the NAMEs
 given): whole-word fills by the chain rule and the beam search (see "Joint
 decoding" below), checked by tests/t_joint.py.
@@ -594,7 +603,32 @@ def mutations(models_dir, names):
         print("%s: %s" % (name, ", ".join(row)))
 
 
+def shipped_golden(model_dir, path, texts):
+    """tests/golden/shipped.json: top-K of every [MASK] of each text (see --shipped)."""
+    torch.set_num_threads(1)
+    m = Bert(model_dir, torch.float64)
+    out = []
+    for text in texts:
+        ids = text_ids(m, text)
+        pos, p = m.probs(ids)
+        out.append({"text": text, "ids": ids,
+                    "masks": [[[m.vocab[i], sig(x)] for x, i in zip(*(t.tolist() for t in torch.topk(p[r], K)))]
+                              for r in range(len(pos))]})
+    doc = {"model": os.path.basename(os.path.normpath(model_dir)),
+           "safetensors_sha256": file_sha256(os.path.join(model_dir, "model.safetensors")),
+           "reference": "model/reference.py --shipped: float64 forward pass on the stored weights",
+           "k": K, "sequences": out}
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(dump(doc))
+    for s_ in out:
+        print("%s  %s" % (s_["text"], " | ".join(" ".join("%s:%.4f" % (t, x) for t, x in mk) for mk in s_["masks"])))
+    print("-> %s" % path)
+
+
 def main():
+    if len(sys.argv) > 3 and sys.argv[1] == "--shipped":
+        shipped_golden(sys.argv[2], sys.argv[3], sys.argv[4:])
+        return
     if len(sys.argv) > 3 and sys.argv[1] == "--int8":
         torch.set_num_threads(1)
         int8_goldens(sys.argv[2], sys.argv[3], sys.argv[4:])

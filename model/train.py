@@ -46,8 +46,20 @@ exported.  The learning-rate decay ends at --total-steps or --max-minutes,
 whichever comes first.
 """
 import os
-os.environ.setdefault("OPENBLAS_CORETYPE", "SkylakeX")   # before torch loads OpenBLAS
-import argparse, json, math, struct, sys, time
+
+def cpu_has_avx512():
+    """Whether /proc/cpuinfo lists avx512f (Debian's OpenBLAS 0.3.21 picks slow generic
+    kernels on AVX-512 CPUs unless told the core, as ext/engine/blas.c does for the
+    engine; forcing SkylakeX on a CPU without AVX-512 dies of SIGILL)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return any(l.startswith("flags") and " avx512f" in l for l in f)
+    except OSError:
+        return False
+
+if "OPENBLAS_CORETYPE" not in os.environ and cpu_has_avx512():   # before torch loads OpenBLAS
+    os.environ["OPENBLAS_CORETYPE"] = "SkylakeX"
+import argparse, hashlib, json, math, shutil, struct, sys, time
 
 import numpy as np
 import torch
@@ -57,6 +69,7 @@ import torch.nn.functional as F
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import build_vocab  # noqa: E402  (tokenizer reference + corpus reader)
+import heldout      # noqa: E402  (the everyday held-out set and the leak guard)
 
 MODEL_DIR = os.path.join(HERE, "bertfill-zh-tiny")
 
@@ -288,14 +301,19 @@ def load_exported(out_dir):
 
 # ---------------------------------------------------------------- data
 
-def tokenize_corpus(corpus, tok, cache):
-    """-> (ids uint16 [N], line starts int64 [L+1], line file index int8 [L], file names)."""
+def tokenize_corpus(lines, tok, work):
+    """lines [(file, text)] -> (ids uint16 [N], line starts int64 [L+1], line file index int8 [L],
+    file names); cached in work/ under a name that depends on the vocabulary and the lines."""
+    h = hashlib.sha1()
+    for fname, line in lines:
+        h.update(fname.encode()); h.update(b"\t"); h.update(line.encode("utf-8")); h.update(b"\n")
+    cache = os.path.join(work, "tokens-v%d-%s.npz" % (len(tok.itos), h.hexdigest()[:12]))
     if os.path.exists(cache):
         z = np.load(cache, allow_pickle=False)
         return z["ids"], z["starts"], z["fidx"], list(z["files"])
     t0 = time.time()
     files, ids, starts, fidx = [], [], [0], []
-    for fname, line in build_vocab.corpus_lines(corpus):
+    for fname, line in lines:
         if not files or files[-1] != fname:
             files.append(fname)
         x = tok.encode(line)
@@ -364,23 +382,55 @@ def pack(ids, starts, fidx, seq_len, cls, sep, mode="stream", drop_ids=(), drop_
     flush()
     return seqs
 
+DEFAULT_MIX = ("laws=0.15,classic_novels=0.5,javaguide=0.4,kdconv=1,crosswoz=1,tatoeba_cmn=2,"
+               "tencent_chitchat=3,moztw_cc0_zhtw=3,xiaoai_chitchat=3,xpersona_zh=3,chatterbot_zh=3")
+
+def parse_mix(text, files):
+    """"name=weight,..." (name: a training file without .txt.xz) -> weight per file index.
+    Every file must be named; weight w means floor(w) passes over the file's sequences per
+    epoch plus a random share w - floor(w) of them."""
+    names = [f[:-len(".txt.xz")] if f.endswith(".txt.xz") else f for f in files]
+    w = {}
+    for part in text.split(","):
+        name, _, val = part.partition("=")
+        name = name.strip()
+        if name not in names:
+            sys.exit("--mix: %r is not a training file (files: %s)" % (name, ", ".join(names)))
+        try:
+            w[name] = float(val)
+        except ValueError:
+            sys.exit("--mix: %r: the weight must be a number" % part)
+        if not 0 <= w[name] <= 100:
+            sys.exit("--mix: %r: the weight must be between 0 and 100" % part)
+    missing = [n for n in names if n not in w]
+    if missing:
+        sys.exit("--mix: no weight for %s" % ", ".join(missing))
+    return [w[n] for n in names]
+
 class Data:
-    def __init__(s, seqs, files, laws_fraction, seed, n_val):
+    def __init__(s, seqs, files, weights, seed, n_val):
         s.files = files
         rs = np.random.RandomState(seed)
         order = rs.permutation(len(seqs))
         s.val = [seqs[i][1] for i in order[:n_val]]
         rest = [seqs[i] for i in order[n_val:]]
-        laws = [i for i, f in enumerate(files) if f.startswith("laws")]
-        s.law_idx = np.array([i for i, (f, _) in enumerate(rest) if f in laws], dtype=np.int64)
-        s.other_idx = np.array([i for i, (f, _) in enumerate(rest) if f not in laws], dtype=np.int64)
+        s.by_file = [np.array([i for i, (f, _) in enumerate(rest) if f == k], dtype=np.int64)
+                     for k in range(len(files))]
         s.seqs = [x for _, x in rest]
-        s.laws_fraction = laws_fraction; s.seed = seed
+        s.weights = weights; s.seed = seed
 
     def epoch_order(s, epoch):
         rs = np.random.RandomState(s.seed * 1000 + epoch + 1)
-        law = rs.permutation(s.law_idx)[:int(round(len(s.law_idx) * s.laws_fraction))]
-        return rs.permutation(np.concatenate([s.other_idx, law]))
+        parts = []
+        for idx, w in zip(s.by_file, s.weights):
+            parts += [idx] * int(w)
+            parts.append(rs.permutation(idx)[:int(round(len(idx) * (w - int(w))))])
+        return rs.permutation(np.concatenate(parts))
+
+    def epoch_share(s):
+        """Tokens per epoch by file, as {file: (sequences, share)}."""
+        n = [len(idx) * w for idx, w in zip(s.by_file, s.weights)]
+        return {f: (int(round(k)), k / sum(n)) for f, k in zip(s.files, n)}
 
 def batch_tensor(seqs, pad):
     T = max(len(x) for x in seqs)
@@ -484,7 +534,10 @@ def main():
     ap.add_argument("--total-steps", type=int, default=12000,
                     help="schedule length in steps (decay also ends at --max-minutes, whichever comes first)")
     ap.add_argument("--weight-decay", type=float, default=0.01)
-    ap.add_argument("--laws-fraction", type=float, default=0.4)
+    ap.add_argument("--mix", default=DEFAULT_MIX,
+                    help="passes per epoch over each training file's sequences (default %(default)s)")
+    ap.add_argument("--snapshots", default=None,
+                    help="also copy each exported model into DIR/step-N (for the training curve)")
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--max-minutes", type=float, default=0, help="stop after this wall time (0: no limit)")
@@ -542,14 +595,19 @@ def main():
     if ck is not None:
         opt.load_state_dict(ck["optimizer"]); gen.set_state(ck["gen"])
 
-    ids, starts, fidx, files = tokenize_corpus(a.corpus, tok, os.path.join(a.work, "tokens-v%d.npz" % V))
+    lines, dropped = heldout.guarded_lines(a.corpus)
+    print("corpus: %d training lines; not trained on: %s" %
+          (len(lines), ", ".join("%s %d" % kv for kv in sorted(dropped.items()))), flush=True)
+    ids, starts, fidx, files = tokenize_corpus(lines, tok, a.work)
     final = [tok.stoi[c] for c in "。！？；….!?;" if c in tok.stoi]
     seqs = pack(ids, starts, fidx, a.seq_len, tok.cls, tok.sep, a.pack, final, a.drop_final_punct, a.seed)
-    data = Data(seqs, files, a.laws_fraction, a.seed, a.val_seqs)
+    data = Data(seqs, files, parse_mix(a.mix, files), a.seed, a.val_seqs)
     per_epoch = len(data.epoch_order(0))
     print("data: %d tokens, %d sequences of <= %d tokens (%d held out for validation); "
-          "%d sequences per epoch (laws fraction %.2f)" %
-          (len(ids), len(seqs), a.seq_len, len(data.val), per_epoch, a.laws_fraction), flush=True)
+          "%d sequences per epoch: %s" %
+          (len(ids), len(seqs), a.seq_len, len(data.val), per_epoch,
+           ", ".join("%s %d (%.1f%%)" % (f, n, 100 * sh) for f, (n, sh) in data.epoch_share().items())),
+          flush=True)
 
     # resume position: the optimizer schedule restarts when starting from committed weights
     # data position = step (global); the learning-rate schedule has its own counter,
@@ -572,6 +630,10 @@ def main():
         os.replace(ckpt_path + ".tmp", ckpt_path)
         vl, va = evaluate_val(model, data, tok, V, a.batch, a.seed)
         export_model(model, a.out, step, "val loss %.4f acc %.4f" % (vl, va))
+        if a.snapshots:
+            snap = os.path.join(a.snapshots, "step-%d" % step)
+            shutil.rmtree(snap, ignore_errors=True)
+            shutil.copytree(a.out, snap, ignore=shutil.ignore_patterns("*.int8.safetensors"))
         print("step %d: checkpoint %s, exported %s (F16); val loss %.4f masked acc %.4f%s" %
               (step, ckpt_path, a.out, vl, va, " [final]" if final else ""), flush=True)
 

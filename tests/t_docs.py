@@ -27,6 +27,12 @@ type them, on a fresh database in a scratch directory, with the shipped
 model (BERTFILL_MODEL unset) and "./bertfill" standing for the extension
 under test ($BERTFILL_EXT).  Prints one line per statement:
 ok/FAIL/skip docs.FILE:LINE.
+
+    /usr/bin/python3 tests/t_docs.py --update    # write the real outputs into the files
+
+--update (after retraining the shipped model, say) replaces every shown output
+that differs by what the shell really printed, and reports each statement it
+changed; read the diff: the prose around an example may describe its output.
 """
 import glob
 import os
@@ -92,8 +98,27 @@ def normalize(text):
     return lines
 
 
-def run_file(path, ext):
+def update_file(path, fixes):
+    """Replace the shown output of the statements at the given lines by real output."""
+    with open(path, encoding="utf-8") as f:
+        lines = f.read().split("\n")
+    for line, have in sorted(fixes, reverse=True):
+        i = line  # 0-based index of the line after the statement's first line
+        while i < len(lines) and lines[i].startswith(MORE):
+            i += 1
+        j = i
+        while j < len(lines) and not lines[j].startswith((PROMPT, "```")):
+            j += 1
+        while j > i and lines[j - 1].strip() == "":
+            j -= 1
+        lines[i:j] = have
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("\n".join(lines))
+
+
+def run_file(path, ext, update=False):
     name = os.path.relpath(path, ROOT)
+    fixes = []
     ex = examples(path)
     if not ex:
         return
@@ -130,9 +155,15 @@ def run_file(path, ext):
             want = list(want)
             while want and want[-1] == "":
                 want.pop()
+            if update and have != want:
+                fixes.append((line, have))
+                print("updated %s: %s" % (label, stmt.split("\n")[0]))
+                continue
             check(label, have == want, "%s\n      shown: %r\n      real:  %r" % (stmt, want, have))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    if fixes:
+        update_file(path, fixes)
 
 
 def main():
@@ -142,7 +173,7 @@ def main():
     ext = os.path.abspath(EXT)
     files = ["README.md"] + sorted(glob.glob("docs/**/*.md", recursive=True))
     for path in files:
-        run_file(path, ext)
+        run_file(path, ext, "--update" in sys.argv[1:])
     return exit_code()
 
 
