@@ -6,8 +6,9 @@
     /usr/bin/python3 model/agreement.py --modes fp32,fp32     # checks this script: must agree 100%
 
 The items of model/evaluate.py (GSDSimp: every sentence of eval/gsdsimp.txt with
-one Han character masked; idioms: the --idioms most frequent, one character
-masked, bare and in the carrier sentence), each filled by two connections of
+one Han character masked; the 1000 everyday held-out lines the same way;
+idioms: the --idioms most frequent, one character masked, bare and in the
+carrier sentence), each filled by two connections of
 the SQLite extension: one with SELECT bert_load(dir) (fp32; BERTFILL_PRECISION
 is ignored here) and one with SELECT bert_load(dir, 'int8'), both with
 bert_cache('off'), the top 5 from fill_candidates(text, 5).  For each task and
@@ -20,7 +21,7 @@ over all items it prints:
 and the targets of issue 11: GSDSimp top-1 agreement ≥ 98%, top-5 accuracy
 within 1 point of fp32.
 
-GSDSimp items are token ids (evaluate.py cuts long sentences to a window of
+GSDSimp and everyday items are token ids (evaluate.py cuts long sentences to a window of
 them); they are written back as text, one token after another with a space
 between (BertTokenizer splits there anyway, "##" pieces joined), and checked
 with bert_tokenize: items that do not come back as the same tokens are left
@@ -139,18 +140,15 @@ def main():
     with open(os.path.join(a.model, "config.json")) as f:
         maxlen = json.load(f)["max_position_embeddings"]
     sc = argparse.Namespace(tok=build_vocab.Tokenizer(a.model), maxlen=maxlen)
+    a.corpus = build_vocab.DEFAULT_CORPUS     # the everyday held-out lines (model/heldout.py)
     tasks = []
-    items, targets, _, _ = evaluate.gsd_items(sc, os.path.join(a.eval_dir, "gsdsimp.txt"), a.seed)
-    texts = [detokenize(sc.tok, x) for x in items]
-    tasks.append(("GSDSimp sentences, 1 Han char masked", texts, targets, items))
-    for carrier in (False, True):
-        _, targets, texts = evaluate.idiom_items(sc, os.path.join(a.eval_dir, "idioms.txt"), a.idioms, a.seed,
-                                                 carrier)
-        if carrier:
-            texts = [evaluate.CARRIER.format(t) for t in texts]
-        tasks.append((f"idioms (top {len(texts)} by freq), 1 char masked, "
-                      + ("in carrier “%s”" % evaluate.CARRIER.format("…") if carrier else "bare"),
-                      texts, targets, None))
+    for key, (items, targets, texts) in evaluate.task_items(sc, a).items():
+        name = dict(evaluate.TASKS)[key].format(n=len(items))
+        if key in ("gsdsimp", "everyday"):    # token ids, perhaps a window: written back as text
+            tasks.append((name, [detokenize(sc.tok, x) for x in items], targets, items))
+        else:
+            tasks.append((name, [evaluate.CARRIER.format(t) if key == "carrier" else t for t in texts],
+                          targets, None))
 
     results, all_pairs = [], []
     for name, texts, targets, items in tasks:

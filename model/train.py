@@ -12,16 +12,21 @@ a bias).  Parameter names are exactly those of Hugging Face's
 BertForMaskedLM.state_dict(), so the exported model.safetensors loads like
 bert-base-chinese (the tied cls.predictions.decoder.weight is not stored).
 
-Data: ../shared/data/corpus-zh/train/*.txt.xz, tokenized with the shipped
-vocab.txt (build_vocab.py, HF BertTokenizer semantics), token ids cached in
---work (never in git).  Each file's lines, each followed by [SEP], form one
-token stream, cut into full sequences [CLS] ... [SEP] of --seq-len tokens (no
-padding; --pack lines packs whole lines instead, which leaves ~25% padding).
-Half of the lines (--drop-final-punct) lose their final 。！？；… so that the
-model does not learn "the character before [SEP] is always punctuation" (a
-bare idiom like 半途而[MASK] was filled with 。 before this was added).  Each epoch takes every sequence of the non-law files and a
---laws-fraction share of the law sequences (the laws are 60% of the text and
-very formulaic), shuffled with a seed derived from --seed and the epoch.
+Data: ../shared/data/corpus-zh/train/*.txt.xz, less what model/heldout.py
+holds out (the 1000 everyday evaluation lines, and every line that contains
+an evaluation sentence or one of the demo's [MASK] texts: the counts are
+printed at start), tokenized with the shipped vocab.txt (build_vocab.py, HF
+BertTokenizer semantics), token ids cached in --work (never in git).  Each
+file's lines, each followed by [SEP], form one token stream, cut into full
+sequences [CLS] ... [SEP] of --seq-len tokens (no padding; --pack lines packs
+whole lines instead, which leaves ~25% padding).  Half of the lines
+(--drop-final-punct) lose their final 。！？；… so that the model does not
+learn "the character before [SEP] is always punctuation" (a bare idiom like
+半途而[MASK] was filled with 。 before this was added).  --mix gives each file
+a weight w: an epoch takes floor(w) passes over the file's sequences plus a
+random share w - floor(w) of them, all shuffled with a seed derived from
+--seed and the epoch (the default down-weights the formulaic law texts and
+repeats the small everyday files).
 Initialisation (from scratch): N(0, 0.02) like BERT, except that the position
 embeddings start as sinusoids (std 0.04) and the query and key weights get
 +0.7 * identity, so every attention head starts out looking at nearby
@@ -407,6 +412,21 @@ def parse_mix(text, files):
         sys.exit("--mix: no weight for %s" % ", ".join(missing))
     return [w[n] for n in names]
 
+def single_lines(ids, starts, fidx, max_len, cls, sep, drop_ids=(), drop_p=0.0, seed=0):
+    """Every line of at most max_len - 2 tokens as a sequence of its own, [CLS] line [SEP]
+    (as bert_fill sees a sentence), the final punctuation dropped as in pack()."""
+    rs = np.random.RandomState(seed + 11)
+    drop = set(int(t) for t in drop_ids)
+    out = []
+    for i in range(len(fidx)):
+        line = ids[starts[i]:starts[i + 1]]
+        if not len(line) or len(line) > max_len - 2:
+            continue
+        if len(line) > 1 and int(line[-1]) in drop and rs.random_sample() < drop_p:
+            line = line[:-1]
+        out.append((int(fidx[i]), np.concatenate([[cls], line, [sep]]).astype(np.int32)))
+    return out
+
 class Data:
     def __init__(s, seqs, files, weights, seed, n_val):
         s.files = files
@@ -536,6 +556,11 @@ def main():
     ap.add_argument("--weight-decay", type=float, default=0.01)
     ap.add_argument("--mix", default=DEFAULT_MIX,
                     help="passes per epoch over each training file's sequences (default %(default)s)")
+    ap.add_argument("--single-every", type=int, default=0,
+                    help="every N-th step trains on single lines ([CLS] line [SEP], as bert_fill sees a "
+                         "sentence) instead of packed streams (0: never)")
+    ap.add_argument("--single-batch", type=int, default=96, help="lines per single-line step")
+    ap.add_argument("--single-max", type=int, default=48, help="longest single line, in tokens with [CLS]/[SEP]")
     ap.add_argument("--snapshots", default=None,
                     help="also copy each exported model into DIR/step-N (for the training curve)")
     ap.add_argument("--seed", type=int, default=1234)
@@ -603,6 +628,13 @@ def main():
     seqs = pack(ids, starts, fidx, a.seq_len, tok.cls, tok.sep, a.pack, final, a.drop_final_punct, a.seed)
     data = Data(seqs, files, parse_mix(a.mix, files), a.seed, a.val_seqs)
     per_epoch = len(data.epoch_order(0))
+    singles = None
+    if a.single_every:
+        singles = Data(single_lines(ids, starts, fidx, a.single_max, tok.cls, tok.sep, final, a.drop_final_punct,
+                                    a.seed), files, data.weights, a.seed + 1, 0)
+        per_single = len(singles.epoch_order(0))
+        print("single lines: %d lines of <= %d tokens, %d per epoch, a batch of %d every %d steps" %
+              (len(singles.seqs), a.single_max, per_single, a.single_batch, a.single_every), flush=True)
     print("data: %d tokens, %d sequences of <= %d tokens (%d held out for validation); "
           "%d sequences per epoch: %s" %
           (len(ids), len(seqs), a.seq_len, len(data.val), per_epoch,
@@ -640,11 +672,15 @@ def main():
     bench_t = []
     while True:
         epoch = (step * a.batch) // per_epoch
-        order = data.epoch_order(epoch)
-        i0 = (step * a.batch) % per_epoch
-        batch = [data.seqs[j] for j in order[i0:i0 + a.batch]]
-        if len(batch) < a.batch:              # epoch tail: top up from the next epoch's start
-            batch += [data.seqs[j] for j in data.epoch_order(epoch + 1)[:a.batch - len(batch)]]
+        if singles is not None and step % a.single_every == 0:
+            src, n, at = singles, a.single_batch, (step // a.single_every) * a.single_batch
+        else:
+            src, n, at = data, a.batch, step * a.batch
+        per = per_single if src is singles else per_epoch
+        order = src.epoch_order(at // per)
+        batch = [src.seqs[j] for j in order[at % per:at % per + n]]
+        if len(batch) < n:                    # epoch tail: top up from the next epoch's start
+            batch += [src.seqs[j] for j in src.epoch_order(at // per + 1)[:n - len(batch)]]
         x, bias = batch_tensor(batch, tok.pad)
         inp, pos, tgt = mask_batch(x, gen, tok, V)
         p_steps = (sched_step - a.warmup) / max(1, a.total_steps - a.warmup)

@@ -7,7 +7,8 @@
     sentence, a demo sentence (any answer) or a demo clause with a blank, and
     keeps ordinary lines, including ones that share a few words with them;
   * train.py's --mix: every file needs a weight, unknown names and bad numbers
-    are refused in words (needs python3-torch, as train.py does).
+    are refused in words; --single-every's single-line sequences (needs
+    python3-torch, as train.py does).
 
 Needs ../shared/data/corpus-zh (skipped, saying so, when it is absent).
 """
@@ -71,6 +72,14 @@ def main():
         r = subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, 'model'); import train; "
                             "train.parse_mix(%r, %r)" % (bad, files)], cwd=ROOT, capture_output=True, text=True)
         check("model_data.mix_error " + bad, r.returncode != 0 and words in r.stderr, r.stderr.strip()[-200:])
+    import numpy as np
+    ids = np.array([10, 11, 12, 7, 20, 21, 22, 23, 24, 25, 30, 7], dtype=np.uint16)
+    starts = np.array([0, 4, 10, 12]); fidx = np.array([0, 0, 1], dtype=np.int8)
+    got = train.single_lines(ids, starts, fidx, 6, 2, 3)
+    check("model_data.single_lines", [(f, list(x)) for f, x in got] == [(0, [2, 10, 11, 12, 7, 3]), (1, [2, 30, 7, 3])],
+          got)
+    cut = train.single_lines(ids, starts, fidx, 6, 2, 3, drop_ids=[7], drop_p=1.0)
+    check("model_data.single_lines_drop_final", [list(x) for _, x in cut] == [[2, 10, 11, 12, 3], [2, 30, 3]], cut)
     return exit_code()
 
 
