@@ -39,6 +39,7 @@ INSERT INTO sentences(text) VALUES
 SELECT bert_prefill(text) AS texts_computed FROM sentences;
 UPDATE sentences SET filled = bert_fill(text);
 SELECT id, filled FROM sentences;
+.print '-- (a small offline model: it misses most idioms; see model/MODEL_CARD.md, and bert_load() for a real model)'
 
 .print
 .print '-- fill_candidates in a join: the top 3 for every sentence'
