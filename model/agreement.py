@@ -142,7 +142,7 @@ def main():
     sc = argparse.Namespace(tok=build_vocab.Tokenizer(a.model), maxlen=maxlen)
     a.corpus = build_vocab.DEFAULT_CORPUS     # the everyday held-out lines (model/heldout.py)
     tasks = []
-    for key, (items, targets, texts) in evaluate.task_items(sc, a).items():
+    for key, (items, targets, texts) in evaluate.task_items(sc, evaluate.eval_texts(a), a.seed).items():
         name = dict(evaluate.TASKS)[key].format(n=len(items))
         if key in ("gsdsimp", "everyday"):    # token ids, perhaps a window: written back as text
             tasks.append((name, [detokenize(sc.tok, x) for x in items], targets, items))

@@ -145,25 +145,31 @@ TASKS = (("gsdsimp", "GSDSimp sentences, 1 Han char masked"),
          ("idioms", "idioms (top {n} by freq), 1 char masked, bare"),
          ("carrier", "idioms (top {n} by freq), 1 char masked, in carrier “这就叫…。”"))
 
-def task_items(sc, a):
-    """{task: (items, targets, texts)} for the model behind sc (its tokenizer and window)."""
+def eval_texts(a):
+    """The evaluation's text, read once for every model evaluated: the GSDSimp sentences,
+    the everyday held-out lines, the --idioms most frequent idioms."""
+    return {"gsdsimp": heldout.gsdsimp_sentences(a.eval_dir),
+            "everyday": [l for _, l in heldout.everyday_heldout(a.corpus)],
+            "idioms": heldout.evaluated_idioms(a.eval_dir, a.idioms)}
+
+def task_items(sc, texts, seed):
+    """{task: (items, targets, texts)} of eval_texts() for the model behind sc (its tokenizer
+    and window)."""
     out = {}
-    items, tg, texts, _ = masked_items(sc, heldout.gsdsimp_sentences(a.eval_dir), a.seed)
-    out["gsdsimp"] = (items, tg, texts)
-    items, tg, texts, _ = masked_items(sc, [l for _, l in heldout.everyday_heldout(a.corpus)], a.seed)
-    out["everyday"] = (items, tg, texts)
-    idioms = heldout.evaluated_idioms(a.eval_dir, a.idioms)
-    out["idioms"] = idiom_items(sc, idioms, a.seed, False)
-    out["carrier"] = idiom_items(sc, idioms, a.seed, True)
+    for key in ("gsdsimp", "everyday"):
+        items, tg, masked, _ = masked_items(sc, texts[key], seed)
+        out[key] = (items, tg, masked)
+    out["idioms"] = idiom_items(sc, texts["idioms"], seed, False)
+    out["carrier"] = idiom_items(sc, texts["idioms"], seed, True)
     return out
 
-def run_tasks(sc, a):
+def run_tasks(sc, texts, seed):
     """{task: (items count, top-1, top-5, targets not in vocab, top ids, top probs, targets, texts)}."""
     res = {}
-    for key, (items, tg, texts) in task_items(sc, a).items():
+    for key, (items, tg, masked) in task_items(sc, texts, seed).items():
         ids, pr = sc.topk(items)
         m1, m5, oov = score(sc, tg, ids)
-        res[key] = (len(items), m1, m5, oov, ids, pr, tg, texts)
+        res[key] = (len(items), m1, m5, oov, ids, pr, tg, masked)
     return res
 
 def model_from_rev(rev, tmp):
@@ -186,8 +192,9 @@ def curve(a):
         sys.exit("evaluate: no step-N directories in %s" % a.curve)
     print("| step | " + " | ".join(k for k, _ in TASKS) + " |  (top-1 / top-5)")
     print("| ---: |" + " ---: |" * len(TASKS))
+    texts = eval_texts(a)
     for step, d in snaps:
-        res = run_tasks(Scorer(d, a.threads), a)
+        res = run_tasks(Scorer(d, a.threads), texts, a.seed)
         print("| %d | %s |" % (step, " | ".join("%.1f%% / %.1f%%" % (100 * res[k][1], 100 * res[k][2])
                                                  for k, _ in TASKS)), flush=True)
 
@@ -225,11 +232,12 @@ def main():
         return
     meta = train.safetensors_metadata(os.path.join(a.model, "model.safetensors"))
     base = unigram_top(a.corpus)
-    res = run_tasks(sc, a)
+    texts = eval_texts(a)
+    res = run_tasks(sc, texts, a.seed)
     old = None
     if a.compare_rev:
         with tempfile.TemporaryDirectory() as tmp:
-            old = run_tasks(Scorer(model_from_rev(a.compare_rev, tmp), a.threads), a)
+            old = run_tasks(Scorer(model_from_rev(a.compare_rev, tmp), a.threads), texts, a.seed)
 
     print("model %s (step %s, %s); unigram baseline answers %s; seed %d; %.0fs" %
           (os.path.relpath(a.model), meta.get("step", "?"), meta.get("note", ""), "".join(base), a.seed,

@@ -98,8 +98,9 @@ class LeakGuard:
     """reason(line) -> None, or why the line must not be trained on."""
 
     def __init__(s, corpus, eval_dir=EVAL_DIR, demo_sql=DEMO_SQL):
+        s.held = everyday_heldout(corpus)     # [(file, line)]
         s.exact = {}                          # squeezed text -> reason
-        for _, line in everyday_heldout(corpus):
+        for _, line in s.held:
             s.exact.setdefault(squeeze(line), "contains an everyday held-out line")
         for sent in gsdsimp_sentences(eval_dir):
             s.exact.setdefault(squeeze(sent), "contains a GSDSimp sentence")
@@ -136,36 +137,34 @@ class LeakGuard:
         return None
 
 
-def guarded_lines(corpus, eval_dir=EVAL_DIR, demo_sql=DEMO_SQL):
+def guarded_lines(corpus, guard=None):
     """The training lines: [(file, line)] with the held-out lines and the guard's hits
-    removed, and a Counter of the removed lines by reason."""
-    g = LeakGuard(corpus, eval_dir, demo_sql)
-    held = set(everyday_heldout(corpus))
-    kept, dropped = [], collections.Counter()
+    removed, and the removed lines as [(reason, file, line)].  guard: a LeakGuard of
+    corpus (made here when not given)."""
+    g = guard or LeakGuard(corpus)
+    held = set(g.held)
+    kept, removed = [], []
     for f, line in build_vocab.corpus_lines(corpus):
         why = "held out (everyday evaluation)" if (f, line) in held else g.reason(line)
         if why:
-            dropped[why] += 1
+            removed.append((why, f, line))
         else:
             kept.append((f, line))
-    return kept, dropped
+    return kept, removed
 
 
 def main():
     corpus = build_vocab.DEFAULT_CORPUS
-    held = everyday_heldout(corpus)
-    print("everyday held-out: %d lines (seed %d, >= %d Han characters) from %s" %
-          (len(held), EVERYDAY_HELDOUT_SEED, EVERYDAY_MIN_HAN,
-           ", ".join("%s %d" % kv for kv in sorted(collections.Counter(f for f, _ in held).items()))))
     g = LeakGuard(corpus)
+    print("everyday held-out: %d lines (seed %d, >= %d Han characters) from %s" %
+          (len(g.held), EVERYDAY_HELDOUT_SEED, EVERYDAY_MIN_HAN,
+           ", ".join("%s %d" % kv for kv in sorted(collections.Counter(f for f, _ in g.held).items()))))
     print("demo texts guarded: %d; demo clauses: %s" % (len(g.demos), " ".join(g.demo_clauses)))
-    kept, dropped = guarded_lines(corpus)
-    print("training lines kept: %d; dropped: %s" % (len(kept), dict(dropped)))
+    kept, removed = guarded_lines(corpus, g)
+    print("training lines kept: %d; dropped: %s" % (len(kept), dict(collections.Counter(w for w, _, _ in removed))))
     if "-v" in sys.argv:
-        held = set(held)
-        for f, line in build_vocab.corpus_lines(corpus):
-            why = None if (f, line) in held else g.reason(line)
-            if why:
+        for why, f, line in removed:
+            if not why.startswith("held out"):
                 print("  %s: %s: %s" % (why, f, line[:80]))
 
 

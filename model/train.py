@@ -64,7 +64,7 @@ def cpu_has_avx512():
 
 if "OPENBLAS_CORETYPE" not in os.environ and cpu_has_avx512():   # before torch loads OpenBLAS
     os.environ["OPENBLAS_CORETYPE"] = "SkylakeX"
-import argparse, hashlib, json, math, shutil, struct, sys, time
+import argparse, collections, hashlib, json, math, shutil, struct, sys, time
 
 import numpy as np
 import torch
@@ -620,7 +620,8 @@ def main():
     if ck is not None:
         opt.load_state_dict(ck["optimizer"]); gen.set_state(ck["gen"])
 
-    lines, dropped = heldout.guarded_lines(a.corpus)
+    lines, removed = heldout.guarded_lines(a.corpus)
+    dropped = collections.Counter(why for why, _, _ in removed)
     print("corpus: %d training lines; not trained on: %s" %
           (len(lines), ", ".join("%s %d" % kv for kv in sorted(dropped.items()))), flush=True)
     ids, starts, fidx, files = tokenize_corpus(lines, tok, a.work)

@@ -1,6 +1,7 @@
 """bftest.py — what the Python test suites share: where the build, the test
 models and the extension are, and the check lines tests/run.sh counts
 ("ok NAME", "FAIL NAME: why", "skip NAME: why"), and error_of."""
+import hashlib
 import os
 import sqlite3
 import sys
@@ -46,3 +47,12 @@ def error_of(c, sql, args=()):
     except sqlite3.Error as e:
         return str(e)
     return None
+
+
+def file_sha256(path):
+    """The sha256 of a file, in hex (a golden names the weights it was made from)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()

@@ -33,7 +33,7 @@ import time
 
 import numpy as np
 
-from bftest import EXT, MODELS, check, exit_code, skip
+from bftest import EXT, MODELS, check, exit_code, file_sha256, skip
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOL = 1e-4
@@ -67,10 +67,7 @@ def test_golden(name):
     model = os.path.join(MODELS, name)
     with open(path) as f:
         g = json.load(f)
-    from hashlib import sha256
-    with open(os.path.join(model, "model.safetensors"), "rb") as f:
-        have = sha256(f.read()).hexdigest()
-    if have != g["safetensors_sha256"]:
+    if file_sha256(os.path.join(model, "model.safetensors")) != g["safetensors_sha256"]:
         check("golden_%s_model" % name, False, "%s is not the model the golden was made from: "
               "rerun model/reference.py --joint" % model)
         return

@@ -13,26 +13,17 @@ tokens, each probability within 1e-4 (two tokens closer than 1e-4 may swap
 places).  The golden names the sha256 of the weights it was made from: after
 retraining, a stale golden fails here with the command that renews it.
 """
-import hashlib
 import json
 import os
 import sqlite3
 import sys
 
-from bftest import EXT, check, exit_code, skip
+from bftest import EXT, check, exit_code, file_sha256, skip
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODEL = os.path.join(ROOT, "model", "bertfill-zh-tiny")
 GOLDEN = os.path.join(ROOT, "tests", "golden", "shipped.json")
 TOL = 1e-4
-
-
-def sha256(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def main():
@@ -42,7 +33,7 @@ def main():
         return exit_code()
     with open(GOLDEN, encoding="utf-8") as f:
         gold = json.load(f)
-    same = gold["safetensors_sha256"] == sha256(weights)
+    same = gold["safetensors_sha256"] == file_sha256(weights)
     check("shipped.golden_matches_weights", same,
           "tests/golden/shipped.json was made from other weights; renew it with "
           "model/reference.py --shipped (see its header)")
