@@ -2,19 +2,24 @@
 ** qgemm.c — int8 products y = x W^T with exact int32 sums.  See qgemm.h for
 ** the quantization and the arithmetic.
 **
-** Every kernel computes tiles of dot products: R rows of W (in place,
-** row-major) against J rows of quantized x, R*J accumulators in registers
-** summing along k, reduced to R*J int32 sums at the end of the row (k past
-** the last full vector: plain C).  One shared epilogue (finish) turns a
-** tile of sums into y, so all kernels give bit-identical y.
+** Two kinds of kernel:
+**   - dot kernels (portable, AVX2 below QG_PANEL_MIN_ROWS rows of x,
+**     AVX512-VNNI): tiles of dot products, R rows of W (in place,
+**     row-major) against J rows of quantized x, R*J accumulators in
+**     registers summing along k, reduced to R*J int32 sums at the end of the
+**     row (k past the last full vector: plain C).  While a tile runs, the
+**     rows of W of the next tile (the next rows in memory) are prefetched:
+**     one token (memory-bound) ran 25-30% faster.
+**   - the AVX2 panel kernel (from QG_PANEL_MIN_ROWS rows of x on, k even):
+**     16 rows of W packed into pairs once per unit, then outer products with
+**     broadcast pairs of x (see "Panel kernel" below).
+** Every kernel's int32 sums go through the same arithmetic into y (finish,
+** or finish_block_avx2 8 columns at a time, the same operations in the
+** same order), so all kernels give bit-identical y.
 **
-** While a tile runs, the rows of W of the next tile (the next rows in
-** memory) are prefetched: one token (memory-bound) ran 25-30% faster.
-**
-** Units of work: a block of rows of x (sized so that the block's quantized
-** rows stay in L2 while a strip of W passes) times a strip of QG_STRIP
-** columns of W.  Inside a unit, each group of R rows of W is held in L1 and
-** used for every row of the block.
+** Units of work: a block of rows of x (dot kernels: sized so that the
+** block's quantized rows stay in L2 while a strip of W passes; panel
+** kernel: up to QG_PANEL_ROWS rows) times a strip of QG_STRIP columns of W.
 */
 #include <float.h>
 #include <stdlib.h>
@@ -28,7 +33,7 @@
 #define QG_STRIP 48          /* columns of y per unit (a multiple of every tile's R) */
 #define QG_BLOCK_BYTES 98304 /* quantized x per block of rows of a unit (L2) */
 #define QG_PANEL_ROWS 480    /* rows of x per block for the AVX2 panel kernel, */
-#define QG_PANEL_MIN_T 256   /* used from this many rows of x on */
+#define QG_PANEL_MIN_ROWS 12 /* used from this many rows of x on (and even k) */
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #define QG_X86 1
@@ -227,6 +232,9 @@ typedef struct tile_out {
   const qg_rows *x;
   const qg_weights *w;
   const float *bias;
+  int32_t
+    *sums; /* AVX2: the unit's raw sums, row r - sr0, column i - si0 (NULL: finish per tile) */
+  int ldsums, sr0, si0;
 } tile_out;
 
 __attribute__((noinline)) static void finish(const tile_out *o, const int32_t *acc, int r0, int J,
@@ -347,6 +355,55 @@ INLINE AVX2 void tile_avx2(int32_t *acc, const int16_t *x, const int8_t *w, int 
     }
 }
 
+/* A tile's sums acc[i*J + j] into the unit's block (or through finish). */
+INLINE void put_tile(const tile_out *o, const int32_t *acc, int r0, int J, int i0, int R) {
+  if (!o->sums) {
+    finish(o, acc, r0, J, i0, R);
+    return;
+  }
+  int32_t *b = o->sums + (size_t)(r0 - o->sr0) * o->ldsums + (i0 - o->si0);
+  for (int j = 0; j < J; j++)
+    for (int i = 0; i < R; i++) b[(size_t)j * o->ldsums + i] = acc[i * J + j];
+}
+
+/* finish() for a whole block of sums (rows [r0, r1), columns [i0, i1)), 8
+** columns at a time: the same operations in the same order as finish (the
+** target has no FMA to contract them into), so the same y bit for bit. */
+AVX2 static void finish_block_avx2(const tile_out *o, int r0, int r1, int i0, int i1) {
+  const qg_weights *w = o->w;
+  for (int r = r0; r < r1; r++) {
+    const int32_t *b = o->sums + (size_t)(r - o->sr0) * o->ldsums - o->si0;
+    int32_t z = o->x->zero[r];
+    float sx = o->x->scale[r];
+    __m256i vz = _mm256_set1_epi32(z);
+    __m256 vsx = _mm256_set1_ps(sx);
+    int i = i0;
+    for (; i + 8 <= i1; i += 8) {
+      __m256i a = _mm256_sub_epi32(_mm256_loadu_si256((const __m256i *)(b + i)),
+                                   _mm256_mullo_epi32(vz, _mm256_loadu_si256(
+                                                            (const __m256i *)(w->sum + i))));
+      if (o->c) {
+        _mm256_storeu_si256((__m256i *)(o->c + (size_t)r * o->ldc + i), a);
+        continue;
+      }
+      __m256 sc = _mm256_mul_ps(vsx, _mm256_loadu_ps(w->scale + i));
+      __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(a), sc);
+      if (o->bias) v = _mm256_add_ps(v, _mm256_loadu_ps(o->bias + i));
+      _mm256_storeu_ps(o->y + (size_t)r * o->ldy + i, v);
+    }
+    for (; i < i1; i++) {
+      int32_t a = b[i] - z * w->sum[i];
+      if (o->c) {
+        o->c[(size_t)r * o->ldc + i] = a;
+      } else {
+        float v = (float)a * (sx * w->scale[i]);
+        if (o->bias) v += o->bias[i];
+        o->y[(size_t)r * o->ldy + i] = v;
+      }
+    }
+  }
+}
+
 /* Rows [r0, r1) of x against columns [i0, i1), in tiles of up to Rmax rows
 ** of W and A2_J rows of x (the switch lists every tile the callers make). */
 AVX2 static void cols_avx2(const tile_out *o, int r0, int r1, int i0, int i1, int Rmax) {
@@ -369,96 +426,184 @@ AVX2 static void cols_avx2(const tile_out *o, int r0, int r1, int i0, int i1, in
         // clang-format on
 #undef T
       }
-      _mm256_zeroupper(); /* finish is SSE code: no AVX-SSE transition */
-      finish(o, acc, r, J, i, R);
+      put_tile(o, acc, r, J, i, R);
     }
   }
 }
 
-/* Panel kernel, for blocks of many rows of x (the dot kernel above reads
-** every row of x once per 3 columns from L2, which bounds it there): for
-** each panel of PANEL_N columns of W,
+/* Panel kernel, from QG_PANEL_MIN_ROWS rows of x on (fewer: the dot
+** kernel, which reads W without packing it).  For each panel of PANEL_N
+** columns of W,
 **   1. pack: P[k/2][j] = (W[i + j][k], W[i + j][k + 1]) as two int16 (zero
 **      past the strip's end), PANEL_N * K int16, stays in L1/L2;
 **   2. for every PANEL_M rows of x: c[m][j] += x[m][k] W[i + j][k] +
 **      x[m][k + 1] W[i + j][k + 1] for the 16 j at once: one vpmaddwd of a
 **      broadcast pair of x (vpbroadcastd) with 8 pairs of P, 12 accumulators
 **      (the 6x16 tile of BLIS's Haswell kernel, in integers: exact).
+** While a panel is computed, the rows of W of the next one are prefetched,
+** spread over its tiles (for one sentence W comes from memory: measured on
+** Zen 3, 16-24 rows: 0.75-0.84x the time without, 3072-long rows ~0.95x
+** with the T1 hint, 1.0x with T0).  Measured against the dot kernel on Zen
+** 3 (one core, bert-base shapes): 0.75-0.85x the time from 12 rows on, 0.57x
+** at 64-128 rows; at 8 rows 1.1-1.35x (packing costs), hence the threshold.
 ** K must be even (a pair per 32-bit lane). */
 #define PANEL_M 6
+#define PF_HINT _MM_HINT_T1 /* measured: T0 slowed the 3072-long rows (L1 too small) */
 #define PANEL_N 16
-#define PANEL_MIN_ROWS 192 /* fewer rows of x in a block: the dot kernel (packing W costs) */
 
-INLINE AVX2 void panel_tile_avx2(int32_t *acc, const int16_t *x, const int16_t *P, int K,
-                                 const int M) {
+/* Prefetching the next panel while a panel is computed: its lines n in
+** [n, end) (line n: row n % 16, bytes 64 * (n / 16) on), one every `every`
+** steps of k. */
+typedef struct panel_pf {
+  const int8_t *w; /* the next panel's first row; NULL: nothing to fetch */
+  int n, end, every;
+} panel_pf;
+
+INLINE AVX2 void panel_tile_avx2(int32_t *acc, size_t lda, const int16_t *x, const int16_t *P,
+                                 int K, const int M, const panel_pf *pf) {
   __m256i c[PANEL_M][2];
 #pragma GCC unroll 6
   for (int m = 0; m < M; m++) c[m][0] = c[m][1] = _mm256_setzero_si256();
-  for (int k = 0; k < K; k += 2) {
-    __m256i b0 = _mm256_load_si256((const __m256i *)(P + (size_t)k * PANEL_N));
-    __m256i b1 = _mm256_load_si256((const __m256i *)(P + (size_t)k * PANEL_N + 16));
+  int n = pf->n, step = pf->w ? 2 * pf->every : K;
+  for (int k = 0; k < K;) {
+    int kend = K - k < step ? K : k + step;
+    for (; k < kend; k += 2) {
+      __m256i b0 = _mm256_load_si256((const __m256i *)(P + (size_t)k * PANEL_N));
+      __m256i b1 = _mm256_load_si256((const __m256i *)(P + (size_t)k * PANEL_N + 16));
 #pragma GCC unroll 6
-    for (int m = 0; m < M; m++) {
-      int32_t pair;
-      memcpy(&pair, x + (size_t)m * K + k, 4);
-      __m256i a = _mm256_set1_epi32(pair);
-      c[m][0] = _mm256_add_epi32(c[m][0], _mm256_madd_epi16(b0, a));
-      c[m][1] = _mm256_add_epi32(c[m][1], _mm256_madd_epi16(b1, a));
+      for (int m = 0; m < M; m++) {
+        int32_t pair;
+        memcpy(&pair, x + (size_t)m * K + k, 4);
+        __m256i a = _mm256_set1_epi32(pair);
+        c[m][0] = _mm256_add_epi32(c[m][0], _mm256_madd_epi16(b0, a));
+        c[m][1] = _mm256_add_epi32(c[m][1], _mm256_madd_epi16(b1, a));
+      }
+    }
+    if (pf->w && n < pf->end) {
+      _mm_prefetch((const char *)(pf->w + (size_t)(n & 15) * K + (size_t)(n >> 4) * 64), PF_HINT);
+      n++;
     }
   }
-  /* acc[j * M + m], the layout finish() reads (columns of W major) */
-  int32_t t[PANEL_M][PANEL_N];
+  /* acc[m * lda + j]: row m of x, column j of the panel */
 #pragma GCC unroll 6
   for (int m = 0; m < M; m++) {
-    _mm256_storeu_si256((__m256i *)t[m], c[m][0]);
-    _mm256_storeu_si256((__m256i *)(t[m] + 8), c[m][1]);
+    _mm256_storeu_si256((__m256i *)(acc + (size_t)m * lda), c[m][0]);
+    _mm256_storeu_si256((__m256i *)(acc + (size_t)m * lda + 8), c[m][1]);
   }
-  for (int j = 0; j < PANEL_N; j++)
-    for (int m = 0; m < M; m++) acc[j * M + m] = t[m][j];
 }
 
-/* Rows [r0, r1) of x against columns [i0, i1) on the panel kernel; 0 if
-** it cannot run (odd K, no memory for the panel): the caller uses the dot
-** kernel. */
+/* 8x8 transpose of 16-bit elements: row p of the result = element p of
+** each of a[0..7]. */
+INLINE AVX2 void transpose8x16_avx2(__m128i *a) {
+  __m128i b0 = _mm_unpacklo_epi16(a[0], a[1]), b1 = _mm_unpackhi_epi16(a[0], a[1]);
+  __m128i b2 = _mm_unpacklo_epi16(a[2], a[3]), b3 = _mm_unpackhi_epi16(a[2], a[3]);
+  __m128i b4 = _mm_unpacklo_epi16(a[4], a[5]), b5 = _mm_unpackhi_epi16(a[4], a[5]);
+  __m128i b6 = _mm_unpacklo_epi16(a[6], a[7]), b7 = _mm_unpackhi_epi16(a[6], a[7]);
+  __m128i c0 = _mm_unpacklo_epi32(b0, b2), c1 = _mm_unpackhi_epi32(b0, b2);
+  __m128i c2 = _mm_unpacklo_epi32(b1, b3), c3 = _mm_unpackhi_epi32(b1, b3);
+  __m128i c4 = _mm_unpacklo_epi32(b4, b6), c5 = _mm_unpackhi_epi32(b4, b6);
+  __m128i c6 = _mm_unpacklo_epi32(b5, b7), c7 = _mm_unpackhi_epi32(b5, b7);
+  a[0] = _mm_unpacklo_epi64(c0, c4);
+  a[1] = _mm_unpackhi_epi64(c0, c4);
+  a[2] = _mm_unpacklo_epi64(c1, c5);
+  a[3] = _mm_unpackhi_epi64(c1, c5);
+  a[4] = _mm_unpacklo_epi64(c2, c6);
+  a[5] = _mm_unpackhi_epi64(c2, c6);
+  a[6] = _mm_unpacklo_epi64(c3, c7);
+  a[7] = _mm_unpackhi_epi64(c3, c7);
+}
+
+/* The panel of R <= PANEL_N rows of W (row-major, K int8 each, K even):
+** P[k/2][j] = (w[j][k], w[j][k + 1]) as two int16, zero for j >= R.  16
+** columns of k at a time: the 16 rows' bytes taken as 8 pairs each (16-bit
+** elements), transposed, then sign-extended. */
+AVX2 static void pack_panel_avx2(int16_t *P, const int8_t *w, int R, int K) {
+  int k = 0;
+  if (R == PANEL_N)
+    for (; k + 16 <= K; k += 16) {
+      __m128i lo[8], hi[8];
+      for (int j = 0; j < 8; j++) {
+        lo[j] = _mm_loadu_si128((const __m128i *)(w + (size_t)j * K + k));
+        hi[j] = _mm_loadu_si128((const __m128i *)(w + (size_t)(j + 8) * K + k));
+      }
+      transpose8x16_avx2(lo);
+      transpose8x16_avx2(hi);
+      for (int p = 0; p < 8; p++) {
+        int16_t *d = P + (size_t)(k + 2 * p) * PANEL_N;
+        _mm256_store_si256((__m256i *)d, _mm256_cvtepi8_epi16(lo[p]));
+        _mm256_store_si256((__m256i *)(d + 16), _mm256_cvtepi8_epi16(hi[p]));
+      }
+    }
+  for (; k < K; k += 2)
+    for (int j = 0; j < PANEL_N; j++) {
+      P[(size_t)k * PANEL_N + 2 * j] = j < R ? w[(size_t)j * K + k] : 0;
+      P[(size_t)k * PANEL_N + 2 * j + 1] = j < R ? w[(size_t)j * K + k + 1] : 0;
+    }
+}
+
+/* Rows [r0, r1) of x against columns [i0, i1) on the panel kernel, into
+** the unit's block of sums; 0 if it cannot run (odd K, no block, no memory
+** for the panel): the caller uses the dot kernel. */
 AVX2 static int panels_avx2(const tile_out *o, int r0, int r1, int i0, int i1) {
   const int K = o->w->k;
-  if (K & 1) return 0;
+  if ((K & 1) || !o->sums) return 0;
   int16_t *P = aligned_alloc(32, (size_t)K * PANEL_N * sizeof(int16_t));
   if (!P) return 0;
   const int16_t *x = o->x->q;
-  int32_t acc[PANEL_M * PANEL_N];
+  { /* the unit's first panel: all its lines asked for at once (later panels are prefetched
+    ** while the one before them is computed) */
+    int R = i1 - i0 < PANEL_N ? i1 - i0 : PANEL_N;
+    for (int j = 0; j < R; j++)
+      for (int k = 0; k < K; k += 64)
+        _mm_prefetch((const char *)(o->w->q + (size_t)(i0 + j) * K + k), _MM_HINT_T0);
+  }
   for (int i = i0; i < i1; i += PANEL_N) {
     int R = i1 - i < PANEL_N ? i1 - i : PANEL_N;
-    for (int k = 0; k < K; k += 2)
-      for (int j = 0; j < PANEL_N; j++) {
-        const int8_t *w = o->w->q + (size_t)(i + j) * K + k;
-        P[(size_t)k * PANEL_N + 2 * j] = j < R ? w[0] : 0;
-        P[(size_t)k * PANEL_N + 2 * j + 1] = j < R ? w[1] : 0;
-      }
+    pack_panel_avx2(P, o->w->q + (size_t)i * K, R, K);
+    /* the 16 rows of W after this panel (the next panel, or the next strip's first) */
+    const int8_t *next = i + 2 * PANEL_N <= o->w->n ? o->w->q + (size_t)(i + PANEL_N) * K : NULL;
     for (int r = r0; r < r1; r += PANEL_M) {
       int M = r1 - r < PANEL_M ? r1 - r : PANEL_M;
       const int16_t *xr = x + (size_t)r * K;
+      int32_t *acc = o->sums + (size_t)(r - o->sr0) * o->ldsums + (i - o->si0);
+      size_t lda = (size_t)o->ldsums;
+      /* tile t of nt prefetches lines [t L / nt, (t + 1) L / nt) of the next panel */
+      int t = (r - r0) / PANEL_M, nt = (r1 - r0 + PANEL_M - 1) / PANEL_M, L = PANEL_N * K / 64;
+      panel_pf pfs = {next, t * L / nt, (t + 1) * L / nt, 1};
+      if (pfs.end > pfs.n) pfs.every = (K / 2) / (pfs.end - pfs.n);
+      if (pfs.every < 1) pfs.every = 1;
+      const panel_pf *pf = &pfs;
       switch (M) {
-        case 6: panel_tile_avx2(acc, xr, P, K, 6); break;
-        case 5: panel_tile_avx2(acc, xr, P, K, 5); break;
-        case 4: panel_tile_avx2(acc, xr, P, K, 4); break;
-        case 3: panel_tile_avx2(acc, xr, P, K, 3); break;
-        case 2: panel_tile_avx2(acc, xr, P, K, 2); break;
-        default: panel_tile_avx2(acc, xr, P, K, 1); break;
+        case 6: panel_tile_avx2(acc, lda, xr, P, K, 6, pf); break;
+        case 5: panel_tile_avx2(acc, lda, xr, P, K, 5, pf); break;
+        case 4: panel_tile_avx2(acc, lda, xr, P, K, 4, pf); break;
+        case 3: panel_tile_avx2(acc, lda, xr, P, K, 3, pf); break;
+        case 2: panel_tile_avx2(acc, lda, xr, P, K, 2, pf); break;
+        default: panel_tile_avx2(acc, lda, xr, P, K, 1, pf); break;
       }
-      _mm256_zeroupper();
-      finish(o, acc, r, M, i, R);
     }
   }
   free(P);
   return 1;
 }
 
-AVX2 static void unit_avx2(const tile_out *o, int r0, int r1, int i0, int i1) {
-  if (r1 - r0 >= PANEL_MIN_ROWS && panels_avx2(o, r0, r1, i0, i1)) return;
-  int r3 = r0 + (r1 - r0) / A2_J * A2_J;
-  if (r3 > r0) cols_avx2(o, r0, r3, i0, i1, A2_R);
-  if (r1 > r3) cols_avx2(o, r3, r1, i0, i1, a2_rest_r[r1 - r3]);
+/* One unit: its sums into a block (rows x columns, the columns padded to
+** whole panels), then finished 8 columns at a time; without memory for the
+** block, each tile is finished as it ends. */
+AVX2 static void unit_avx2(const tile_out *out, int r0, int r1, int i0, int i1) {
+  tile_out o = *out;
+  o.ldsums = (i1 - i0 + PANEL_N - 1) / PANEL_N * PANEL_N;
+  o.sr0 = r0;
+  o.si0 = i0;
+  o.sums = malloc((size_t)(r1 - r0) * o.ldsums * sizeof(int32_t));
+  if (!(r1 - r0 >= QG_PANEL_MIN_ROWS && panels_avx2(&o, r0, r1, i0, i1))) {
+    int r3 = r0 + (r1 - r0) / A2_J * A2_J;
+    if (r3 > r0) cols_avx2(&o, r0, r3, i0, i1, A2_R);
+    if (r1 > r3) cols_avx2(&o, r3, r1, i0, i1, a2_rest_r[r1 - r3]);
+  }
+  if (o.sums) finish_block_avx2(&o, r0, r1, i0, i1);
+  _mm256_zeroupper();
+  free(o.sums);
 }
 
 /* ------------------------------------------------------------ AVX512-VNNI */
@@ -548,11 +693,12 @@ static void job_init(qg_job *job, float *y, size_t ldy, int32_t *c, size_t ldc, 
   most = most < 12 ? 12 : most > 252 ? 252 : most;
   /* the AVX2 panel kernel packs its strip of W once per unit: blocks of
   ** many rows keep that cost small (x then streams from L2/L3) */
-  if (x->path == QG_AVX2 && x->t >= QG_PANEL_MIN_T) most = QG_PANEL_ROWS;
+  if (x->path == QG_AVX2 && x->t >= QG_PANEL_MIN_ROWS && !(x->k & 1)) most = QG_PANEL_ROWS;
   size_t nrb = ((size_t)x->t + most - 1) / most;
   size_t rb = nrb ? ((size_t)x->t + nrb - 1) / nrb : 12;
   rb = (rb + 11) / 12 * 12;
-  *job = (qg_job){y, ldy, c, ldc, x, w, bias, (int)rb, QG_STRIP, 0, 0, 0};
+  int strip = QG_STRIP;
+  *job = (qg_job){y, ldy, c, ldc, x, w, bias, (int)rb, strip, 0, 0, 0};
   job->nrb = (x->t + job->row_block - 1) / job->row_block;
   job->ncs = (w->n + job->col_strip - 1) / job->col_strip;
   job->nunits = job->nrb * job->ncs;
@@ -571,7 +717,7 @@ void qg_job_unit(void *arg, int u, int tid) {
   int i0 = cs * job->col_strip, i1 = i0 + job->col_strip;
   if (r1 > job->x->t) r1 = job->x->t;
   if (i1 > job->w->n) i1 = job->w->n;
-  tile_out o = {job->y, job->ldy, job->c, job->ldc, job->x, job->w, job->bias};
+  tile_out o = {job->y, job->ldy, job->c, job->ldc, job->x, job->w, job->bias, NULL, 0, 0, 0};
   switch (job->x->path) {
 #if QG_X86
     case QG_AVX2: unit_avx2(&o, r0, r1, i0, i1); return;

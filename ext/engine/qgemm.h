@@ -27,14 +27,15 @@
 **
 ** Kernels (chosen once per quantized activation matrix, see qg_path):
 **   QG_PORTABLE    plain C;
-**   QG_AVX2        vpmaddwd on int16: x is widened to int16 when quantized,
-**                  W is sign-extended on load (vpmovsxbw) and each extended
-**                  vector is used for several rows of x.  (vpmaddubsw would
-**                  saturate: u8*s8 pairs reach 64770.)
+**   QG_AVX2        vpmaddwd on int16: x is widened to int16 when quantized.
+**                  Below 12 rows of x, dot products with W read in place
+**                  (sign-extended on load, vpmovsxbw); from 12 rows on (k
+**                  even), panels of 16 rows of W packed as int16 pairs per
+**                  unit of work, times broadcast pairs of x.  (vpmaddubsw
+**                  would saturate: u8*s8 pairs reach 64770.)
 **   QG_AVX512VNNI  vpdpbusd on u8 x and s8 W as they are in memory.
-** All three read W in place, row-major, and compute dot products of rows of
-** x with rows of W in tiles (several rows of each, accumulators in
-** registers).  BERTFILL_NO_AVX512=1 rules out the AVX-512 kernel.
+** W stays row-major in memory (what is packed is a unit's scratch copy).
+** BERTFILL_NO_AVX512=1 rules out the AVX-512 kernel.
 **
 ** Usage:
 **     // at load (or once, into a file that is mmapped later)
