@@ -19,6 +19,12 @@ uint64_t bf_now_ns(void) {
   return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+uint64_t bf_wall_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 /* Why the sequence at s[0..n) (known to be invalid) is not UTF-8. */
 static void utf8_why(const unsigned char *s, size_t n, char *buf, size_t len) {
   unsigned b = s[0];

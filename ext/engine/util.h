@@ -13,6 +13,8 @@
 
 /* Nanoseconds on CLOCK_MONOTONIC (never goes back; not wall-clock time). */
 uint64_t bf_now_ns(void);
+/* The wall clock (CLOCK_REALTIME), ns since 1970: for comparing with file times. */
+uint64_t bf_wall_ns(void);
 
 /* Offset of the first byte of s[0..n) that does not start a well-formed
 ** UTF-8 sequence (Unicode's definition: no overlong forms, no surrogates,

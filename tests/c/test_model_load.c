@@ -17,6 +17,8 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -334,6 +336,100 @@ static void test_specifics(void) {
   bf_model_release(b);
   bf_model_release(c);
   bf_model_release(d);
+
+  /* the fingerprint file: the weights' hash kept next to them, used by the
+  ** next load only while model.safetensors is the very file it was made
+  ** from (device, inode, size, mtime, ctime), and written only for a file
+  ** that settled (2 s) before it was hashed */
+  {
+    char cmd[4096], fpath[1200], wpath[1200], line1[256] = "", line2[256] = "";
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' && cp -r '%s' '%s' && rm -f '%s/model.fingerprint'",
+             J("fpfile"), J("base"), J("fpfile"), J("fpfile"));
+    int copied = system(cmd) == 0;
+    snprintf(fpath, sizeof fpath, "%s/model.fingerprint", J("fpfile"));
+    snprintf(wpath, sizeof wpath, "%s/model.safetensors", J("fpfile"));
+    bf_model *base_m = bf_model_load(J("base"), err, sizeof err);
+    char fbase[17] = "";
+    if (base_m) snprintf(fbase, sizeof fbase, "%s", bf_model_fingerprint(base_m));
+    bf_model_release(base_m);
+
+    bf_model *f1 = copied ? bf_model_load(J("fpfile"), err, sizeof err) : NULL;
+    const char *fp1 = f1 ? bf_model_fingerprint(f1) : "";
+    CHECKF("fpfile_fresh_file_hashed_not_kept",
+           f1 && !strcmp(f1->fp_source, "hashed") && access(fpath, F_OK) != 0 &&
+             !strcmp(fp1, fbase),
+           "source %s, file %s, %s vs %s", f1 ? f1->fp_source : "-",
+           access(fpath, F_OK) == 0 ? "written" : "absent", fp1, fbase);
+    bf_model_release(f1);
+
+    usleep(2200000); /* the copy settles */
+    bf_model *f2 = bf_model_load(J("fpfile"), err, sizeof err);
+    const char *fp2 = f2 ? bf_model_fingerprint(f2) : "";
+    FILE *fl = fopen(fpath, "r");
+    if (fl) {
+      if (!fgets(line1, sizeof line1, fl)) line1[0] = 0;
+      fclose(fl);
+    }
+    CHECKF("fpfile_written_after_hashing",
+           f2 && !strcmp(f2->fp_source, "hashed") &&
+             !strncmp(line1, "bertfill-fingerprint 1 ", 23) && !strcmp(fp2, fbase),
+           "source %s, line '%s'", f2 ? f2->fp_source : "-", line1);
+    bf_model_release(f2);
+
+    bf_model *f3 = bf_model_load(J("fpfile"), err, sizeof err);
+    int known_at_load = f3 && f3->weights_known;
+    const char *fp3 = f3 ? bf_model_fingerprint(f3) : "";
+    CHECKF("fpfile_used_by_next_load",
+           known_at_load && !strcmp(f3->fp_source, "model.fingerprint") && !strcmp(fp3, fbase),
+           "known %d, source %s, %s vs %s", known_at_load, f3 ? f3->fp_source : "-", fp3, fbase);
+    bf_model *f3i = bf_model_load_as(J("fpfile"), BF_PRECISION_INT8, err, sizeof err);
+    CHECKF("fpfile_int8_load_uses_it_other_fingerprint",
+           f3i && f3i->weights_known && strcmp(bf_model_fingerprint(f3i), fbase) != 0, "%s",
+           f3i ? bf_model_fingerprint(f3i) : err);
+    bf_model_release(f3i);
+    bf_model_release(f3);
+
+    /* one weight byte changed in place, same size, mtime set back: only the
+    ** change time tells */
+    struct stat st0;
+    int fd = open(wpath, O_RDWR);
+    int changed = 0;
+    if (fd >= 0 && fstat(fd, &st0) == 0) {
+      unsigned char byte;
+      off_t at = st0.st_size - 1;
+      if (pread(fd, &byte, 1, at) == 1) {
+        byte ^= 0x01;
+        changed = pwrite(fd, &byte, 1, at) == 1;
+      }
+      struct timespec ts[2] = {st0.st_atim, st0.st_mtim};
+      if (futimens(fd, ts) != 0) changed = 0;
+      close(fd);
+    }
+    bf_model *f4 = changed ? bf_model_load(J("fpfile"), err, sizeof err) : NULL;
+    int known4 = f4 && f4->weights_known;
+    const char *fp4 = f4 ? bf_model_fingerprint(f4) : "";
+    fl = fopen(fpath, "r");
+    if (fl) {
+      if (!fgets(line2, sizeof line2, fl)) line2[0] = 0;
+      fclose(fl);
+    }
+    CHECKF("fpfile_ignored_after_change_in_place",
+           changed && f4 && !known4 && !strcmp(f4->fp_source, "hashed") && strcmp(fp4, fbase) != 0,
+           "changed %d, known at load %d, source %s, %s vs %s", changed, known4,
+           f4 ? f4->fp_source : "-", fp4, fbase);
+    CHECK("fpfile_not_rewritten_for_an_unsettled_file", !strcmp(line1, line2));
+    bf_model_release(f4);
+
+    fl = fopen(fpath, "w"); /* garbage in the file: ignored */
+    if (fl) {
+      fputs("bertfill-fingerprint 1 nonsense\n", fl);
+      fclose(fl);
+    }
+    bf_model *f5 = bf_model_load(J("fpfile"), err, sizeof err);
+    CHECK("fpfile_garbage_ignored",
+          f5 && !f5->weights_known && strlen(bf_model_fingerprint(f5)) == 16);
+    bf_model_release(f5);
+  }
 
   /* error buffer handling: tiny and zero-length buffers never overflow */
   char small[8];
