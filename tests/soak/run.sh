@@ -13,6 +13,8 @@
 #   6. a column of 200,000 rows (SOAK_ROWS) filled in one UPDATE ... FROM
 #      fill_rows with the shipped model: time, encoder sequences per row,
 #      peak RSS within 50 MB of a 2,000-row fill (tests/soak/rows.py)
+#   7. the first call after bert_load against warm calls, fp32 and int8, cache
+#      off and on (tests/soak/first_call.py: a table, measured only)
 # Prints ok / FAIL / skip lines like a test suite; exits 1 on any FAIL.
 set -u
 cd "$(dirname "$0")/../.."
@@ -53,5 +55,6 @@ step tsan bash tests/reliability/tsan.sh small "${SOAK_TSAN_THREADS:-8}" "${SOAK
 step multiprocess env MP_PROCS=${SOAK_PROCS:-8} MP_CALLS=${SOAK_PROC_CALLS:-1000} MP_TEXTS=3000 $PY tests/t_multiprocess.py
 step oom env OOM_THREADS_SECONDS=60 bash tests/reliability/oom.sh
 step rows $PY tests/soak/rows.py --rows "${SOAK_ROWS:-200000}"
+step first_call $PY tests/soak/first_call.py "$base"
 echo "soak: $fails step(s) failed"
 [ "$fails" -eq 0 ]
