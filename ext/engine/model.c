@@ -38,7 +38,6 @@
 #include "util.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,6 +59,28 @@ static int file_exists(const char *dir, const char *name) {
   int ok = stat(p, &st) == 0;
   free(p);
   return ok;
+}
+
+/* What identifies a file's contents without reading them: device, inode,
+** size, modification and change times (ns). */
+typedef struct file_id {
+  unsigned long long dev, ino, size;
+  long long mtime_ns, ctime_ns;
+} file_id;
+
+static int get_file_id(int fd, file_id *id) {
+  struct stat st;
+  if (fd < 0 || fstat(fd, &st) != 0) return -1;
+  *id = (file_id){(unsigned long long)st.st_dev, (unsigned long long)st.st_ino,
+                  (unsigned long long)st.st_size,
+                  (long long)st.st_mtim.tv_sec * 1000000000ll + st.st_mtim.tv_nsec,
+                  (long long)st.st_ctim.tv_sec * 1000000000ll + st.st_ctim.tv_nsec};
+  return 0;
+}
+
+static int same_id(const file_id *a, const file_id *b) {
+  return a->dev == b->dev && a->ino == b->ino && a->size == b->size && a->mtime_ns == b->mtime_ns &&
+         a->ctime_ns == b->ctime_ns;
 }
 
 /* Read a whole small file.  1: read, 0: does not exist, -1: error (err set). */
@@ -670,16 +691,15 @@ const char *bf_model_token(const bf_model *m, int32_t id) {
 ** with err saying how it changed. */
 static int check_file(const bf_model *m, int fd, size_t len, int64_t mtime_then, const char *name,
                       char *err, size_t errlen) {
-  struct stat st;
-  if (fd < 0 || fstat(fd, &st) != 0) return BF_OK; /* cannot tell: keep going */
-  int64_t mtime = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
-  if ((size_t)st.st_size == len && mtime == mtime_then) return BF_OK;
-  if ((size_t)st.st_size != len)
+  file_id now;
+  if (get_file_id(fd, &now) != 0) return BF_OK; /* cannot tell: keep going */
+  if ((size_t)now.size == len && now.mtime_ns == mtime_then) return BF_OK;
+  if ((size_t)now.size != len)
     bf_errf(err, errlen,
             "%s/%s changed on disk after it was loaded (%zu bytes then, %lld now): "
             "the model must be loaded again (replace model files with a new file and rename, "
             "never in place)",
-            m->dir, name, len, (long long)st.st_size);
+            m->dir, name, len, (long long)now.size);
   else
     bf_errf(err, errlen,
             "%s/%s was rewritten in place after it was loaded: the model must be "
@@ -752,26 +772,6 @@ static uint64_t hash_weights(const bf_model *m) {
 #define FP_FILE_FORMAT 1
 #define FP_FILE_SETTLE_NS 2000000000ll
 
-typedef struct file_id {
-  unsigned long long dev, ino, size;
-  long long mtime_ns, ctime_ns;
-} file_id;
-
-static int get_file_id(int fd, file_id *id) {
-  struct stat st;
-  if (fd < 0 || fstat(fd, &st) != 0) return -1;
-  *id = (file_id){(unsigned long long)st.st_dev, (unsigned long long)st.st_ino,
-                  (unsigned long long)st.st_size,
-                  (long long)st.st_mtim.tv_sec * 1000000000ll + st.st_mtim.tv_nsec,
-                  (long long)st.st_ctim.tv_sec * 1000000000ll + st.st_ctim.tv_nsec};
-  return 0;
-}
-
-static int same_id(const file_id *a, const file_id *b) {
-  return a->dev == b->dev && a->ino == b->ino && a->size == b->size && a->mtime_ns == b->mtime_ns &&
-         a->ctime_ns == b->ctime_ns;
-}
-
 static int format_fp_line(char *buf, size_t n, const file_id *id, uint64_t h) {
   return snprintf(buf, n, "bertfill-fingerprint %d %llu %llu %llu %lld %lld %016llx\n",
                   FP_FILE_FORMAT, id->dev, id->ino, id->size, id->mtime_ns, id->ctime_ns,
@@ -808,24 +808,14 @@ static void read_fp_file(bf_model *m) {
 static void write_fp_file(const bf_model *m, const file_id *before, uint64_t h) {
   file_id after;
   if (get_file_id(m->map_fd, &after) != 0 || !same_id(before, &after)) return;
-  if ((long long)bf_wall_ns() - before->ctime_ns < FP_FILE_SETTLE_NS ||
-      (long long)bf_wall_ns() - before->mtime_ns < FP_FILE_SETTLE_NS)
+  long long now = (long long)bf_wall_ns();
+  if (now - before->ctime_ns < FP_FILE_SETTLE_NS || now - before->mtime_ns < FP_FILE_SETTLE_NS)
     return;
   char *path = bf_path_join(m->dir, FP_FILE);
-  char *tmp = path ? malloc(strlen(path) + 48) : NULL;
   char line[256];
-  int n = format_fp_line(line, sizeof line, before, h);
-  if (tmp) {
-    snprintf(tmp, strlen(path) + 48, "%s.tmp.%ld.%lx", path, (long)getpid(),
-             (unsigned long)pthread_self());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd >= 0) {
-      int ok = write(fd, line, (size_t)n) == n;
-      if (close(fd) != 0) ok = 0;
-      if (!ok || rename(tmp, path) != 0) unlink(tmp);
-    }
-  }
-  free(tmp);
+  const void *part[1] = {line};
+  size_t len[1] = {(size_t)format_fp_line(line, sizeof line, before, h)};
+  if (path) (void)bf_write_file_replace(path, 1, part, len);
   free(path);
 }
 

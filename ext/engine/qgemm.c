@@ -237,24 +237,23 @@ typedef struct tile_out {
   int ldsums, sr0, si0;
 } tile_out;
 
+/* One output: the sum acc of row r of x and column i of W into y (or c). */
+static inline void finish_one(const tile_out *o, int r, int i, int32_t acc) {
+  int32_t a = acc - o->x->zero[r] * o->w->sum[i]; /* exact: |a| <= 255 * 127 * k */
+  if (o->c) {
+    o->c[(size_t)r * o->ldc + i] = a;
+  } else {
+    float s = o->x->scale[r] * o->w->scale[i];
+    float v = (float)a * s;
+    if (o->bias) v += o->bias[i];
+    o->y[(size_t)r * o->ldy + i] = v;
+  }
+}
+
 __attribute__((noinline)) static void finish(const tile_out *o, const int32_t *acc, int r0, int J,
                                              int i0, int R) {
-  for (int j = 0; j < J; j++) {
-    int r = r0 + j;
-    int32_t z = o->x->zero[r];
-    float sx = o->x->scale[r];
-    for (int i = 0; i < R; i++) {
-      int32_t a = acc[i * J + j] - z * o->w->sum[i0 + i]; /* exact: |a| <= 255 * 127 * k */
-      if (o->c) {
-        o->c[(size_t)r * o->ldc + i0 + i] = a;
-      } else {
-        float s = sx * o->w->scale[i0 + i];
-        float v = (float)a * s;
-        if (o->bias) v += o->bias[i0 + i];
-        o->y[(size_t)r * o->ldy + i0 + i] = v;
-      }
-    }
-  }
+  for (int j = 0; j < J; j++)
+    for (int i = 0; i < R; i++) finish_one(o, r0 + j, i0 + i, acc[i * J + j]);
 }
 
 /* Plain C sums of k in [k0, K) into acc (the tails of the vector kernels). */
@@ -391,16 +390,7 @@ AVX2 static void finish_block_avx2(const tile_out *o, int r0, int r1, int i0, in
       if (o->bias) v = _mm256_add_ps(v, _mm256_loadu_ps(o->bias + i));
       _mm256_storeu_ps(o->y + (size_t)r * o->ldy + i, v);
     }
-    for (; i < i1; i++) {
-      int32_t a = b[i] - z * w->sum[i];
-      if (o->c) {
-        o->c[(size_t)r * o->ldc + i] = a;
-      } else {
-        float v = (float)a * (sx * w->scale[i]);
-        if (o->bias) v += o->bias[i];
-        o->y[(size_t)r * o->ldy + i] = v;
-      }
-    }
+    for (; i < i1; i++) finish_one(o, r, i, b[i]);
   }
 }
 
@@ -697,8 +687,7 @@ static void job_init(qg_job *job, float *y, size_t ldy, int32_t *c, size_t ldc, 
   size_t nrb = ((size_t)x->t + most - 1) / most;
   size_t rb = nrb ? ((size_t)x->t + nrb - 1) / nrb : 12;
   rb = (rb + 11) / 12 * 12;
-  int strip = QG_STRIP;
-  *job = (qg_job){y, ldy, c, ldc, x, w, bias, (int)rb, strip, 0, 0, 0};
+  *job = (qg_job){y, ldy, c, ldc, x, w, bias, (int)rb, QG_STRIP, 0, 0, 0};
   job->nrb = (x->t + job->row_block - 1) / job->row_block;
   job->ncs = (w->n + job->col_strip - 1) / job->col_strip;
   job->nunits = job->nrb * job->ncs;

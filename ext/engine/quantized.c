@@ -29,8 +29,6 @@
 ** quarter of the fp32 weights, per process).  The fp32 file stays mapped in
 ** both cases: the embeddings, LayerNorms and biases come from it.
 */
-#include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -236,46 +234,19 @@ static char *make_header(bf_model *m, int nm, const size_t *off, size_t *len) {
   return h;
 }
 
-static int write_all(int fd, const void *p, size_t n) {
-  const unsigned char *c = p;
-  while (n > 0) {
-    ssize_t w = write(fd, c, n > ((size_t)1 << 30) ? ((size_t)1 << 30) : n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return -1;
-    c += w;
-    n -= (size_t)w;
-  }
-  return 0;
-}
-
-/* Write the data area (and its header) to path through a temporary file in
-** the same directory and rename(): 0, or -1 (nothing left behind). */
+/* Write the data area (and its header) to path, replacing it whole
+** (bf_write_file_replace): 0, or -1 (nothing left behind). */
 static int write_file(bf_model *m, const char *path, int nm, const size_t *off,
                       const unsigned char *data) {
   size_t hlen = 0;
   char *header = make_header(m, nm, off, &hlen);
-  char *tmp = malloc(strlen(path) + 32);
-  if (!header || !tmp) {
-    free(header);
-    free(tmp);
-    return -1;
-  }
-  sprintf(tmp, "%s.tmp.%ld", path, (long)getpid());
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  int rc = -1;
-  if (fd >= 0) {
-    unsigned char n8[8];
-    for (int i = 0; i < 8; i++) n8[i] = (unsigned char)((uint64_t)hlen >> (8 * i));
-    rc = write_all(fd, n8, 8) || write_all(fd, header, hlen) || write_all(fd, data, off[3 * nm]) ||
-             fsync(fd) != 0
-           ? -1
-           : 0;
-    if (close(fd) != 0) rc = -1;
-    if (rc == 0 && rename(tmp, path) != 0) rc = -1;
-    if (rc != 0) unlink(tmp);
-  }
+  if (!header) return -1;
+  unsigned char n8[8];
+  for (int i = 0; i < 8; i++) n8[i] = (unsigned char)((uint64_t)hlen >> (8 * i));
+  const void *part[3] = {n8, header, data};
+  size_t len[3] = {8, hlen, off[3 * nm]};
+  int rc = bf_write_file_replace(path, 3, part, len);
   free(header);
-  free(tmp);
   return rc;
 }
 

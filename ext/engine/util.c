@@ -3,6 +3,8 @@
 */
 #include "util.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdarg.h>
@@ -191,4 +193,35 @@ int bf_env_choice(const char *name, const char *const *choices, int n, int dflt)
   }
   env_ignored(name, s, expected);
   return dflt;
+}
+
+static int write_all(int fd, const void *p, size_t n) {
+  const unsigned char *c = p;
+  while (n > 0) {
+    ssize_t w = write(fd, c, n > ((size_t)1 << 30) ? ((size_t)1 << 30) : n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return -1;
+    c += w;
+    n -= (size_t)w;
+  }
+  return 0;
+}
+
+int bf_write_file_replace(const char *path, int n, const void *const *part, const size_t *len) {
+  size_t cap = strlen(path) + 64;
+  char *tmp = malloc(cap);
+  if (!tmp) return -1;
+  snprintf(tmp, cap, "%s.tmp.%ld.%lx", path, (long)getpid(), (unsigned long)pthread_self());
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  int rc = -1;
+  if (fd >= 0) {
+    rc = 0;
+    for (int i = 0; i < n && rc == 0; i++) rc = write_all(fd, part[i], len[i]);
+    if (rc == 0 && fsync(fd) != 0) rc = -1;
+    if (close(fd) != 0) rc = -1;
+    if (rc == 0 && rename(tmp, path) != 0) rc = -1;
+    if (rc != 0) unlink(tmp);
+  }
+  free(tmp);
+  return rc;
 }

@@ -56,6 +56,13 @@ void bf_errf(char *err, size_t errlen, const char *fmt, ...) __attribute__((form
 /* dir + "/" + name (no doubled slash), malloc'ed; NULL when out of memory. */
 char *bf_path_join(const char *dir, const char *name);
 
+/* Write the n parts (part[i], len[i] bytes) as the file path: into a
+** temporary file in the same directory (O_EXCL, named after the process and
+** thread), fsync, then rename() over path, so that readers never see half a
+** file.  0, or -1 with nothing left behind (a read-only directory, disk
+** full). */
+int bf_write_file_replace(const char *path, int n, const void *const *part, const size_t *len);
+
 /* CPUs this process may run on (sched_getaffinity), at least 1. */
 int bf_ncores(void);
 
