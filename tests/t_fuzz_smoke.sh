@@ -37,7 +37,8 @@ if [ $have_libfuzzer = 1 ]; then
     out=$(mktemp -d)
     regs=""; [ -d tests/fuzz/regressions/$t ] && regs=tests/fuzz/regressions/$t
     # -runs=0 first: every seed and regression input once, then fuzz a little
-    if "$BUILD/fuzz/clang/fuzz_$t" -runs=0 tests/fuzz/corpus/$t $regs >"$log" 2>&1 &&
+    # (every run writes its findings into $out, never into the working directory)
+    if "$BUILD/fuzz/clang/fuzz_$t" -runs=0 -artifact_prefix="$out/" tests/fuzz/corpus/$t $regs >"$log" 2>&1 &&
        "$BUILD/fuzz/clang/fuzz_$t" -max_total_time="$secs" -timeout=20 -rss_limit_mb=3072 -max_len=65536 \
          -artifact_prefix="$out/" "$out" tests/fuzz/corpus/$t >>"$log" 2>&1; then
       n=$(sed -n 's/^Done \([0-9]*\) runs.*/\1/p' "$log" | tail -1)
@@ -45,7 +46,10 @@ if [ $have_libfuzzer = 1 ]; then
     else
       echo "FAIL fuzz_$t: $(grep -E 'ERROR|runtime error|invariant' "$log" | head -1)"
       grep -E 'ERROR|runtime error|invariant|#[0-9]+ 0x' "$log" | head -12
-      ls "$out" | sed 's/^/  finding: /'
+      mkdir -p "$BUILD/fuzz/findings/$t"
+      for f in "$out"/crash-* "$out"/leak-* "$out"/timeout-* "$out"/oom-*; do
+        [ -e "$f" ] && cp "$f" "$BUILD/fuzz/findings/$t/" && echo "  finding kept: $BUILD/fuzz/findings/$t/$(basename "$f")"
+      done
     fi
     rm -rf "$out"
   done

@@ -86,6 +86,16 @@ int bf_tokenize(const bf_tokenizer *tok, const char *text, long len, bf_tokens *
                 size_t errlen);
 void bf_tokens_free(bf_tokens *t);
 
+/* Something in s[0..n) that a person meant as a blank but that is not the
+** exact text "[MASK]", and so is tokenized as plain text (as Hugging Face
+** does): an opening bracket "[", full-width "［" or "【"; then spaces
+** (ASCII, no-break or ideographic) or none; the letters M A S K in any
+** letter case, ASCII or full-width; spaces or none; a closing "]", "］" or
+** "】".  For example "［MASK］", "[mask]", "[ MASK ]", "【ＭＡＳＫ】".
+** Returns the byte offset of the first one, with its length in *len, or -1
+** when there is none. */
+long bf_mask_lookalike(const char *s, size_t n, size_t *len);
+
 int bf_tokenizer_vocab_size(const bf_tokenizer *tok);
 const char *bf_tokenizer_token(const bf_tokenizer *tok, int32_t id); /* NULL if out of range */
 /* The id of the vocabulary entry that is exactly entry[0..len) ("好",
@@ -139,7 +149,10 @@ const char *bf_model_int8_source(const bf_model *m);
 const char *bf_model_token(const bf_model *m, int32_t id);
 /* A 16-hex-digit fingerprint of config, vocabulary, every weight byte and
 ** the precision (an int8 load never shares a fingerprint with an fp32 one);
-** computed on first call (reads the whole file), then cached. Thread-safe. */
+** computed on first call (reads the whole file with pread, never through
+** the mapping), then cached. Thread-safe.  NULL while it is not known and
+** cannot be computed: model.safetensors changed on disk since loading
+** (bf_model_check says how), or out of memory. */
 const char *bf_model_fingerprint(bf_model *m);
 
 /* BF_OK while model.safetensors is the file that was loaded, unchanged;

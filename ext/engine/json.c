@@ -511,17 +511,13 @@ int json_read_file(const char *path, unsigned char **out, size_t *len, char *err
   *out = NULL;
   *len = 0;
   if (err && errlen) err[0] = 0;
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  struct stat st;
+  int fd = bf_open_regular(path, O_RDONLY, 0, &st);
   if (fd < 0) {
     int e = errno;
-    bf_errf(err, errlen, "%s: %s", path, strerror(e));
+    if (bf_not_regular(e)) bf_errf(err, errlen, "%s: not a regular file", path);
+    else bf_errf(err, errlen, "%s: %s", path, strerror(e));
     return e == ENOENT ? 0 : -1;
-  }
-  struct stat st;
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    bf_errf(err, errlen, "%s: not a regular file", path);
-    close(fd);
-    return -1;
   }
   if ((uint64_t)st.st_size > JSON_MAX_FILE) {
     bf_errf(err, errlen, "%s: file too large (%lld bytes; limit %u)", path, (long long)st.st_size,

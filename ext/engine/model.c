@@ -38,6 +38,7 @@
 #include "util.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -726,18 +727,23 @@ int bf_model_is_current(const bf_model *m) {
   return same && bf_model_check(m, NULL, 0) == BF_OK;
 }
 
-/* The hash of model.safetensors, read with pread() through the descriptor
-** kept since loading (the very file that was mapped): reading does not map
-** the pages into this process, so hashing a file whose products run from
-** its int8 copy costs no resident memory.  Falls back to the mapping. */
-static uint64_t hash_weights(const bf_model *m) {
+/* The hash of model.safetensors into *out, read with pread() through the
+** descriptor kept since loading (the very file that was mapped): reading
+** does not map the pages into this process, so hashing a file whose
+** products run from its int8 copy costs no resident memory.  Never reads
+** the mapping: a file that shrank would raise SIGBUS there.  0, or -1 when
+** the file changed since loading (bf_model_check says how), when a read
+** fails or comes back short, or when out of memory. */
+static int hash_weights(const bf_model *m, uint64_t *out) {
   enum { CHUNK = 1 << 20 };
-  unsigned char *b = m->map_fd >= 0 ? malloc(CHUNK) : NULL;
-  if (!b) return fp_hash(m->map, m->map_len, 0);
+  if (m->map_fd < 0 || bf_model_check(m, NULL, 0) != BF_OK) return -1;
+  unsigned char *b = malloc(CHUNK);
+  if (!b) return -1;
   /* fp_hash over the whole file in one go equals this streamed form only
   ** if the chunking is part of the definition: so hash the chunk hashes */
   uint64_t h = 0;
-  for (size_t off = 0; off < m->map_len; off += CHUNK) {
+  int rc = 0;
+  for (size_t off = 0; off < m->map_len && rc == 0; off += CHUNK) {
     size_t n = m->map_len - off < CHUNK ? m->map_len - off : CHUNK, got = 0;
     while (got < n) {
       ssize_t r = pread(m->map_fd, b + got, n - got, (off_t)(off + got));
@@ -745,12 +751,12 @@ static uint64_t hash_weights(const bf_model *m) {
       if (r <= 0) break;
       got += (size_t)r;
     }
-    /* a short read (the file shrank: bf_model_check reports it) hashes the
-    ** mapping's bytes instead, which are what the model computes with */
-    h = fp_hash(got == n ? b : (const unsigned char *)m->map + off, n, h);
+    if (got != n) rc = -1; /* the file shrank while it was read */
+    else h = fp_hash(b, n, h);
   }
   free(b);
-  return fmix64(h ^ (uint64_t)m->map_len);
+  *out = fmix64(h ^ (uint64_t)m->map_len);
+  return rc;
 }
 
 /* ---- the fingerprint file ----
@@ -784,9 +790,13 @@ static void read_fp_file(bf_model *m) {
   file_id id;
   if (get_file_id(m->map_fd, &id) != 0) return;
   char *path = bf_path_join(m->dir, FP_FILE);
-  FILE *f = path ? fopen(path, "r") : NULL;
+  int fd = path ? bf_open_regular(path, O_RDONLY, 0, NULL) : -1;
+  FILE *f = fd >= 0 ? fdopen(fd, "r") : NULL;
   free(path);
-  if (!f) return;
+  if (!f) {
+    if (fd >= 0) close(fd);
+    return;
+  }
   char line[256], want[256];
   int ok = fgets(line, sizeof line, f) != NULL;
   fclose(f);
@@ -832,7 +842,7 @@ const char *bf_model_fingerprint(bf_model *m) {
   if (!have_weights) {
     file_id before;
     int have_id = get_file_id(m->map_fd, &before) == 0;
-    w = hash_weights(m);
+    if (hash_weights(m, &w) != 0) return NULL; /* changed on disk: nothing to key on */
     if (have_id) write_fp_file(m, &before, w);
     source = "hashed";
   }

@@ -169,15 +169,11 @@ static int parse_entry(const char *path, const char *name, const json_value *v, 
 /* Step 1: open and map the file read-only into f (map, fd, mtime, path).
 ** On an error before the mapping exists f is left as it was. */
 static int map_file(st_file *f, const char *path, char *err, size_t errlen) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    bf_errf(err, errlen, "%s: %s", path, strerror(errno));
-    return -1;
-  }
   struct stat st;
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    bf_errf(err, errlen, "%s: not a regular file", path);
-    close(fd);
+  int fd = bf_open_regular(path, O_RDONLY, 0, &st);
+  if (fd < 0) {
+    if (bf_not_regular(errno)) bf_errf(err, errlen, "%s: not a regular file", path);
+    else bf_errf(err, errlen, "%s: %s", path, strerror(errno));
     return -1;
   }
   size_t size = (size_t)st.st_size;

@@ -82,6 +82,7 @@
 ** bf_tokenize allocates its scratch memory per call.
 */
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -670,6 +671,68 @@ done:
   return rc;
 }
 
+/* ---- look-alikes of [MASK] ---- */
+
+/* The code point at s[i] (i < n) and its length in *len; U+FFFD for a
+** byte that does not start valid UTF-8 (length 1). */
+static int32_t code_point_at(const char *s, size_t n, size_t i, size_t *len) {
+  utf8proc_int32_t c;
+  utf8proc_ssize_t l = utf8proc_iterate((const utf8proc_uint8_t *)s + i, (utf8proc_ssize_t)(n - i),
+                                        &c);
+  if (l <= 0) {
+    *len = 1;
+    return 0xFFFD;
+  }
+  *len = (size_t)l;
+  return c;
+}
+
+static int is_blank_space(int32_t c) { return c == ' ' || c == '\t' || c == 0xA0 || c == 0x3000; }
+
+/* The ASCII capital of letter c, ASCII or full-width (U+FF21..U+FF5A); 0 for
+** anything else. */
+static int ascii_capital(int32_t c) {
+  if (c >= 0xFF21 && c <= 0xFF3A) return 'A' + (c - 0xFF21);
+  if (c >= 0xFF41 && c <= 0xFF5A) return 'A' + (c - 0xFF41);
+  if (c >= 'a' && c <= 'z') return 'A' + (c - 'a');
+  if (c >= 'A' && c <= 'Z') return (int)c;
+  return 0;
+}
+
+/* The length of the look-alike that starts at s[i], or 0. */
+static size_t lookalike_at(const char *s, size_t n, size_t i) {
+  size_t at = i, l;
+  int32_t c = code_point_at(s, n, at, &l);
+  if (c != '[' && c != 0xFF3B && c != 0x3010) return 0;
+  at += l;
+  while (at < n && is_blank_space(code_point_at(s, n, at, &l))) at += l;
+  for (const char *w = "MASK"; *w; w++) {
+    if (at >= n || ascii_capital(code_point_at(s, n, at, &l)) != *w) return 0;
+    at += l;
+  }
+  while (at < n && is_blank_space(code_point_at(s, n, at, &l))) at += l;
+  if (at >= n) return 0;
+  c = code_point_at(s, n, at, &l);
+  if (c != ']' && c != 0xFF3D && c != 0x3011) return 0;
+  at += l;
+  if (at - i == (size_t)BF_MASK_TEXT_LEN && memcmp(s + i, BF_MASK_TEXT, BF_MASK_TEXT_LEN) == 0)
+    return 0; /* the real one */
+  return at - i;
+}
+
+long bf_mask_lookalike(const char *s, size_t n, size_t *len) {
+  for (size_t i = 0; i < n; i++) {
+    unsigned char b = (unsigned char)s[i];
+    if (b != '[' && b != 0xEF && b != 0xE3) continue; /* the first bytes of the brackets */
+    size_t l = lookalike_at(s, n, i);
+    if (l) {
+      *len = l;
+      return (long)i;
+    }
+  }
+  return -1;
+}
+
 void bf_tokens_free(bf_tokens *t) {
   if (!t) return;
   free(t->ids);
@@ -717,10 +780,17 @@ void bf_tokenizer_free(bf_tokenizer *tok) {
 
 /* Read vocab.txt into t->vocab / off / len.  Returns a BF_ code. */
 static int load_vocab(bf_tokenizer *t, const char *path, char *err, size_t errlen) {
-  FILE *f = fopen(path, "rb");
+  int fd = bf_open_regular(path, O_RDONLY, 0, NULL);
+  FILE *f = fd >= 0 ? fdopen(fd, "rb") : NULL;
   if (!f) {
-    bf_errf(err, errlen, "%s: %s", path, strerror(errno));
-    return errno == ENOENT ? BF_ERR_MODEL : BF_ERR_IO;
+    int e = errno;
+    if (fd >= 0) close(fd);
+    if (bf_not_regular(e)) {
+      bf_errf(err, errlen, "%s: not a regular file", path);
+      return BF_ERR_MODEL;
+    }
+    bf_errf(err, errlen, "%s: %s", path, strerror(e));
+    return e == ENOENT ? BF_ERR_MODEL : BF_ERR_IO;
   }
   size_t cap = 1 << 16, n = 0;
   char *buf = malloc(cap + 1);

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -206,6 +207,34 @@ static int write_all(int fd, const void *p, size_t n) {
   }
   return 0;
 }
+
+int bf_open_regular(const char *path, int flags, unsigned mode, void *stp) {
+  struct stat st;
+  int fd = open(path, flags | O_NONBLOCK | O_NOCTTY | O_CLOEXEC, (mode_t)mode);
+  if (fd < 0) return -1;
+  if (fstat(fd, &st) != 0) {
+    int e = errno;
+    close(fd);
+    errno = e;
+    return -1;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    close(fd);
+    errno = S_ISDIR(st.st_mode) ? EISDIR : ENXIO;
+    return -1;
+  }
+  int fl = fcntl(fd, F_GETFL);
+  if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) {
+    int e = errno;
+    close(fd);
+    errno = e;
+    return -1;
+  }
+  if (stp) memcpy(stp, &st, sizeof st);
+  return fd;
+}
+
+int bf_not_regular(int err) { return err == EISDIR || err == ENXIO; }
 
 int bf_write_file_replace(const char *path, int n, const void *const *part, const size_t *len) {
   size_t cap = strlen(path) + 64;

@@ -63,6 +63,18 @@ char *bf_path_join(const char *dir, const char *name);
 ** full). */
 int bf_write_file_replace(const char *path, int n, const void *const *part, const size_t *len);
 
+/* Open path (flags: O_RDONLY or O_RDWR, plus O_CREAT / O_NOFOLLOW) without
+** ever blocking, and only if it is a regular file: the open itself is
+** O_NONBLOCK (a FIFO or a device would otherwise block the caller until a
+** writer comes, forever), then fstat decides, then O_NONBLOCK is cleared.
+** The descriptor (O_CLOEXEC), with *st filled when st is not NULL; or -1
+** with errno set: ENXIO for a FIFO, device or socket, EISDIR for a
+** directory (bf_not_regular tells both from ENOENT, EACCES...).  st is a
+** struct stat * (void * keeps <sys/stat.h> out of this header). */
+int bf_open_regular(const char *path, int flags, unsigned mode, void *st);
+/* 1 when errno (as left by bf_open_regular) means "not a regular file". */
+int bf_not_regular(int err);
+
 /* CPUs this process may run on (sched_getaffinity), at least 1. */
 int bf_ncores(void);
 

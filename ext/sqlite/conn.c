@@ -69,6 +69,15 @@ bf_model *bfx_conn_model(bfx_conn *c, bfx_err *e) {
   return m;
 }
 
+bf_model *bfx_conn_model_current(bfx_conn *c, bfx_err *e) {
+  bf_model *m = bfx_conn_model(c, e);
+  char msg[512] = "";
+  int rc = m ? bf_model_check(m, msg, sizeof msg) : BF_OK;
+  if (rc == BF_OK) return m;
+  bfx_err_engine(e, "bertfill", rc, msg);
+  return NULL;
+}
+
 int bfx_conn_set_model(bfx_conn *c, const char *dir, bf_precision precision, bfx_err *e) {
   const char *source = "bert_load";
   bf_model *m = dir ? bfx_model_get(dir, precision, e)

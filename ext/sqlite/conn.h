@@ -44,6 +44,11 @@ void bfx_conn_unref(void *c);
 ** shipped default model); NULL with e set when there is none (the message
 ** says how to provide one) or out of memory. */
 bf_model *bfx_conn_model(bfx_conn *c, bfx_err *e);
+/* The same for a call that computes with the model (every fill function):
+** NULL with the engine's "changed on disk" / "rewritten in place" error when
+** its weights file changed since loading (one fstat; bf_model_check), even
+** where the answer could come from the cache. */
+bf_model *bfx_conn_model_current(bfx_conn *c, bfx_err *e);
 /* bert_load: make the model in dir (NULL: back to BERTFILL_MODEL / the
 ** default model), loaded in precision, the connection's model.  SQLITE_OK, or an error code with
 ** e set (the current model stays). */

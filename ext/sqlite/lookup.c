@@ -130,9 +130,9 @@ int bfx_call_begin(bfx_call *call, bfx_conn *c, const bfx_call_kind *kind, const
   call->e = (bfx_err)BFX_ERR_NONE;
   call->t0 = bf_now_ns();
   bf_stats_add(kind->counter, 1);
-  call->m = bfx_conn_model(c, &call->e);
+  call->m = bfx_conn_model_current(c, &call->e);
   if (!call->m) return call->e.rc != SQLITE_OK ? call->e.rc : SQLITE_ERROR;
-  return bfx_tokenize(kind->fname, call->m, s, n, &call->t, &call->tok_ns, &call->e);
+  return bfx_tokenize_fill(kind->fname, call->m, s, n, &call->t, &call->tok_ns, &call->e);
 }
 
 void bfx_call_end(bfx_call *call, const bfx_result *res, int failed) {

@@ -92,8 +92,10 @@ static void forget_in_child(void) { /* the child inherits no record locks */
   pthread_mutex_init(&mg.mu, NULL);
 }
 
-static void open_failed(const char *what) {
-  fprintf(stderr, "bertfill: machine-wide guard off: %s %s: %s\n", what, mg.path, strerror(errno));
+/* One line on stderr: "WHAT PATH: WHY" (why NULL: strerror(errno)). */
+static void open_failed(const char *what, const char *why) {
+  fprintf(stderr, "bertfill: machine-wide guard off: %s %s: %s\n", what, mg.path,
+          why ? why : strerror(errno));
   if (mg.fd >= 0) close(mg.fd);
   mg.fd = -1;
   mg.path[0] = 0;
@@ -109,17 +111,16 @@ static void machine_init(void) {
     snprintf(mg.path, sizeof mg.path, "%s", env);
   }
   mg.held = calloc(BFX_MACHINE_SLOTS_MAX, 1);
-  const char *failed = NULL;
+  const char *failed = NULL, *why = NULL;
   struct stat st;
   void *p = MAP_FAILED;
   if (!mg.held) {
     errno = ENOMEM;
     failed = "cannot track the slots of";
-  } else if ((mg.fd = open(mg.path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600)) < 0) {
+  } else if ((mg.fd = bf_open_regular(mg.path, O_RDWR | O_CREAT | O_NOFOLLOW, 0600, &st)) < 0) {
     failed = "cannot open";
-  } else if (fstat(mg.fd, &st) != 0) {
-    failed = "cannot stat";
-  } else if (!S_ISREG(st.st_mode) || (by_default && st.st_uid != geteuid())) {
+    if (bf_not_regular(errno)) why = "not a regular file";
+  } else if (by_default && st.st_uid != geteuid()) {
     errno = EPERM;
     failed = "not a file of this user:";
   } else if (st.st_size < FILE_SIZE && ftruncate(mg.fd, FILE_SIZE) != 0) {
@@ -129,7 +130,7 @@ static void machine_init(void) {
     failed = "cannot map";
   }
   if (failed) {
-    open_failed(failed);
+    open_failed(failed, why);
     return;
   }
   mg.sh = p;

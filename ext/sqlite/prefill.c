@@ -26,7 +26,7 @@
 ** bf_env_flag, util.h); the counts of the last line add up to texts read:
 **   bert_prefill: 1200 texts read, 1100 computed, 85 texts/s
 **   bert_prefill: done: 2000 texts read, 1840 computed, 150 cached or repeated, 8 without a
-**   mask, 2 skipped (invalid or too long), 21.8 s
+**   mask, 2 skipped (what bert_fill rejects), 21.8 s
 **
 ** With bert_cache('off') there is nowhere to keep the results: error.
 **
@@ -84,7 +84,7 @@ static void progress(prefill *p, int final) {
   if (final)
     fprintf(stderr,
             "bert_prefill: done: %lld texts read, %lld computed, %lld cached or repeated, "
-            "%lld without a mask, %lld skipped (invalid or too long), %.1f s\n",
+            "%lld without a mask, %lld skipped (what bert_fill rejects), %.1f s\n",
             (long long)p->read, (long long)p->computed, (long long)p->cached, (long long)p->nomask,
             (long long)p->skipped, secs);
   else
@@ -219,7 +219,7 @@ void bfx_prefill_step(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
                            -1);
       return;
     }
-    bf_model *m = bfx_conn_model(p->c, &e);
+    bf_model *m = bfx_conn_model_current(p->c, &e);
     if (!m) {
       p->failed = 1;
       bfx_error(ctx, &e);
@@ -251,7 +251,7 @@ void bfx_prefill_step(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
   p->read++;
 
   bf_tokens *t = &p->batch[p->nb]; /* tokenize into the next free slot */
-  int rc = bfx_tokenize("bert_prefill", p->m, s, n, t, NULL, &e);
+  int rc = bfx_tokenize_fill("bert_prefill", p->m, s, n, t, NULL, &e);
   if (rc == SQLITE_NOMEM) {
     p->failed = 1;
     bfx_error(ctx, &e);

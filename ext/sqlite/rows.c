@@ -314,7 +314,7 @@ static int read_text(rows_cursor *cur, row *r) {
 
   bf_tokens *t = &cur->seqs[cur->nseq];
   bfx_err why = BFX_ERR_NONE;
-  int rc = bfx_tokenize("fill_rows", cur->m, r->s, n, t, NULL, &why);
+  int rc = bfx_tokenize_fill("fill_rows", cur->m, r->s, n, t, NULL, &why);
   if (rc == SQLITE_OK && t->n_masks == 0) { /* nothing to fill: the text itself */
     r->filled = sqlite3_malloc64((size_t)n + 1);
     if (!r->filled) return -1;
@@ -637,7 +637,7 @@ static int rows_filter(sqlite3_vtab_cursor *cursor, int idxNum, const char *idxS
   if (rc != SQLITE_OK) return rc;
   cur->sql = sqlite3_mprintf("%s", (const char *)sqlite3_value_text(argv[0]));
   if (!cur->sql) return SQLITE_NOMEM;
-  bf_model *m = bfx_conn_model(c, &e);
+  bf_model *m = bfx_conn_model_current(c, &e);
   if (!m) return bfx_error_vtab(vt, &e);
   bf_model_retain(m);
   cur->m = m;

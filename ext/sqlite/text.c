@@ -144,6 +144,21 @@ int bfx_tokenize(const char *fname, bf_model *m, const char *s, int n, bf_tokens
   return SQLITE_OK;
 }
 
+int bfx_tokenize_fill(const char *fname, bf_model *m, const char *s, int n, bf_tokens *t,
+                      uint64_t *ns, bfx_err *e) {
+  int rc = bfx_tokenize(fname, m, s, n, t, ns, e);
+  size_t len = 0;
+  long at = rc == SQLITE_OK ? bf_mask_lookalike(s, (size_t)n, &len) : -1;
+  if (at < 0) return rc;
+  bfx_quote q;
+  bfx_errf(e, SQLITE_ERROR, BF_CT_ERR_INPUT,
+           "%s: the text holds '%s' at byte %ld, which is not a mask and would be read as "
+           "plain text: write %s (ASCII brackets, capital letters, no spaces) where a token "
+           "should be filled",
+           fname, bfx_quoted(&q, s + at, (long)len), at, BF_MASK_TEXT);
+  return SQLITE_ERROR;
+}
+
 void bfx_result_str(sqlite3_context *ctx, sqlite3_str *s) {
   int rc = sqlite3_str_errcode(s);
   int n = sqlite3_str_length(s);

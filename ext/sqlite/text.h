@@ -53,6 +53,13 @@ int bfx_find_masks(const char *fname, const char *s, int n, int n_masks, int *of
 ** *ns (may be NULL) and to the tokenize stage. */
 int bfx_tokenize(const char *fname, bf_model *m, const char *s, int n, bf_tokens *t, uint64_t *ns,
                  bfx_err *e);
+/* bfx_tokenize for the text of a fill function: also an error (counted as
+** err_input) when the text holds a look-alike of [MASK] (bf_mask_lookalike:
+** "［MASK］", "[mask]", "[ MASK ]"...), which would otherwise be left
+** silently unfilled; the message quotes it, gives its byte offset and says
+** what to write.  bert_tokenize uses bfx_tokenize: it shows tokens as they are. */
+int bfx_tokenize_fill(const char *fname, bf_model *m, const char *s, int n, bf_tokens *t,
+                      uint64_t *ns, bfx_err *e);
 /* The model's limit on tokens per sequence ([CLS] and [SEP] included). */
 int bfx_max_tokens(bf_model *m);
 /* SQLITE_OK when t fits the model's limit; else an error (counted as

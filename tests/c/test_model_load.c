@@ -429,6 +429,39 @@ static void test_specifics(void) {
     CHECK("fpfile_garbage_ignored",
           f5 && !f5->weights_known && strlen(bf_model_fingerprint(f5)) == 16);
     bf_model_release(f5);
+
+    /* truncated after loading (cp over a loaded model does this): the
+    ** fingerprint is not computed from the mapping (SIGBUS) but refused,
+    ** and bf_fill gives the "changed on disk" error; both fp32 and int8 */
+    for (int int8 = 0; int8 < 2; int8++) {
+      bf_model *f6 = bf_model_load_as(J("fpfile"), int8 ? BF_PRECISION_INT8 : BF_PRECISION_FP32,
+                                      err, sizeof err);
+      unlink(fpath);
+      int cut = f6 && truncate(wpath, 4096) == 0;
+      if (f6) f6->weights_known = 0; /* as if no model.fingerprint had been read */
+      const char *fp6 = f6 ? bf_model_fingerprint(f6) : "";
+      char e6[512] = "";
+      int checked = f6 ? bf_model_check(f6, e6, sizeof e6) : BF_OK;
+      bf_tokens t6 = {0};
+      bf_cand c6[5];
+      char e7[512] = "";
+      int filled = BF_OK;
+      if (f6 && bf_tokenize(bf_model_tokenizer(f6), "[MASK]", -1, &t6, e7, sizeof e7) == BF_OK) {
+        bf_run *r6 = bf_run_new();
+        filled = r6 ? bf_fill(f6, r6, 1, &t6, 5, c6, e7, sizeof e7) : BF_ERR_NOMEM;
+        bf_run_free(r6);
+      }
+      bf_tokens_free(&t6);
+      CHECKF(int8 ? "truncated_int8_fingerprint_refused_fill_errors"
+                  : "truncated_fingerprint_refused_fill_errors",
+             cut && fp6 == NULL && checked == BF_ERR_MODEL && strstr(e6, "changed on disk") &&
+               filled == BF_ERR_MODEL && strstr(e7, "changed on disk"),
+             "cut %d, fingerprint %s, check %d '%s', fill %d '%s'", cut, fp6 ? fp6 : "NULL",
+             checked, e6, filled, e7);
+      bf_model_release(f6);
+      snprintf(cmd, sizeof cmd, "cp '%s/model.safetensors' '%s'", J("base"), wpath);
+      if (system(cmd) != 0) printf("# could not restore %s\n", wpath);
+    }
   }
 
   /* error buffer handling: tiny and zero-length buffers never overflow */
