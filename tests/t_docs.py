@@ -30,15 +30,17 @@ ok/FAIL/skip docs.FILE:LINE.
 
     /usr/bin/python3 tests/t_docs.py --update    # write the real outputs into the files
 
-The Python and Node.js examples are tests too.  A ```python block (```js
-for Node.js) that shows output is a program: its whole-line comments at the
-start of a line ("# " in Python, "// " in JavaScript) are what the code above
-them prints, exactly; a block without such comments is a fragment, not run.
-Each program runs on its own in a scratch directory, with '"./bertfill"' standing
-for the extension under test and the shipped model, Python with /usr/bin/python3
-(which can load extensions), Node.js with the better-sqlite3 of tests/node
-(tests/node/install.sh builds it; without node, or where it cannot be built,
-the Node.js examples are skipped with the reason).  Checks:
+The Python, Node.js and PHP examples are tests too.  A ```python block
+(```js for Node.js, ```php) that shows output is a program: its whole-line
+comments at the start of a line ("# " in Python, "// " in JavaScript and PHP)
+are what the code above them prints, exactly; a block without such comments
+is a fragment, not run.  Each program runs on its own in a scratch directory,
+with '"./bertfill"' ('bertfill.so' in PHP) standing for the extension under test
+and the shipped model: Python with /usr/bin/python3 (which can load
+extensions), Node.js with the better-sqlite3 of tests/node (tests/node/install.sh
+builds it), PHP with sqlite3.extension_dir set to the extension's directory;
+without node (or better-sqlite3) or php (or its SQLite3 class) those examples
+are skipped with the reason.  Checks:
 ok/FAIL/skip docs.FILE:LINE, LINE the first line of the shown output.
 
 A ```sql block that is not a transcript may not show output as comments
@@ -207,6 +209,7 @@ def run_file(path, ext, update=False):
 LANGS = {  # fence: (output comment, marker statement, file name)
     "python": ("# ", 'print("@@%d")', "example.py"),
     "js": ("// ", 'console.log("@@%d");', "example.js"),
+    "php": ("// ", 'echo "@@%d\n";', "example.php"),
 }
 
 
@@ -244,6 +247,15 @@ def node_runner():
     return ["node"], {"NODE_PATH": os.path.join(ROOT, "tests", "node", "node_modules")}
 
 
+def php_runner(ext):
+    """(argv, environment to add) that run a PHP example, or (None, why not)."""
+    if not shutil.which("php"):
+        return None, "no php (Debian: apt-get install php-cli php-sqlite3)"
+    if subprocess.run(["php", "-r", "exit(class_exists('SQLite3') ? 0 : 1);"]).returncode != 0:
+        return None, "PHP has no SQLite3 class (Debian: apt-get install php-sqlite3)"
+    return ["php", "-d", "sqlite3.extension_dir=" + os.path.dirname(os.path.realpath(ext + ".so"))], {}
+
+
 def run_program(path, lang, segs, shown, ext, runner, update, fixes):
     name = os.path.relpath(path, ROOT)
     labels = ["docs.%s:%d" % (name, line) for line, _ in shown]
@@ -260,6 +272,7 @@ def run_program(path, lang, segs, shown, ext, runner, update, fixes):
             script.append(marker % k)
     code = "\n".join(script) + "\n"
     code = code.replace('"./bertfill"', json.dumps(ext)).replace("'./bertfill'", json.dumps(ext))
+    code = code.replace("'bertfill.so'", "'%s.so'" % os.path.basename(ext))  # PHP: in extension_dir
     tmp = tempfile.mkdtemp(prefix="bf_docs_")
     try:
         with open(os.path.join(tmp, fname), "w", encoding="utf-8") as f:
@@ -504,7 +517,7 @@ def main():
         fixes = []
         for lang, segs, shown in programs(path):
             if lang not in runners:
-                runners[lang] = node_runner()
+                runners[lang] = php_runner(ext) if lang == "php" else node_runner()
             run_program(path, lang, segs, shown, ext, runners[lang], update, fixes)
         if fixes:
             update_lines(path, fixes)
