@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""t_docs.py — the SQL examples of README.md and docs/*.md are tests.
+"""t_docs.py — the SQL, Python, Node.js and PHP examples of README.md and
+docs/*.md are tests, and the error messages they quote are bertfill's.
 
 An example is a fenced ```sql block written as a sqlite3 shell transcript:
 
@@ -49,14 +50,17 @@ A ```sql block that is not a transcript may not show output as comments
 
 Every error message that README.md and docs/*.md quote outside transcripts
 (a `code span`, or a line of a code block, that starts with "bertfill: ",
-"bertfill needs " or a function's name and ": ") must exist in ext/: the
-string literals of ext/ (adjacent literals joined, split at their printf
-conversions) must account for its text, but for the values a conversion
-puts in (numbers, quoted input, paths, the messages of SQLite and of the C
-library), "…" where the text leaves something out, and no two words in a
-row (docs.error.FILE:LINE).  docs.error.checker checks that this rejects
-messages that are not in ext/.  (Messages in transcripts are produced by
-the statement; the best place for one is a transcript.)
+"bertfill needs " or a function's name and ": ") must exist in ext/
+(docs.error.FILE:LINE).  The string literals of ext/ (adjacent literals
+joined, comments skipped) are split at their printf conversions into
+pieces; the quote is covered by whole pieces (or, next to a "…" or "...",
+part of one), the messages of the C library (strerror) and the few of
+SQLite's that the docs quote, with as little left over as possible.  What
+is left over is what the conversions put in (numbers, quoted input, paths,
+"s" of a plural): a run of two words or more left over fails the quote.  A
+grep, not a proof: docs.error.checker checks that messages that are not in
+ext/ are rejected.  A quote in a transcript is produced by its statement,
+which is better.
 
 --update (after retraining the shipped model, say) replaces every shown output
 that differs by what the shell (or the program) really printed, and reports
@@ -433,19 +437,19 @@ def unexplained(msg, pieces):
     ends = {}
     for a, b in spans:
         ends.setdefault(a, []).append(b)
+    # cost[i]: the fewest unexplained characters of msg[:i]; back[i]: the step
+    # that reached i, (start, whether msg[start] is an unexplained character)
     cost, back = [0] + [None] * n, [None] * (n + 1)
     for i in range(n):
-        if cost[i] is None:
-            continue
-        for b, c in [(i + 1, cost[i] + (0 if elided[i] else 1))] + [(b, cost[i]) for b in ends.get(i, [])]:
+        steps = [(i + 1, not elided[i])] + [(b, False) for b in ends.get(i, [])]
+        for b, bare in steps:
+            c = cost[i] + bare
             if cost[b] is None or c < cost[b]:
-                cost[b], back[b] = c, (i, b == i + 1 and not elided[i] and c > cost[i])
+                cost[b], back[b] = c, (i, bare)
     bare, i = [False] * n, n
     while i > 0:
-        j, is_bare = back[i]
-        if is_bare:
-            bare[j] = True
-        i = j
+        i, bare_char = back[i]
+        bare[i] = bare_char
     return [run for run in "".join(ch if bare[k] else "\x00" for k, ch in enumerate(msg)).split("\x00")
             if run]
 
