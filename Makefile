@@ -4,7 +4,7 @@
 #   make demo       build and run a demo query in the sqlite3 shell
 #   make test       build everything and run the whole test suite
 #   make install    bertfill.so and the shipped model under PREFIX (DESTDIR for staging);
-#   make uninstall  removes exactly those files
+#   make uninstall  removes those files and the ones loads wrote next to the model
 #   make web        the fill-mask web service example (examples/web) on 127.0.0.1:$(PORT)
 #   make asan       the C tests under AddressSanitizer + UBSan
 #   make valgrind   the C tests under valgrind
@@ -51,10 +51,19 @@ DESTDIR ?=
 INSTALL_LIB   := $(DESTDIR)$(PREFIX)/lib
 INSTALL_SHARE := $(DESTDIR)$(PREFIX)/share/bertfill
 SHIPPED_MODEL := bertfill-zh-tiny
-# (model.int8.safetensors, which an int8 load writes next to the weights, is
-# made again where it is needed: not installed, but removed by uninstall)
+# The model's files are those git tracks (in a copy without .git: the
+# directory's files but the load files below).  A load writes two files of this
+# machine next to the weights: model.int8.safetensors (an int8 load) and
+# model.fingerprint (the weights' hash).  They are made again where they are
+# needed: never installed, but removed by uninstall, with what an interrupted
+# write of either leaves (NAME.tmp.PID.THREAD).
 INT8_FILE     := model.int8.safetensors
-MODEL_FILES   := $(filter-out %/$(INT8_FILE),$(wildcard model/$(SHIPPED_MODEL)/*))
+FP_FILE       := model.fingerprint
+LOAD_FILES    := $(INT8_FILE) $(FP_FILE) $(INT8_FILE).tmp.* $(FP_FILE).tmp.*
+GIT           ?= git
+MODEL_TRACKED := $(shell $(GIT) ls-files -- model/$(SHIPPED_MODEL) 2>/dev/null)
+MODEL_FILES   := $(strip $(or $(MODEL_TRACKED),$(foreach f,$(wildcard model/$(SHIPPED_MODEL)/*),\
+                   $(if $(filter $(INT8_FILE) $(FP_FILE),$(notdir $(f)))$(findstring .tmp.,$(notdir $(f))),,$(f)))))
 PORT ?= 8000
 
 .PHONY: all deps demo test test-bins models install uninstall web asan valgrind bench fuzz soak \
@@ -118,7 +127,7 @@ install: $(EXTENSION)
 
 uninstall:
 	rm -f $(INSTALL_LIB)/bertfill.so
-	rm -f $(addprefix $(INSTALL_SHARE)/$(SHIPPED_MODEL)/,$(notdir $(MODEL_FILES)) $(INT8_FILE))
+	rm -f $(addprefix $(INSTALL_SHARE)/$(SHIPPED_MODEL)/,$(notdir $(MODEL_FILES)) $(LOAD_FILES))
 	rmdir $(INSTALL_SHARE)/$(SHIPPED_MODEL) $(INSTALL_SHARE) 2>/dev/null || true
 
 # The /predict service and its WebUI (examples/web/README.md); Ctrl-C stops it.
