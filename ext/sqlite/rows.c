@@ -47,6 +47,13 @@
 ** it, a repeat within the batch shares its sequence, and the rest go
 ** through the encoder in one run without padding (an encoder slot of the
 ** overload guard, guard.c).  Memory stays bounded by one batch.
+** Not through the batcher (batcher.c), as bert_prefill: the batcher takes
+** one sequence per caller and merges what concurrent callers queued, up
+** to the same BFX_BATCH_MAX_SEQS / _TOKENS; a batch of fill_rows already
+** fills such a run by itself, so it would share nothing, and fed to the
+** batcher one sequence at a time from its single thread it would run
+** one sequence per run.  It waits for the guard's slot as the batcher's
+** leader does, so concurrent callers queue behind its run, not beside it.
 **
 ** What it computes goes to the cache as bert_rows_cache() says (settings.c):
 ** 'room' (default) to the LRU, and to the table only while the table has
@@ -323,7 +330,7 @@ static int read_text(rows_cursor *cur, row *r) {
     r->n_masks = t->n_masks;
     r->off = sqlite3_malloc64((size_t)t->n_masks * sizeof *r->off);
     if (!r->off) return -1;
-    rc = bfx_find_masks("fill_rows", r->s, n, t->n_masks, r->off, &why);
+    rc = bfx_find_masks("fill_rows", cur->m, r->s, n, t, r->off, &why);
   }
   if (why.rc == SQLITE_NOMEM) return -1;
   if (rc == SQLITE_OK && cur->joint) return joint_row(cur, r, t);
