@@ -65,12 +65,35 @@ typedef struct bf_config {
 /* ---- tokenizer ---- */
 typedef struct bf_tokenizer bf_tokenizer;
 
+/* Where a token came from: bytes [start, end) of the text given to
+** bf_tokenize.  The smallest range that holds every character of the text
+** that went into the token (the tokenizer lower-cases, strips accents and
+** drops characters, so the token's text need not be those bytes):
+**   - [CLS] is the empty span [0, 0), [SEP] the empty span [len, len);
+**   - an added token ([MASK], ...) found in the raw text: exactly its bytes
+**     ("[MASK]" for a mask);
+**   - a word that becomes [UNK] (no pieces cover it, or too long): the word;
+**   - the pieces of a word split its span at character boundaries, in
+**     order; two pieces share a character's bytes only when that one
+**     character became more than one piece (with strip_accents a Hangul
+**     syllable decomposes into its jamo, each of which may be a piece;
+**     lower case turns "İ" into "i" and U+0307);
+**   - characters that make no token (whitespace, dropped controls, accents
+**     standing alone) are in no span. */
+typedef struct bf_span {
+  int start, end;
+} bf_span;
+
 /* A token sequence as the model sees it: [CLS] ... [SEP]. */
 typedef struct bf_tokens {
-  int32_t *ids; /* n token ids */
-  int n;        /* number of tokens, [CLS] and [SEP] included */
-  int cap;      /* allocated capacity of ids (owned by the struct) */
-  int n_masks;  /* how many ids are the [MASK] id */
+  int32_t *ids;   /* n token ids */
+  int n;          /* number of tokens, [CLS] and [SEP] included */
+  int cap;        /* allocated capacity of ids (owned by the struct) */
+  int n_masks;    /* how many ids are the [MASK] id */
+  bf_span *span;  /* bf_tokenize: each token's bytes in the text (cap entries, owned);
+                 ** NULL in sequences built otherwise: the encoder never reads it */
+  int invalid_at; /* bf_tokenize failed on invalid UTF-8: the offset of the first
+                  ** invalid byte; else -1 */
 } bf_tokens;
 
 /* Load vocab.txt (+ tokenizer_config.json / tokenizer.json when present)
@@ -79,8 +102,10 @@ bf_tokenizer *bf_tokenizer_load(const char *dir, char *err, size_t errlen);
 void bf_tokenizer_free(bf_tokenizer *tok);
 
 /* Tokenize len bytes of UTF-8 text (len < 0: NUL-terminated) into out
-** (reused; grows as needed), adding [CLS] and [SEP].  Returns BF_OK, or
-** BF_ERR_INPUT for invalid UTF-8, BF_ERR_NOMEM.  No length limit here: the
+** (reused; grows as needed), adding [CLS] and [SEP], with each token's span
+** and the number of masks.  The text's UTF-8 is checked here, the one
+** check a text needs.  Returns BF_OK, or BF_ERR_INPUT for
+** invalid UTF-8 (out->invalid_at says where), BF_ERR_NOMEM.  No length limit here: the
 ** caller (bf_fill) checks against the model's max_position_embeddings. */
 int bf_tokenize(const bf_tokenizer *tok, const char *text, long len, bf_tokens *out, char *err,
                 size_t errlen);

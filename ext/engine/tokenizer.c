@@ -40,6 +40,9 @@
 **      completely, or is longer than max_input_chars_per_word (100)
 **      characters, becomes a single [UNK].
 **   5. [CLS] ... [SEP] around the result.
+** Each token also gets its bytes in the text (bf_span, bertfill.h): every
+** code point carries the span of the character it came from through steps
+** 2-4, and a token's span holds those of its code points.
 **
 ** Settings, each from the first place that has it:
 **   lowercase:     tokenizer_config.json "do_lower_case", tokenizer.json
@@ -78,7 +81,8 @@
 ** Unicode tables come from utf8proc (categories, NFD, case mapping).
 ** Invalid UTF-8 (overlong forms, surrogates, truncated sequences, stray
 ** continuation bytes, code points beyond U+10FFFF) is an error that gives
-** the byte offset.  A loaded tokenizer is immutable and thread-safe;
+** the byte offset (in the message and in out->invalid_at): the one check of
+** a text's UTF-8, which the SQL layer does not repeat.  A loaded tokenizer is immutable and thread-safe;
 ** bf_tokenize allocates its scratch memory per call.
 */
 #include <errno.h>
@@ -144,9 +148,11 @@ struct bf_tokenizer {
   unsigned char raw_first[32]; /* bitmap: first bytes of raw added tokens */
 };
 
-/* A growable array of code points. */
+/* A growable array of code points, each with the bytes of the text it
+** came from (bf_span, bertfill.h). */
 typedef struct u32vec {
   uint32_t *v;
+  bf_span *sp;
   size_t n, cap;
 } u32vec;
 
@@ -161,20 +167,28 @@ typedef struct work {
   size_t errlen;
 } work;
 
-static int u32_grow(u32vec *a) {
-  size_t cap = a->cap ? a->cap * 2 : 64;
-  if (cap > SIZE_MAX / sizeof(uint32_t)) return 0;
+static int u32_reserve(u32vec *a, size_t cap) {
+  if (cap > SIZE_MAX / sizeof(bf_span)) return 0;
   uint32_t *v = realloc(a->v, cap * sizeof(uint32_t));
-  if (!v) return 0;
-  a->v = v;
+  if (v) a->v = v;
+  bf_span *sp = v ? realloc(a->sp, cap * sizeof(bf_span)) : NULL;
+  if (!sp) return 0;
+  a->sp = sp;
   a->cap = cap;
   return 1;
 }
 
-static inline int u32_push(u32vec *a, uint32_t c) {
-  if (a->n == a->cap && !u32_grow(a)) return 0;
+static inline int u32_push(u32vec *a, uint32_t c, bf_span sp) {
+  if (a->n == a->cap && !u32_reserve(a, a->cap ? a->cap * 2 : 64)) return 0;
+  a->sp[a->n] = sp;
   a->v[a->n++] = c;
   return 1;
+}
+
+static void u32_free(u32vec *a) {
+  free(a->v);
+  free(a->sp);
+  memset(a, 0, sizeof *a);
 }
 
 /* ------------------------------------------------------------------ */
@@ -349,26 +363,30 @@ static int build_table(bf_tokenizer *t) {
 /* Normalizer (steps 2a-2d)                                            */
 /* ------------------------------------------------------------------ */
 
-/* clean_text and handle_chinese_chars for one character, appended to seg. */
-static inline int clean_push(const bf_tokenizer *t, u32vec *seg, uint32_t c) {
+/* clean_text and handle_chinese_chars for one character (bytes sp of the
+** text), appended to seg. */
+static inline int clean_push(const bf_tokenizer *t, u32vec *seg, uint32_t c, bf_span sp) {
   if (t->chinese && c >= 0x3400 && is_chinese(c)) /* never control or space */
-    return u32_push(seg, ' ') && u32_push(seg, c) && u32_push(seg, ' ');
+    return u32_push(seg, ' ', sp) && u32_push(seg, c, sp) && u32_push(seg, ' ', sp);
   if (t->clean_text) {
     if (c == 0 || c == 0xFFFD || is_control(c)) return 1;
     if (is_white(c)) c = ' ';
   }
-  return u32_push(seg, c);
+  return u32_push(seg, c, sp);
 }
 
 /* strip_accents (NFD, drop Mn) and lowercase, in that order (as the
-** tokenizers library does), from in[0..n) into out. */
-static int case_and_accents(const bf_tokenizer *t, const uint32_t *in, size_t n, u32vec *out) {
+** tokenizers library does), from in into out; a character's code points
+** keep the span of the character they came from. */
+static int case_and_accents(const bf_tokenizer *t, const u32vec *in, u32vec *out) {
+  size_t n = in->n;
   out->n = 0;
   if (t->strip_accents) {
     for (size_t i = 0; i < n; i++) {
-      uint32_t c = in[i];
+      uint32_t c = in->v[i];
+      bf_span sp = in->sp[i];
       if (c < 0xC0) {
-        if (!u32_push(out, c)) return 0;
+        if (!u32_push(out, c, sp)) return 0;
         continue;
       } /* nothing below U+00C0 decomposes */
       utf8proc_int32_t d[16];
@@ -380,11 +398,12 @@ static int case_and_accents(const bf_tokenizer *t, const uint32_t *in, size_t n,
         k = 1;
       }
       for (utf8proc_ssize_t j = 0; j < k; j++)
-        if (!u32_push(out, (uint32_t)d[j])) return 0;
+        if (!u32_push(out, (uint32_t)d[j], sp)) return 0;
     }
     /* canonical ordering: stable sort of each run of combining marks by class */
     for (size_t i = 1; i < out->n; i++) {
       uint32_t c = out->v[i];
+      bf_span sp = out->sp[i];
       int cc = utf8proc_get_property((utf8proc_int32_t)c)->combining_class;
       if (cc == 0) continue;
       size_t j = i;
@@ -392,19 +411,23 @@ static int case_and_accents(const bf_tokenizer *t, const uint32_t *in, size_t n,
         int pc = utf8proc_get_property((utf8proc_int32_t)out->v[j - 1])->combining_class;
         if (pc <= cc) break;
         out->v[j] = out->v[j - 1];
+        out->sp[j] = out->sp[j - 1];
         j--;
       }
       out->v[j] = c;
+      out->sp[j] = sp;
     }
     size_t m = 0;
     for (size_t i = 0; i < out->n; i++)
       if (out->v[i] < 0x300 ||
-          utf8proc_category((utf8proc_int32_t)out->v[i]) != UTF8PROC_CATEGORY_MN)
+          utf8proc_category((utf8proc_int32_t)out->v[i]) != UTF8PROC_CATEGORY_MN) {
+        out->sp[m] = out->sp[i];
         out->v[m++] = out->v[i];
+      }
     out->n = m;
   } else {
     for (size_t i = 0; i < n; i++)
-      if (!u32_push(out, in[i])) return 0;
+      if (!u32_push(out, in->v[i], in->sp[i])) return 0;
   }
   if (t->lowercase) {
     size_t m = out->n;
@@ -415,10 +438,12 @@ static int case_and_accents(const bf_tokenizer *t, const uint32_t *in, size_t n,
         continue;
       }
       if (c == 0x130) { /* İ -> i + COMBINING DOT ABOVE (SpecialCasing) */
-        if (!u32_push(out, 0)) return 0;
+        if (!u32_push(out, 0, out->sp[i])) return 0;
         memmove(out->v + i + 2, out->v + i + 1, (out->n - i - 2) * sizeof(uint32_t));
+        memmove(out->sp + i + 2, out->sp + i + 1, (out->n - i - 2) * sizeof(bf_span));
         out->v[i] = 'i';
         out->v[i + 1] = 0x307;
+        out->sp[i + 1] = out->sp[i];
         i++;
         m++;
         continue;
@@ -433,41 +458,64 @@ static int case_and_accents(const bf_tokenizer *t, const uint32_t *in, size_t n,
 /* Output                                                              */
 /* ------------------------------------------------------------------ */
 
-static int emit(work *w, int32_t id) {
+/* Room for cap tokens in out: ids and spans.  0 when out of memory. */
+static int tokens_reserve(bf_tokens *o, int cap) {
+  int32_t *ids = realloc(o->ids, (size_t)cap * sizeof(int32_t));
+  if (ids) o->ids = ids;
+  bf_span *sp = ids ? realloc(o->span, (size_t)cap * sizeof(bf_span)) : NULL;
+  if (!sp) return 0;
+  o->span = sp;
+  o->cap = cap;
+  return 1;
+}
+
+/* Token id from bytes [start, end) of the text. */
+static int emit(work *w, int32_t id, int start, int end) {
   bf_tokens *o = w->out;
   if (o->n == o->cap) {
     if (o->cap >= INT_MAX / 2) {
       bf_errf(w->err, w->errlen, "text too long: more than %d tokens", o->cap);
       return BF_ERR_TOOLONG;
     }
-    int cap = o->cap < 64 ? 64 : o->cap * 2;
-    int32_t *ids = realloc(o->ids, (size_t)cap * sizeof(int32_t));
-    if (!ids) {
+    if (!tokens_reserve(o, o->cap < 64 ? 64 : o->cap * 2)) {
       bf_errf(w->err, w->errlen, "out of memory while tokenizing");
       return BF_ERR_NOMEM;
     }
-    o->ids = ids;
-    o->cap = cap;
   }
+  o->span[o->n] = (bf_span){start, end};
   o->ids[o->n++] = id;
+  o->n_masks += id == w->tok->mask_id;
   return BF_OK;
+}
+
+/* Token id from the characters with spans sp[0..n) (n >= 1): the smallest
+** span that holds them all (a reordering of combining marks can put a
+** later character's mark first). */
+static int emit_chars(work *w, int32_t id, const bf_span *sp, size_t n) {
+  int start = sp[0].start, end = sp[0].end;
+  for (size_t i = 1; i < n; i++) {
+    if (sp[i].start < start) start = sp[i].start;
+    if (sp[i].end > end) end = sp[i].end;
+  }
+  return emit(w, id, start, end);
 }
 
 /* ------------------------------------------------------------------ */
 /* WordPiece (step 4)                                                  */
 /* ------------------------------------------------------------------ */
 
-static int wordpiece(work *w, const uint32_t *cp, size_t n) {
+/* One word, cp[0..n) with spans sp[0..n), into its pieces or [UNK]. */
+static int wordpiece(work *w, const uint32_t *cp, const bf_span *sp, size_t n) {
   const bf_tokenizer *t = w->tok;
-  if (n > (size_t)t->max_chars) return emit(w, t->unk);
+  if (n > (size_t)t->max_chars) return emit_chars(w, t->unk, sp, n);
   if (n == 1) { /* the common case for Chinese: one ideograph */
     if (cp[0] < 0x10000) {
       int32_t id = t->single[cp[0]];
-      return emit(w, id >= 0 ? id : t->unk);
+      return emit(w, id >= 0 ? id : t->unk, sp[0].start, sp[0].end);
     }
     char b[4];
     int32_t id = vocab_find(t, b, bf_utf8_put(cp[0], b), 0);
-    return emit(w, id >= 0 ? id : t->unk);
+    return emit(w, id >= 0 ? id : t->unk, sp[0].start, sp[0].end);
   }
   uint32_t pos = 0;
   for (size_t i = 0; i < n; i++) {
@@ -485,10 +533,10 @@ static int wordpiece(work *w, const uint32_t *cp, size_t n) {
       if (id >= 0) break;
     }
     if (id < 0) {
-      w->out->n = mark;
-      return emit(w, t->unk);
+      while (w->out->n > mark) w->out->n_masks -= w->out->ids[--w->out->n] == t->mask_id;
+      return emit_chars(w, t->unk, sp, n);
     }
-    int rc = emit(w, id);
+    int rc = emit_chars(w, id, sp + start, end - start);
     if (rc) return rc;
     start = end;
   }
@@ -507,7 +555,7 @@ static inline int char_class(uint32_t c) {
   return is_punct(c) ? C_PUNCT : C_WORD;
 }
 
-static int pretokenize(work *w, const uint32_t *cp, size_t n) {
+static int pretokenize(work *w, const uint32_t *cp, const bf_span *sp, size_t n) {
   size_t i = 0;
   while (i < n) {
     int k = char_class(cp[i]);
@@ -518,7 +566,7 @@ static int pretokenize(work *w, const uint32_t *cp, size_t n) {
     size_t j = i + 1;
     if (k == C_WORD)
       while (j < n && char_class(cp[j]) == C_WORD) j++;
-    int rc = wordpiece(w, cp + i, j - i);
+    int rc = wordpiece(w, cp + i, sp + i, j - i);
     if (rc) return rc;
     i = j;
   }
@@ -547,18 +595,20 @@ static int match_norm(const bf_tokenizer *t, const uint32_t *cp, size_t n, size_
 static int flush(work *w) {
   const bf_tokenizer *t = w->tok;
   const uint32_t *cp = w->seg.v;
+  const bf_span *sp = w->seg.sp;
   size_t n = w->seg.n;
-  w->seg.n = 0;
   if (n == 0) return BF_OK;
   if (t->lowercase || t->strip_accents) {
-    if (!case_and_accents(t, cp, n, &w->norm)) {
+    if (!case_and_accents(t, &w->seg, &w->norm)) {
       bf_errf(w->err, w->errlen, "out of memory while tokenizing");
       return BF_ERR_NOMEM;
     }
     cp = w->norm.v;
+    sp = w->norm.sp;
     n = w->norm.n;
   }
-  if (t->n_added == t->n_raw) return pretokenize(w, cp, n);
+  w->seg.n = 0;
+  if (t->n_added == t->n_raw) return pretokenize(w, cp, sp, n);
   size_t start = 0;
   for (size_t i = 0; i < n;) {
     int k = match_norm(t, cp, n, i);
@@ -566,13 +616,13 @@ static int flush(work *w) {
       i++;
       continue;
     }
-    int rc = pretokenize(w, cp + start, i - start);
-    if (!rc) rc = emit(w, t->added[k].id);
+    int rc = pretokenize(w, cp + start, sp + start, i - start);
+    if (!rc) rc = emit_chars(w, t->added[k].id, sp + i, t->added[k].ncp);
     if (rc) return rc;
     i += t->added[k].ncp;
     start = i;
   }
-  return pretokenize(w, cp + start, n - start);
+  return pretokenize(w, cp + start, sp + start, n - start);
 }
 
 /* Leftmost-longest match of a raw added token at s[i]; -1 if none. */
@@ -607,6 +657,11 @@ int bf_tokenize(const bf_tokenizer *tok, const char *text, long len, bf_tokens *
   if (!out->ids) out->cap = 0;
   out->n = 0;
   out->n_masks = 0;
+  out->invalid_at = -1;
+  if (out->cap > 0 && !out->span && !tokens_reserve(out, out->cap)) {
+    bf_errf(err, errlen, "out of memory while tokenizing");
+    return BF_ERR_NOMEM;
+  }
   if (!text && len != 0) {
     bf_errf(err, errlen, "bf_tokenize: text is NULL");
     return BF_ERR_INPUT;
@@ -621,6 +676,7 @@ int bf_tokenize(const bf_tokenizer *tok, const char *text, long len, bf_tokens *
   long bad = bf_utf8_invalid_at(text, n, why, sizeof why);
   if (bad >= 0) {
     bf_errf(err, errlen, "invalid UTF-8 at byte %ld: %s", bad, why);
+    out->invalid_at = (int)bad;
     return BF_ERR_INPUT;
   }
 
@@ -628,44 +684,44 @@ int bf_tokenize(const bf_tokenizer *tok, const char *text, long len, bf_tokens *
   int rc = BF_OK;
   /* seg never needs more code points than the text has bytes (an ideograph
   ** is 3 or 4 bytes and becomes 3 code points); reserve that up front. */
-  w.seg.cap = n + 1;
-  w.seg.v = malloc(w.seg.cap * sizeof(uint32_t));
+  int seg_ok = u32_reserve(&w.seg, n + 1);
   w.wbuf = malloc((size_t)tok->max_chars * 4 + 4);
   w.woff = malloc(((size_t)tok->max_chars + 1) * sizeof(uint32_t));
-  if (!w.seg.v || !w.wbuf || !w.woff) {
+  if (!seg_ok || !w.wbuf || !w.woff) {
     bf_errf(err, errlen, "out of memory while tokenizing");
     rc = BF_ERR_NOMEM;
     goto done;
   }
 
-  if ((rc = emit(&w, tok->cls))) goto done;
+  if ((rc = emit(&w, tok->cls, 0, 0))) goto done;
   for (size_t i = 0; i < n;) {
     unsigned char b = s[i];
     if (tok->raw_first[b >> 3] & (1u << (b & 7))) {
       int k = match_raw(tok, s, n, i);
       if (k >= 0) {
-        if ((rc = flush(&w)) || (rc = emit(&w, tok->added[k].id))) goto done;
-        i += tok->added[k].len;
+        size_t end = i + tok->added[k].len;
+        if ((rc = flush(&w)) || (rc = emit(&w, tok->added[k].id, (int)i, (int)end))) goto done;
+        i = end;
         continue;
       }
     }
+    size_t at = i;
     uint32_t c = utf8_next(s, n, &i);
-    if (!clean_push(tok, &w.seg, c)) {
+    if (!clean_push(tok, &w.seg, c, (bf_span){(int)at, (int)i})) {
       bf_errf(err, errlen, "out of memory while tokenizing");
       rc = BF_ERR_NOMEM;
       goto done;
     }
   }
-  if ((rc = flush(&w)) || (rc = emit(&w, tok->sep))) goto done;
-  for (int i = 0; i < out->n; i++) out->n_masks += out->ids[i] == tok->mask_id;
+  if ((rc = flush(&w)) || (rc = emit(&w, tok->sep, (int)n, (int)n))) goto done;
 
 done:
   if (rc) {
     out->n = 0;
     out->n_masks = 0;
   }
-  free(w.seg.v);
-  free(w.norm.v);
+  u32_free(&w.seg);
+  u32_free(&w.norm);
   free(w.wbuf);
   free(w.woff);
   return rc;
@@ -736,7 +792,9 @@ long bf_mask_lookalike(const char *s, size_t n, size_t *len) {
 void bf_tokens_free(bf_tokens *t) {
   if (!t) return;
   free(t->ids);
+  free(t->span);
   t->ids = NULL;
+  t->span = NULL;
   t->n = t->cap = t->n_masks = 0;
 }
 
@@ -955,13 +1013,17 @@ static int finish_added(bf_tokenizer *t) {
     u32vec seg = {0}, norm = {0};
     size_t i = 0;
     int ok = 1;
-    while (ok && i < a->len)
-      ok = clean_push(t, &seg, utf8_next((const unsigned char *)a->text, a->len, &i));
+    while (ok && i < a->len) {
+      size_t at = i;
+      uint32_t c = utf8_next((const unsigned char *)a->text, a->len, &i);
+      ok = clean_push(t, &seg, c, (bf_span){(int)at, (int)i});
+    }
     if (ok && (t->lowercase || t->strip_accents)) {
-      ok = case_and_accents(t, seg.v, seg.n, &norm);
-      free(seg.v);
+      ok = case_and_accents(t, &seg, &norm);
+      u32_free(&seg);
       seg = norm;
     }
+    free(seg.sp);
     if (!ok) {
       free(seg.v);
       return 0;

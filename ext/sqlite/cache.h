@@ -35,7 +35,8 @@
 ** joins that transaction (and is rolled back with it); in autocommit mode it
 ** commits at once, even from inside a read-only SELECT.  So in autocommit
 ** mode every miss is one commit (an fsync in rollback-journal mode):
-** bert_prefill groups the writes of each batch into one transaction; a long
+** bert_prefill and fill_rows group the writes of each batch into one
+** transaction (bfx_cache_put_batch, lookup.h); a long
 ** SELECT with many misses is faster inside BEGIN ... COMMIT, or on a WAL
 ** database with PRAGMA synchronous=NORMAL.
 */

@@ -42,41 +42,6 @@ double bfx_joint_p(const bfx_result *res, int row) {
   return p;
 }
 
-/* ---------------------------------------------------------------- memo */
-
-/* Look key up in the LRU, then (mode 'on') the table: 1 on a hit (res->c,
-** res->k, res->source set), 0 on a miss, -1 out of memory.  For bert_prefill
-** an entry found only in the LRU is written to the table too. */
-static int memo_get(bfx_conn *c, bf_model *m, const bf_tokens *key, int rows, int why,
-                    bfx_result *res) {
-  const char *fp = bf_model_fingerprint(m);
-  if (c->cache_mode == BFX_CACHE_OFF || !fp || !fp[0]) return 0;
-  uint64_t t0 = bf_now_ns();
-  int have = 0;
-  bf_cand *cands = NULL;
-  int hit = bfc_lru_get(fp, key->ids, key->n, key->n_masks, rows, &have, &cands);
-  if (hit == 1) {
-    res->source = "lru";
-    if (why == BFX_JOINT_PREFILL && c->cache_mode == BFX_CACHE_ON)
-      bfx_store(c, m, key, have, cands, &res->times, 1);
-  } else if (hit == 0 && c->cache_mode == BFX_CACHE_ON) {
-    int vocab = bf_model_config(m)->vocab_size;
-    hit = bfc_table_get(c->db, fp, key->ids, key->n, key->n_masks, rows, vocab, &have, &cands);
-    if (hit == 1) {
-      res->source = "table";
-      bfc_lru_put(fp, key->ids, key->n, key->n_masks, have, cands);
-    }
-  }
-  uint64_t dt = bf_now_ns() - t0;
-  bf_stats_time(BF_ST_CACHE_READ, dt);
-  res->times.cache_read_ns += dt;
-  if (hit == 1) {
-    res->c = cands;
-    res->k = rows; /* the key holds the rows: an entry never has more */
-  }
-  return hit;
-}
-
 /* --------------------------------------------------------- encoder runs */
 
 /* seqs[0..nseq) through the encoder in runs of at most BFX_BATCH_MAX_SEQS
@@ -335,7 +300,8 @@ static int start(const char *fname, bf_model *m, const bf_tokens *t, int rows, i
 static int lookup(bfx_conn *c, bf_model *m, const bf_tokens *key, int rows, int why,
                   bfx_result *res, bf_cand **cands, bfx_err *e) {
   *cands = NULL;
-  int hit = memo_get(c, m, key, rows, why, res);
+  int hit = bfx_cache_get(c, m, key, rows, why == BFX_JOINT_PREFILL ? BFX_GET_KEEP : 0, res);
+  if (hit == 1) res->k = rows; /* the key holds the rows: an entry never has more */
   if (hit == 1 && why == BFX_JOINT_CALL) bf_stats_add(BF_CT_JOINT_HITS, 1);
   if (hit == 0 && why == BFX_JOINT_CALL) bf_stats_add(BF_CT_JOINT_MISSES, 1);
   if (hit == 0) *cands = sqlite3_malloc64((size_t)key->n_masks * (size_t)rows * sizeof **cands);
@@ -355,7 +321,7 @@ static int finish(bfx_conn *c, bf_model *m, const bf_tokens *key, int rows, bf_c
   }
   res->source = "encoder";
   res->c = cands;
-  bfx_store(c, m, key, rows, cands, &res->times, 1);
+  bfx_cache_put(c, m, key, rows, cands, &res->times);
   return SQLITE_OK;
 }
 

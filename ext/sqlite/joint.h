@@ -24,8 +24,9 @@
 #include "lookup.h"
 
 /* Where a result is wanted: a call of a function (counted in joint_calls'
-** hits and misses), or bert_prefill (not counted; an entry found only in
-** the LRU is written to the table too, in cache mode 'on'). */
+** hits and misses), or bert_prefill (not counted; read as BFX_GET_KEEP,
+** lookup.h: in cache mode 'on' an entry found only in the LRU is written to
+** the table too). */
 enum { BFX_JOINT_CALL = 0, BFX_JOINT_PREFILL = 1 };
 
 /* The k best whole fills of t by P (fill_sequences), found by beam search

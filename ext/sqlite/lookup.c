@@ -27,55 +27,73 @@ void bfx_result_clear(bfx_result *r) {
   memset(r, 0, sizeof *r);
 }
 
-int bfx_store(bfx_conn *c, bf_model *m, const bf_tokens *t, int k, const bf_cand *cands,
-              bfx_times *tm, int count) {
-  if (c->cache_mode == BFX_CACHE_OFF || t->n_masks == 0) return -1;
+int bfx_cache_get(bfx_conn *c, bf_model *m, const bf_tokens *t, int k, int how, bfx_result *res) {
+  if (c->cache_mode == BFX_CACHE_OFF) return 0;
   const char *fp = bf_model_fingerprint(m);
-  if (!fp || !fp[0]) return -1;
+  if (!fp || !fp[0]) return 0;
   uint64_t t0 = bf_now_ns();
-  int written = -1;
-  bfc_lru_put(fp, t->ids, t->n, t->n_masks, k, cands);
-  if (c->cache_mode == BFX_CACHE_ON) {
-    written = bfc_table_put(c->db, fp, t->ids, t->n, t->n_masks, k, cands, c->cache_limit,
-                            &c->writes_since_trim);
-    if (count) bf_stats_add(written ? BF_CT_CACHE_WRITES : BF_CT_CACHE_SKIPPED, 1);
-  }
-  uint64_t dt = bf_now_ns() - t0;
-  bf_stats_time(BF_ST_CACHE_WRITE, dt);
-  if (tm) tm->cache_write_ns += dt;
-  return written;
-}
-
-/* 1. the LRU, 2. the cache table: 1 on a hit (res filled), 0 on a miss,
-** -1 out of memory. */
-static int lookup_cache(bfx_conn *c, bf_model *m, const bf_tokens *t, int k, bfx_result *res) {
-  uint64_t t0 = bf_now_ns();
-  const char *fp = bf_model_fingerprint(m);
-  int have = 0, hit = 0;
+  int table = c->cache_mode == BFX_CACHE_ON, vocab = bf_model_config(m)->vocab_size;
+  int keep = table && (how & BFX_GET_KEEP), have = 0, hit = 0;
   bf_cand *cands = NULL;
-  if (fp && fp[0]) {
+  const char *from = "table";
+  if (keep) hit = bfc_table_get(c->db, fp, t->ids, t->n, t->n_masks, k, vocab, &have, &cands);
+  if (hit == 0) {
     hit = bfc_lru_get(fp, t->ids, t->n, t->n_masks, k, &have, &cands);
-    if (hit == 1) {
-      res->source = "lru";
-      bf_stats_add(BF_CT_HIT_LRU, 1);
-    } else if (hit == 0 && c->cache_mode == BFX_CACHE_ON) {
-      int vocab = bf_model_config(m)->vocab_size;
-      hit = bfc_table_get(c->db, fp, t->ids, t->n, t->n_masks, k, vocab, &have, &cands);
-      if (hit == 1) {
-        res->source = "table";
-        bf_stats_add(BF_CT_HIT_TABLE, 1);
-        bfc_lru_put(fp, t->ids, t->n, t->n_masks, have, cands);
-      }
-    }
+    if (hit != 0) from = "lru";
   }
+  if (hit == 0 && table && !keep)
+    hit = bfc_table_get(c->db, fp, t->ids, t->n, t->n_masks, k, vocab, &have, &cands);
+  if (hit == 1 && from[0] == 't' && !(how & BFX_GET_NO_LRU))
+    bfc_lru_put(fp, t->ids, t->n, t->n_masks, have, cands);
   uint64_t dt = bf_now_ns() - t0;
   bf_stats_time(BF_ST_CACHE_READ, dt);
-  res->times.cache_read_ns = dt;
-  if (hit == 1) {
-    res->c = cands;
-    res->k = have;
+  res->times.cache_read_ns += dt;
+  if (hit != 1) return hit;
+  if (how & BFX_GET_COUNT) bf_stats_add(from[0] == 'l' ? BF_CT_HIT_LRU : BF_CT_HIT_TABLE, 1);
+  if (keep && from[0] == 'l') bfx_cache_put(c, m, t, have, cands, &res->times);
+  res->c = cands;
+  res->k = have;
+  res->source = from;
+  return 1;
+}
+
+int64_t bfx_cache_put_batch(bfx_conn *c, bf_model *m, int nseq, const bf_tokens *seqs, int k,
+                            const bf_cand *cands, int64_t room, bfx_times *tm) {
+  if (c->cache_mode == BFX_CACHE_OFF) return 0;
+  const char *fp = bf_model_fingerprint(m);
+  if (!fp || !fp[0]) return 0;
+  int table = c->cache_mode == BFX_CACHE_ON && room != 0;
+  int grouped = table && nseq > 1 && bfc_group_begin(c->db);
+  uint64_t written = 0, skipped = 0;
+  size_t at = 0; /* the first mask of sequence i */
+  for (int i = 0; i < nseq; at += (size_t)seqs[i].n_masks, i++) {
+    const bf_tokens *t = &seqs[i];
+    const bf_cand *ci = cands + at * (size_t)k;
+    if (t->n_masks == 0) continue;
+    uint64_t t0 = bf_now_ns();
+    bfc_lru_put(fp, t->ids, t->n, t->n_masks, k, ci);
+    if (table && (room < 0 || (int64_t)written < room)) {
+      if (bfc_table_put(c->db, fp, t->ids, t->n, t->n_masks, k, ci, c->cache_limit,
+                        &c->writes_since_trim))
+        written++;
+      else skipped++;
+    }
+    uint64_t dt = bf_now_ns() - t0;
+    bf_stats_time(BF_ST_CACHE_WRITE, dt);
+    if (tm) tm->cache_write_ns += dt;
   }
-  return hit;
+  if (grouped && !bfc_group_end(c->db)) { /* rolled back: none was written */
+    skipped += written;
+    written = 0;
+  }
+  if (written) bf_stats_add(BF_CT_CACHE_WRITES, written);
+  if (skipped) bf_stats_add(BF_CT_CACHE_SKIPPED, skipped);
+  return (int64_t)written;
+}
+
+void bfx_cache_put(bfx_conn *c, bf_model *m, const bf_tokens *t, int k, const bf_cand *cands,
+                   bfx_times *tm) {
+  bfx_cache_put_batch(c, m, 1, t, k, cands, -1, tm);
 }
 
 int bfx_lookup_or_encode(const char *fname, bfx_conn *c, bf_model *m, const bf_tokens *t, int k,
@@ -89,14 +107,12 @@ int bfx_lookup_or_encode(const char *fname, bfx_conn *c, bf_model *m, const bf_t
   if (t->n_masks == 0) return SQLITE_OK;
   if (bfx_check_length(fname, m, t, e) != SQLITE_OK) return SQLITE_ERROR;
 
-  if (c->cache_mode != BFX_CACHE_OFF) {
-    int hit = lookup_cache(c, m, t, k, res);
-    if (hit < 0) {
-      bfx_err_nomem(e);
-      return SQLITE_NOMEM;
-    }
-    if (hit == 1) return SQLITE_OK;
+  int hit = bfx_cache_get(c, m, t, k, BFX_GET_COUNT, res);
+  if (hit < 0) {
+    bfx_err_nomem(e);
+    return SQLITE_NOMEM;
   }
+  if (hit == 1) return SQLITE_OK;
 
   /* 3. the encoder: at least BFX_MIN_K candidates so every function can
   ** use the entry later. */
@@ -117,7 +133,7 @@ int bfx_lookup_or_encode(const char *fname, bfx_conn *c, bf_model *m, const bf_t
   res->source = "encoder";
   res->c = cands;
   res->k = keff;
-  bfx_store(c, m, t, keff, cands, &res->times, 1);
+  bfx_cache_put(c, m, t, keff, cands, &res->times);
   return SQLITE_OK;
 }
 

@@ -31,13 +31,40 @@ void bfx_result_clear(bfx_result *r);
 int bfx_lookup_or_encode(const char *fname, bfx_conn *c, bf_model *m, const bf_tokens *t, int k,
                          bfx_result *res, bfx_err *e);
 
-/* Store candidates of t (k per mask) in the LRU and, in mode 'on', the
-** table.  Write time is added to tm (may be NULL).  Returns 1 when a table
-** row was written, 0 when the write was skipped, -1 when no table write was
-** due (mode 'memory' / 'off').  count = 0: leave the cache_writes /
-** cache_skipped counters to the caller. */
-int bfx_store(bfx_conn *c, bf_model *m, const bf_tokens *t, int k, const bf_cand *cands,
-              bfx_times *tm, int count);
+/* ---- the memo cache as every function reads and writes it ----
+** A read goes to the LRU, then (mode 'on') to the cache table; an entry
+** found in the table is copied into the LRU.  Every read is timed (the
+** cache_read stage, res->times); every stored sequence is timed (the
+** cache_write stage, tm) and every table write counted (cache_writes,
+** cache_skipped).  Mode 'off' reads and writes nothing. */
+enum {
+  BFX_GET_COUNT = 1,  /* count the hit by where it was found (hit_lru, hit_table): a call's
+                      ** own lookup (bfx_lookup_or_encode) */
+  BFX_GET_NO_LRU = 2, /* an entry found in the table is not copied into the LRU (fill_rows,
+                      ** bert_prefill: a column read back does not push out what is there) */
+  BFX_GET_KEEP = 4    /* bert_prefill: it warms the place the cache keeps longest, the table
+                      ** in mode 'on', so that is read first (a hit there is all it needs,
+                      ** the LRU is not read, nothing is rewritten); an entry found only in
+                      ** the LRU is then written to the table (counted as a write) */
+};
+/* Candidates of t with at least k per mask: 1 on a hit (res->c, res->k,
+** res->source "lru" or "table"), 0 on a miss (res untouched but its
+** times), -1 out of memory.  how: BFX_GET_* above. */
+int bfx_cache_get(bfx_conn *c, bf_model *m, const bf_tokens *t, int k, int how, bfx_result *res);
+
+/* Store the candidates of seqs[0..nseq) (k per mask, sequence after
+** sequence as one encoder run writes them) in the LRU and, in mode 'on',
+** the table: at most room table rows (room < 0: no bound; the others go to
+** the LRU only).  Several sequences' table writes go in one transaction
+** when the connection is in autocommit mode (bfc_group_begin: one commit
+** instead of one per row; a group whose commit fails counts its rows as
+** skipped).  Write times are added to tm (may be NULL).  Returns the table
+** rows written. */
+int64_t bfx_cache_put_batch(bfx_conn *c, bf_model *m, int nseq, const bf_tokens *seqs, int k,
+                            const bf_cand *cands, int64_t room, bfx_times *tm);
+/* One sequence: bfx_cache_put_batch(c, m, 1, t, k, cands, -1, tm). */
+void bfx_cache_put(bfx_conn *c, bf_model *m, const bf_tokens *t, int k, const bf_cand *cands,
+                   bfx_times *tm);
 
 /* One call of a fill function (bert_fill, bert_score, fill_candidates,
 ** fill_sequences, ...) once its text argument is read: the call counted, the

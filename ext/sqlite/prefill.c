@@ -127,25 +127,9 @@ static int encode_and_store_batch(sqlite3_context *ctx, prefill *p) {
   bfx_err e = BFX_ERR_NONE;
   if (!out) bfx_err_nomem(&e);
   else if (bfx_encode(p->m, p->nb, p->batch, p->k, out, NULL, &e) == SQLITE_OK) {
-    /* All rows of a batch in one transaction when we are in autocommit
-    ** mode: one commit (and fsync) per batch instead of one per text. */
-    int grouped = p->c->cache_mode == BFX_CACHE_ON && bfc_group_begin(p->c->db);
-    uint64_t written = 0, skipped = 0;
-    size_t at = 0;
-    for (int i = 0; i < p->nb; i++) {
-      int w = bfx_store(p->c, p->m, &p->batch[i], p->k, out + at * (size_t)p->k, NULL, !grouped);
-      if (w == 1) written++;
-      else if (w == 0) skipped++;
-      at += (size_t)p->batch[i].n_masks;
-    }
-    if (grouped) {
-      if (!bfc_group_end(p->c->db)) {
-        skipped += written;
-        written = 0;
-      }
-      bf_stats_add(BF_CT_CACHE_WRITES, written);
-      bf_stats_add(BF_CT_CACHE_SKIPPED, skipped);
-    }
+    /* one transaction in autocommit mode: one commit (and fsync) per batch
+    ** instead of one per text */
+    bfx_cache_put_batch(p->c, p->m, p->nb, p->batch, p->k, out, -1, NULL);
     p->computed += p->nb;
     check_capacity(p, &e);
   }
@@ -162,21 +146,14 @@ static int encode_and_store_batch(sqlite3_context *ctx, prefill *p) {
   return SQLITE_OK;
 }
 
-/* 1 when t is already in the cache (copying an LRU-only entry into the
-** table in mode 'on'), 0 when not, -1 out of memory. */
+/* 1 when t is already in the cache (the table in mode 'on', where it is
+** kept longest; an entry found only in the LRU is copied into the table),
+** 0 when not, -1 out of memory. */
 static int already_cached(prefill *p, const bf_tokens *t) {
-  const char *fp = bf_model_fingerprint(p->m);
-  if (!fp || !fp[0]) return 0;
-  int have = 0, vocab = bf_model_config(p->m)->vocab_size;
-  bf_cand *c = NULL;
-  if (p->c->cache_mode == BFX_CACHE_ON) {
-    int hit = bfc_table_get(p->c->db, fp, t->ids, t->n, t->n_masks, p->k, vocab, &have, &c);
-    sqlite3_free(c);
-    if (hit != 0) return hit;
-  }
-  int hit = bfc_lru_get(fp, t->ids, t->n, t->n_masks, p->k, &have, &c);
-  if (hit == 1 && p->c->cache_mode == BFX_CACHE_ON) bfx_store(p->c, p->m, t, have, c, NULL, 1);
-  sqlite3_free(c);
+  bfx_result res;
+  memset(&res, 0, sizeof res);
+  int hit = bfx_cache_get(p->c, p->m, t, p->k, BFX_GET_KEEP | BFX_GET_NO_LRU, &res);
+  bfx_result_clear(&res);
   return hit;
 }
 

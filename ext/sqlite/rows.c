@@ -47,6 +47,13 @@
 ** it, a repeat within the batch shares its sequence, and the rest go
 ** through the encoder in one run without padding (an encoder slot of the
 ** overload guard, guard.c).  Memory stays bounded by one batch.
+** Not through the batcher (batcher.c), as bert_prefill: the batcher takes
+** one sequence per caller and merges what concurrent callers queued, up
+** to the same BFX_BATCH_MAX_SEQS / _TOKENS; a batch of fill_rows already
+** fills such a run by itself, so it would share nothing, and fed to the
+** batcher one sequence at a time from its single thread it would run
+** one sequence per run.  It waits for the guard's slot as the batcher's
+** leader does, so concurrent callers queue behind its run, not beside it.
 **
 ** What it computes goes to the cache as bert_rows_cache() says (settings.c):
 ** 'room' (default) to the LRU, and to the table only while the table has
@@ -251,19 +258,14 @@ static void progress(rows_cursor *cur, int final) {
 
 /* ---- one batch ---- */
 
-/* r's answer from the cache: 1 hit (r->hit), 0 miss, -1 out of memory. */
+/* r's answer from the cache: 1 hit (r->hit), 0 miss, -1 out of memory.  A
+** hit in the table is not copied into the LRU. */
 static int cached(rows_cursor *cur, row *r, const bf_tokens *t) {
-  bfx_conn *c = cur->c;
-  const char *fp = bf_model_fingerprint(cur->m);
-  if (c->cache_mode == BFX_CACHE_OFF || !fp || !fp[0]) return 0;
-  uint64_t t0 = bf_now_ns();
-  int need = cur->k > 0 ? cur->k : 1;
-  int hit = bfc_lru_get(fp, t->ids, t->n, t->n_masks, need, &r->hit_k, &r->hit);
-  if (hit == 0 && c->cache_mode == BFX_CACHE_ON) {
-    int vocab = bf_model_config(cur->m)->vocab_size;
-    hit = bfc_table_get(c->db, fp, t->ids, t->n, t->n_masks, need, vocab, &r->hit_k, &r->hit);
-  }
-  bf_stats_time(BF_ST_CACHE_READ, bf_now_ns() - t0);
+  bfx_result res;
+  memset(&res, 0, sizeof res);
+  int hit = bfx_cache_get(cur->c, cur->m, t, cur->k > 0 ? cur->k : 1, BFX_GET_NO_LRU, &res);
+  r->hit = res.c;
+  r->hit_k = res.k;
   return hit;
 }
 
@@ -328,7 +330,7 @@ static int read_text(rows_cursor *cur, row *r) {
     r->n_masks = t->n_masks;
     r->off = sqlite3_malloc64((size_t)t->n_masks * sizeof *r->off);
     if (!r->off) return -1;
-    rc = bfx_find_masks("fill_rows", r->s, n, t->n_masks, r->off, &why);
+    rc = bfx_find_masks("fill_rows", cur->m, r->s, n, t, r->off, &why);
   }
   if (why.rc == SQLITE_NOMEM) return -1;
   if (rc == SQLITE_OK && cur->joint) return joint_row(cur, r, t);
@@ -350,39 +352,14 @@ static int read_text(rows_cursor *cur, row *r) {
   return 1;
 }
 
-/* Store the batch's computed candidates in the cache, as bert_rows_cache
-** says: out holds k_enc candidates per mask, at[i] the first mask of
-** sequence i. */
-static void store_batch(rows_cursor *cur, const bf_cand *out, const size_t *at) {
+/* Store the batch's computed candidates (out: k_enc per mask) in the
+** cache, as bert_rows_cache says. */
+static void store_batch(rows_cursor *cur, const bf_cand *out) {
   bfx_conn *c = cur->c;
-  const char *fp = bf_model_fingerprint(cur->m);
-  if (c->cache_mode == BFX_CACHE_OFF || c->rows_cache == BFX_ROWS_CACHE_NONE || !fp || !fp[0])
-    return;
-  int all = c->rows_cache == BFX_ROWS_CACHE_ALL;
-  int table = c->cache_mode == BFX_CACHE_ON && (all || cur->table_room > 0);
-  int grouped = table && bfc_group_begin(c->db);
-  uint64_t written = 0, skipped = 0, t0 = bf_now_ns();
-  for (int i = 0; i < cur->nseq; i++) {
-    const bf_tokens *t = &cur->seqs[i];
-    const bf_cand *cands = out + at[i] * (size_t)cur->k_enc;
-    if (!table || (!all && cur->table_room - (int64_t)written <= 0)) {
-      bfc_lru_put(fp, t->ids, t->n, t->n_masks, cur->k_enc, cands);
-      continue;
-    }
-    int w = bfx_store(c, cur->m, t, cur->k_enc, cands, NULL, !grouped);
-    if (w == 1) written++;
-    else if (w == 0) skipped++;
-  }
-  if (grouped) {
-    if (!bfc_group_end(c->db)) {
-      skipped += written;
-      written = 0;
-    }
-    bf_stats_add(BF_CT_CACHE_WRITES, written);
-    bf_stats_add(BF_CT_CACHE_SKIPPED, skipped);
-  }
-  if (!table) bf_stats_time(BF_ST_CACHE_WRITE, bf_now_ns() - t0);
-  cur->table_room -= (int64_t)written;
+  if (c->rows_cache == BFX_ROWS_CACHE_NONE) return;
+  int64_t room = c->rows_cache == BFX_ROWS_CACHE_ALL ? -1 : cur->table_room;
+  cur->table_room -= bfx_cache_put_batch(c, cur->m, cur->nseq, cur->seqs, cur->k_enc, out, room,
+                                         NULL);
 }
 
 /* The answer of r from its candidates c (k per mask). */
@@ -444,7 +421,7 @@ static int encode_and_answer(rows_cursor *cur, bfx_err *e) {
     }
     bf_stats_add(BF_CT_ROWS_SEQS, (uint64_t)cur->nseq);
     cur->computed += cur->nseq;
-    store_batch(cur, out, at);
+    store_batch(cur, out);
   }
   int rc = SQLITE_OK;
   for (int i = 0; i < cur->nrows && rc == SQLITE_OK; i++) {

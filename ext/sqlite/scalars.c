@@ -74,7 +74,7 @@ void bfx_fill_text(sqlite3_context *ctx, bfx_conn *c, const bfx_call_kind *kind,
     bfx_err_nomem(&call.e);
     goto done;
   }
-  if (bfx_find_masks(kind->fname, s, n, call.t.n_masks, off, &call.e) != SQLITE_OK) goto done;
+  if (bfx_find_masks(kind->fname, call.m, s, n, &call.t, off, &call.e) != SQLITE_OK) goto done;
   if (best(&call, &res) != SQLITE_OK) goto done;
   sqlite3_str *out = sqlite3_str_new(NULL); /* row 0: the best fill */
   bfx_append_filled(out, call.m, s, n, off, call.t.n_masks, res.c, (size_t)res.k);

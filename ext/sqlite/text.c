@@ -90,12 +90,22 @@ int bfx_mask_offsets(const char *s, int n, int *off, int max) {
   return count;
 }
 
-int bfx_find_masks(const char *fname, const char *s, int n, int n_masks, int *off, bfx_err *e) {
-  int literal = bfx_mask_offsets(s, n, off, n_masks);
-  if (literal == n_masks) return SQLITE_OK;
+int bfx_find_masks(const char *fname, bf_model *m, const char *s, int n, const bf_tokens *t,
+                   int *off, bfx_err *e) {
+  int32_t mask_id = bf_tokenizer_mask_id(bf_model_tokenizer(m));
+  int found = 0;
+  for (int i = 0; i < t->n && found < t->n_masks; i++) {
+    if (t->ids[i] != mask_id) continue;
+    const bf_span *sp = &t->span[i];
+    if (sp->end - sp->start != BF_MASK_TEXT_LEN || sp->end > n ||
+        memcmp(s + sp->start, BF_MASK_TEXT, BF_MASK_TEXT_LEN) != 0)
+      break; /* a mask token that is not a literal "[MASK]" of the text */
+    off[found++] = sp->start;
+  }
+  if (found == t->n_masks) return SQLITE_OK;
   bfx_errf(e, SQLITE_ERROR, BF_CT_ERR_INPUT,
-           "%s: the text has %d \"[MASK]\" but the tokenizer found %d mask tokens", fname, literal,
-           n_masks);
+           "%s: the text has %d \"[MASK]\" but the tokenizer found %d mask tokens", fname,
+           bfx_mask_offsets(s, n, NULL, 0), t->n_masks);
   return SQLITE_ERROR;
 }
 
@@ -122,18 +132,17 @@ void bfx_append_filled(sqlite3_str *out, bf_model *m, const char *s, int n, cons
   sqlite3_str_append(out, s + at, n - at);
 }
 
-int bfx_tokenize(const char *fname, bf_model *m, const char *s, int n, bf_tokens *t, uint64_t *ns,
-                 bfx_err *e) {
+int bfx_tokenize_part(const char *fname, const char *part, bf_model *m, const char *s, int n,
+                      bf_tokens *t, uint64_t *ns, bfx_err *e) {
   uint64_t t0 = bf_now_ns();
-  long bad = bf_utf8_invalid_at(s, (size_t)n, NULL, 0);
-  if (bad >= 0) {
-    bfx_errf(e, SQLITE_ERROR, BF_CT_ERR_INPUT,
-             "%s: invalid UTF-8 at byte %ld of the text (byte value 0x%02X)", fname, bad,
-             (unsigned char)s[bad]);
-    return SQLITE_ERROR;
-  }
   char msg[256] = "";
   int rc = bf_tokenize(bf_model_tokenizer(m), s, n, t, msg, sizeof msg);
+  if (rc == BF_ERR_INPUT && t->invalid_at >= 0 && t->invalid_at < n) {
+    bfx_errf(e, SQLITE_ERROR, BF_CT_ERR_INPUT,
+             "%s: invalid UTF-8 at byte %d of %s (byte value 0x%02X)", fname, t->invalid_at, part,
+             (unsigned char)s[t->invalid_at]);
+    return SQLITE_ERROR; /* not timed: as a text refused before tokenizing */
+  }
   uint64_t dt = bf_now_ns() - t0;
   bf_stats_time(BF_ST_TOKENIZE, dt);
   if (ns) *ns += dt;
@@ -142,6 +151,11 @@ int bfx_tokenize(const char *fname, bf_model *m, const char *s, int n, bf_tokens
     return e->rc;
   }
   return SQLITE_OK;
+}
+
+int bfx_tokenize(const char *fname, bf_model *m, const char *s, int n, bf_tokens *t, uint64_t *ns,
+                 bfx_err *e) {
+  return bfx_tokenize_part(fname, "the text", m, s, n, t, ns, e);
 }
 
 int bfx_tokenize_fill(const char *fname, bf_model *m, const char *s, int n, bf_tokens *t,

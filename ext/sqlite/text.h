@@ -43,16 +43,23 @@ int bfx_arg_joint(sqlite3_value *v, const char *fname, bfx_err *e);
 ** overlapping); writes at most max, returns how many there are. */
 int bfx_mask_offsets(const char *s, int n, int *off, int max);
 
-/* The byte offsets of the n_masks "[MASK]"s of s[0..n) into off, checking
-** that the text writes as many literal "[MASK]" as the tokenizer found
-** mask tokens (the error, prefixed "fname: ", says both numbers). */
-int bfx_find_masks(const char *fname, const char *s, int n, int n_masks, int *off, bfx_err *e);
+/* The byte offsets in s[0..n) of the t->n_masks mask tokens of t (its
+** tokens for model m, bfx_tokenize) into off, from the tokens' spans: each must be a
+** literal "[MASK]" of the text (else the error, prefixed "fname: ", says
+** how many the text writes and how many the tokenizer found). */
+int bfx_find_masks(const char *fname, bf_model *m, const char *s, int n, const bf_tokens *t,
+                   int *off, bfx_err *e);
 
-/* Tokenize s[0..n) for model m, checking UTF-8 first (the error names the
-** offending byte).  fname prefixes messages; the time taken is added to
-** *ns (may be NULL) and to the tokenize stage. */
+/* Tokenize s[0..n) for model m (the tokenizer is the one UTF-8 check:
+** invalid UTF-8 is "fname: invalid UTF-8 at byte N of the text (byte value
+** 0xFF)").  fname prefixes messages; the time taken is added to *ns (may be
+** NULL) and to the tokenize stage. */
 int bfx_tokenize(const char *fname, bf_model *m, const char *s, int n, bf_tokens *t, uint64_t *ns,
                  bfx_err *e);
+/* bfx_tokenize for another part of a call than its text: part names it in
+** the UTF-8 error ("the answer"). */
+int bfx_tokenize_part(const char *fname, const char *part, bf_model *m, const char *s, int n,
+                      bf_tokens *t, uint64_t *ns, bfx_err *e);
 /* bfx_tokenize for the text of a fill function: also an error (counted as
 ** err_input) when the text holds a look-alike of [MASK] (bf_mask_lookalike:
 ** "［MASK］", "[mask]", "[ MASK ]"...), which would otherwise be left

@@ -102,7 +102,7 @@ int bfx_tvf_filter(const bfx_tvf_fn *fn, bfx_conn *c, sqlite3_vtab_cursor *curso
   x->text[n] = 0;
   x->n = n;
   if (call.t.n_masks == 0) goto done; /* nothing to fill: no rows */
-  if (bfx_find_masks(name, s, n, call.t.n_masks, x->off, &call.e) != SQLITE_OK) goto failed;
+  if (bfx_find_masks(name, call.m, s, n, &call.t, x->off, &call.e) != SQLITE_OK) goto failed;
   if (fn->rows(cursor, &call, (int)k, res) != SQLITE_OK) goto failed;
 done:
   bfx_call_end(&call, res, 0);

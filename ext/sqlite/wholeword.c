@@ -74,13 +74,6 @@ static int answer_tokens(bf_model *m, const char *s, int n, int32_t **ids, int *
   *ids = NULL;
   *count = 0;
   not_json[0] = 0;
-  long bad = bf_utf8_invalid_at(s, (size_t)n, NULL, 0);
-  if (bad >= 0) {
-    bfx_errf(e, SQLITE_ERROR, BF_CT_ERR_INPUT,
-             "bert_score: invalid UTF-8 at byte %ld of the answer (byte value 0x%02X)", bad,
-             (unsigned char)s[bad]);
-    return SQLITE_ERROR;
-  }
   int i = 0;
   while (i < n && (s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r')) i++;
   if (i < n && s[i] == '[') {
@@ -97,7 +90,7 @@ static int answer_tokens(bf_model *m, const char *s, int n, int32_t **ids, int *
     json_free(v);
   }
   bf_tokens t = {0};
-  int rc = bfx_tokenize("bert_score", m, s, n, &t, tok_ns, e);
+  int rc = bfx_tokenize_part("bert_score", "the answer", m, s, n, &t, tok_ns, e);
   if (rc == SQLITE_OK) { /* without [CLS] and [SEP] */
     *count = t.n - 2;
     *ids = sqlite3_malloc64((size_t)(*count > 0 ? *count : 1) * sizeof **ids);

@@ -2,7 +2,9 @@
 ** test_tokenizer.c — the tokenizer (ext/engine/tokenizer.c) against golden token ids
 ** made by an independent reference (tests/golden/tokenizer/make_golden.mjs,
 ** @huggingface/transformers reading tokenizer.json), plus load errors,
-** invalid UTF-8, reuse of bf_tokens and a random-input smoke test.
+** invalid UTF-8, the tokens' byte spans (the rules of bertfill.h on every golden
+** case, and spans written out by hand), reuse of bf_tokens and a random-input
+** smoke test.
 **
 **   test_tokenizer GOLDEN.tsv SMALL_DIR ZH_DIR WORK_DIR
 **
@@ -207,12 +209,106 @@ static int same_ids(const bf_tokens *t, const char *expect, char *why, size_t wh
   return ok;
 }
 
+/* ---------------------------------------------------------------- spans */
+
+/* The spans of t, tokenized from text[0..n), against the rules of
+** bertfill.h: [CLS] [0, 0) and [SEP] [n, n); every other token a non-empty
+** range of whole characters, in order (start and end never go back); two
+** tokens overlap only when the second is a "##" piece of the same
+** character; and a token that is no piece, tokenized from its span's bytes
+** alone, is the same token first.  "" when they hold, else why. */
+static const char *span_problem(const bf_tokenizer *tok, const char *text, size_t n,
+                                const bf_tokens *t, char *why, size_t whylen) {
+  if (!t->span) return "no spans";
+  if (t->span[0].start != 0 || t->span[0].end != 0 || t->span[t->n - 1].start != (int)n ||
+      t->span[t->n - 1].end != (int)n)
+    return "[CLS] or [SEP] not the empty spans at 0 and at the end";
+  bf_tokens alone = {0};
+  char e2[256];
+  for (int i = 1; i < t->n - 1; i++) {
+    bf_span sp = t->span[i], pv = t->span[i - 1];
+    const char *tx = bf_tokenizer_token(tok, t->ids[i]);
+    int piece = tx && tx[0] == '#' && tx[1] == '#';
+    if (sp.start < 0 || sp.end > (int)n || sp.start >= sp.end)
+      snprintf(why, whylen, "token %d: span [%d, %d) is empty or outside the text", i, sp.start,
+               sp.end);
+    else if ((text[sp.start] & 0xC0) == 0x80 || (sp.end < (int)n && (text[sp.end] & 0xC0) == 0x80))
+      snprintf(why, whylen, "token %d: span [%d, %d) cuts a character", i, sp.start, sp.end);
+    else if (i > 1 && (sp.start < pv.start || sp.end < pv.end))
+      snprintf(why, whylen, "token %d: span [%d, %d) goes back from [%d, %d)", i, sp.start, sp.end,
+               pv.start, pv.end);
+    else if (i > 1 && sp.start < pv.end && !piece)
+      snprintf(why, whylen, "token %d (%s): span [%d, %d) overlaps [%d, %d) but is no piece", i,
+               tx ? tx : "?", sp.start, sp.end, pv.start, pv.end);
+    else if (!piece && (bf_tokenize(tok, text + sp.start, sp.end - sp.start, &alone, e2,
+                                    sizeof e2) != BF_OK ||
+                        alone.n < 3 || alone.ids[1] != t->ids[i]))
+      snprintf(why, whylen, "token %d (%s): its span [%d, %d) alone does not give it first", i,
+               tx ? tx : "?", sp.start, sp.end);
+    else continue;
+    bf_tokens_free(&alone);
+    return why;
+  }
+  bf_tokens_free(&alone);
+  return "";
+}
+
+/* Spans written out by hand, per set: "start-end" per token, [CLS] and
+** [SEP] included. */
+static const struct {
+  const char *set, *name, *text, *spans;
+} span_cases[] = {
+  {"lower", "mask_glued", "HELLO[MASK]World", "0-0 0-5 5-11 11-16 16-16"},
+  {"lower", "whitespace", "  Hello \t World ", "0-0 2-7 10-15 16-16"},
+  {"lower", "accent_in_char", "Caf\xc3\xa9", "0-0 0-5 5-5"},
+  {"lower", "accent_alone_dropped", "cafe\xcc\x81", "0-0 0-4 6-6"},
+  {"lower", "dotted_i", "\xc4\xb0stanbul", "0-0 0-9 9-9"},
+  {"lower", "pieces_split_chars", "UnAffable jumps", "0-0 0-2 2-5 5-9 10-14 14-15 15-15"},
+  {"lower", "pieces_of_two_byte_chars", "\xc3\x84\xc3\x96\xc3\x9c", "0-0 0-2 2-4 4-6 6-6"},
+  {"lower", "hangul_jamo_share_the_syllable", "\xed\x95\x9c \xea\xb5\xad",
+   "0-0 0-3 0-3 0-3 4-7 4-7 4-7 7-7"},
+  {"lower", "unknown_word_whole", "\xed\x95\x9c\xea\xb5\xad", "0-0 0-6 6-6"},
+  {"lower", "cjk_and_unknown_punct",
+   "\xe4\xbd\xa0\xe5\xa5\xbd\xe4\xb8\x96\xe7\x95\x8c\xef\xbc\x8c\xe4\xb8\xad",
+   "0-0 0-3 3-6 6-9 9-12 12-15 15-18 18-18"},
+  {"lower", "control_chars_dropped", "\x01hello\x7f world\x02", "0-0 1-6 8-13 14-14"},
+  {"lower", "too_long_word_unk",
+   "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+   "aa"
+   "aaaa b",
+   "0-0 0-101 102-103 103-103"},
+  {"zh", "sentence",
+   "\xe4\xbb\x8a\xe5\xa4\xa9\xe5\xa4\xa9\xe6\xb0\x94\xe7\x9c\x9f[MASK]\xe5\x95\x8a",
+   "0-0 0-3 3-6 6-9 9-12 12-15 15-21 21-24 24-24"},
+  {"zh", "spaced_masks", " [MASK] \xe5\xa5\xbd[MASK]\n", "0-0 1-7 8-11 11-17 18-18"},
+};
+
+static void run_span_cases(const bf_tokenizer *tok, const char *set) {
+  bf_tokens t = {0};
+  char name[256], got[1024], why[512];
+  for (size_t c = 0; c < sizeof span_cases / sizeof *span_cases; c++) {
+    if (strcmp(span_cases[c].set, set)) continue;
+    const char *text = span_cases[c].text;
+    int rc = bf_tokenize(tok, text, -1, &t, err, sizeof err);
+    size_t w = 0;
+    got[0] = 0;
+    for (int i = 0; rc == BF_OK && i < t.n && w < sizeof got; i++)
+      w += (size_t)snprintf(got + w, sizeof got - w, "%s%d-%d", i ? " " : "", t.span[i].start,
+                            t.span[i].end);
+    snprintf(name, sizeof name, "spans_%s_%s", set, span_cases[c].name);
+    const char *p = rc == BF_OK ? span_problem(tok, text, strlen(text), &t, why, sizeof why) : err;
+    CHECKF(name, rc == BF_OK && !strcmp(got, span_cases[c].spans) && !p[0],
+           "spans \"%s\", expected \"%s\" %s", got, span_cases[c].spans, p);
+  }
+  bf_tokens_free(&t);
+}
+
 /* Run every "case" line of one set through tok.  verbose: one ok/FAIL line
 ** per case; else a single line named label for the whole set. */
 static int run_set(const bf_tokenizer *tok, const char *set, const char *label, int verbose) {
   bf_tokens t = {0};
   char buf[8192], why[1024], name[256];
-  int fails = 0, count = 0;
+  int fails = 0, count = 0, spans_ok = 0;
   char first_fail[1400] = "";
   for (int i = 0; i < nG; i++) {
     if (strcmp(G[i].kind, "case") || strcmp(G[i].set, set)) continue;
@@ -229,6 +325,15 @@ static int run_set(const bf_tokenizer *tok, const char *set, const char *label, 
       snprintf(name, sizeof name, "tok_%s_%s", set, G[i].name);
       CHECKF(name, ok, "%s", why);
     }
+    /* the spans follow the rules of bertfill.h */
+    if (ok) {
+      char sw[512];
+      const char *p = span_problem(tok, buf, n, &t, sw, sizeof sw);
+      if (p[0]) {
+        printf("FAIL spans_%s_%s: %s\n", set, G[i].name, p);
+        tl_failed++;
+      } else spans_ok++;
+    }
     /* the counted masks agree with the ids */
     if (ok) {
       int m = 0;
@@ -242,6 +347,11 @@ static int run_set(const bf_tokenizer *tok, const char *set, const char *label, 
   if (!verbose)
     CHECKF(label, fails == 0 && count > 0, "%d of %d cases differ; first: %s", fails, count,
            first_fail);
+  else {
+    snprintf(name, sizeof name, "spans_rules_%s", set);
+    CHECKF(name, spans_ok == count - fails, "%d of %d cases", spans_ok, count - fails);
+    run_span_cases(tok, set);
+  }
   bf_tokens_free(&t);
   return count;
 }
@@ -321,8 +431,10 @@ static void test_zh(const char *zhdir) {
       char want[64];
       snprintf(want, sizeof want, "byte %s:", G[i].expect + 4);
       CHECKF(name,
-             rc == BF_ERR_INPUT && strstr(err, "invalid UTF-8") && strstr(err, want) && t.n == 0,
-             "rc %d, n %d, message \"%s\", expected \"%s\"", rc, t.n, err, want);
+             rc == BF_ERR_INPUT && strstr(err, "invalid UTF-8") && strstr(err, want) && t.n == 0 &&
+               t.invalid_at == atoi(G[i].expect + 4),
+             "rc %d, n %d, at %d, message \"%s\", expected \"%s\"", rc, t.n, t.invalid_at, err,
+             want);
     } else {
       char why[1024] = "";
       int ok = rc == BF_OK && same_ids(&t, G[i].expect, why, sizeof why);
@@ -409,7 +521,12 @@ static void test_zh(const char *zhdir) {
         if (t.n < 2 || t.ids[0] != 101 || t.ids[t.n - 1] != 102) bad++;
         for (int j = 0; j < t.n; j++)
           if (t.ids[j] < 0 || t.ids[j] >= 21128) bad++;
-      } else if (rc != BF_ERR_INPUT || !strstr(err, "invalid UTF-8 at byte")) bad++;
+        char why[512];
+        const char *p = span_problem(tok, b, n, &t, why, sizeof why);
+        if (p[0] && bad++ == 0) printf("# random input %d: %s\n", iter, p);
+      } else if (rc != BF_ERR_INPUT || !strstr(err, "invalid UTF-8 at byte") || t.invalid_at < 0 ||
+                 t.invalid_at >= (int)n)
+        bad++;
     }
     CHECKF("zh_random_input", bad == 0 && valid > 100, "%d bad results, %d valid inputs", bad,
            valid);
