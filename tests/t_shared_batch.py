@@ -277,7 +277,7 @@ def test_same_answers():
     shutil.rmtree(sdir, ignore_errors=True)
 
 
-def test_leader_kill(rounds=50):
+def test_leader_kill(rounds=int(os.environ.get("SB_KILL_ROUNDS", "50"))):
     texts = make_texts(40, seed=23)
     ref = dict(zip(texts, references(texts)))
     sdir = tempfile.mkdtemp(prefix="bf-sb-")
@@ -297,7 +297,7 @@ def test_leader_kill(rounds=50):
     path = None
     kills, wrong, errors, answered, worst = 0, 0, [], 0, 0.0
     hangs, waiting_since = 0, None  # after a kill: no kill again before an answer came
-    deadline = time.monotonic() + 150
+    deadline = time.monotonic() + float(os.environ.get("SB_KILL_SECONDS", "150"))
     while kills < rounds and time.monotonic() < deadline:
         for key, _ in sel.select(timeout=0.005):  # read what the workers answered
             w = key.data
@@ -347,7 +347,8 @@ def test_leader_kill(rounds=50):
     for w in ws.values():
         w.kill()
         w.close()
-    check("leader_kill", kills == rounds and wrong == 0 and not errors and worst < 2.0 and
+    enough = kills == rounds or (os.environ.get("SB_KILL_SECONDS") and kills >= 50)
+    check("leader_kill", enough and wrong == 0 and not errors and worst < 2.0 and
           hangs == 0 and answered >= rounds,
           "%d kills, %d answers, %d wrong, %d errors %r, slowest call %.2f s, %d times no answer "
           "within 2 s of a kill" % (kills, answered, wrong, len(errors), errors[:2], worst, hangs))
