@@ -13,11 +13,11 @@
 #   6. a column of 200,000 rows (SOAK_ROWS) filled in one UPDATE ... FROM
 #      fill_rows with the shipped model: time, encoder sequences per row,
 #      peak RSS within 50 MB of a 2,000-row fill (tests/soak/rows.py)
-#   8. the machine-wide batcher: leaders SIGKILLed mid-batch for 10 minutes (SOAK_SHARED_SECONDS)
-#      with 4 processes on the small test models: 0 wrong answers, 0 errors, no call without an
-#      answer within the busy timeout (tests/t_shared_batch.py leader_kill)
 #   7. the first call after bert_load against warm calls, fp32 and int8, cache
 #      off and on (tests/soak/first_call.py: a table, measured only)
+#   8. the machine-wide batcher: leaders SIGKILLed mid-batch for 10 minutes (SOAK_SHARED_SECONDS)
+#      with 4 processes on the tiny test model: 0 wrong answers, 0 errors, no call without an
+#      answer within the busy timeout (tests/t_shared_batch.py leader_kill)
 # Prints ok / FAIL / skip lines like a test suite; exits 1 on any FAIL.
 set -u
 cd "$(dirname "$0")/../.."
