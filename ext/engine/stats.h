@@ -47,6 +47,14 @@ typedef enum bf_counter {
   BF_CT_JOINT_HITS,   /* ... answered from the memo cache (LRU or table) */
   BF_CT_JOINT_MISSES, /* ... that ran the encoder (chain rule, beam search) */
   BF_CT_JOINT_RUNS,   /* encoder runs of those (also counted in encoder_runs) */
+  /* the machine-wide batcher (ext/sqlite/shared_batch.c) */
+  BF_CT_SHARED_SERVED,         /* requests of other processes this process's encoder ran */
+  BF_CT_SHARED_BATCHES,        /* encoder runs that held requests of other processes */
+  BF_CT_SHARED_REMOTE,         /* calls answered by another process's encoder */
+  BF_CT_SHARED_LEADER_CHANGES, /* times this process took the lead from another one */
+  BF_CT_SHARED_FALLBACK,       /* calls that took the in-process path instead */
+  BF_CT_SHARED_RERUN,          /* requests of a leader that died, run again */
+  BF_CT_SHARED_RECLAIMED,      /* slots of dead processes taken over */
   BF_CT__N
 } bf_counter;
 

@@ -74,6 +74,7 @@ SQLITE_EXTENSION_INIT3
 #include "bounds.h"
 #include "encode.h"
 #include "guard.h"
+#include "shared_batch.h"
 #include "stats.h"
 #include "util.h"
 
@@ -323,6 +324,8 @@ int bfx_batch_encode(bf_model *m, const bf_tokens *t, int k, bf_cand *out, bfx_t
                      bfx_err *e) {
   pthread_once(&batcher.once, batcher_init);
   if (!atomic_load(&batcher.on)) return bfx_encode(m, 1, t, k, out, r, e);
+  int shared_rc; /* 0. the machine-wide queue (shared_batch.c), when it takes the call */
+  if (bfx_shared_encode(m, t, k, out, r, e, &shared_rc)) return shared_rc;
   uint64_t t0 = bf_now_ns();
   pthread_mutex_lock(&batcher.mu);
   mqueue *q = queue_find(m);

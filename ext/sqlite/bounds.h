@@ -22,6 +22,14 @@
 ** bert_prefill (prefill.c) and of a beam step or a bert_score (joint.c). */
 #define BFX_BATCH_MAX_SEQS 32
 #define BFX_BATCH_MAX_TOKENS 2048
+/* The machine-wide batcher (shared_batch.c): request slots of one shared
+** queue, and the largest request a slot holds (token ids, masks, candidates
+** per mask); a call beyond them takes the in-process batcher.  With these
+** the shared file is about 800 KB. */
+#define BFX_SHARED_SLOTS 128
+#define BFX_SHARED_MAX_TOKENS 512
+#define BFX_SHARED_MAX_MASKS 32
+#define BFX_SHARED_MAX_K 16
 /* fill_rows (rows.c) reads at most this many rows of its query per batch
 ** (cache hits and texts without a mask need no sequence of the run). */
 #define BFX_ROWS_BATCH_MAX_ROWS 256

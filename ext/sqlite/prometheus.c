@@ -74,6 +74,14 @@ static const char *const counter_help[BF_CT__N] = {
   [BF_CT_JOINT_HITS] = "Joint calls answered from the memo cache (LRU or table).",
   [BF_CT_JOINT_MISSES] = "Joint calls that ran the encoder.",
   [BF_CT_JOINT_RUNS] = "Encoder runs of joint calls (also counted in encoder_runs).",
+  [BF_CT_SHARED_SERVED] = "Requests of other processes this process's encoder ran (shared "
+                          "batching).",
+  [BF_CT_SHARED_BATCHES] = "Encoder runs that held requests of other processes.",
+  [BF_CT_SHARED_REMOTE] = "Calls answered by another process's encoder.",
+  [BF_CT_SHARED_LEADER_CHANGES] = "Times this process took the shared queue's lead from another.",
+  [BF_CT_SHARED_FALLBACK] = "Calls that took the in-process batcher instead of the shared queue.",
+  [BF_CT_SHARED_RERUN] = "Requests of a shared-queue leader that died, run again.",
+  [BF_CT_SHARED_RECLAIMED] = "Shared-queue slots of dead processes taken over.",
 };
 
 #define STAGE_MIN_EXP 10 /* first edge 2^10 ns, about 1 us */

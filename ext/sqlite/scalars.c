@@ -32,6 +32,7 @@ SQLITE_EXTENSION_INIT3
 #include "jsonw.h"
 #include "lookup.h"
 #include "machine_guard.h"
+#include "shared_batch.h"
 #include "models.h"
 #include "stats.h"
 #include "text.h"
@@ -276,9 +277,20 @@ static void debug_cache_guard_batching(sqlite3_str *o, bfx_conn *c) {
   sqlite3_str_appendall(o, "}");
   sqlite3_str_appendf(o,
                       ",\"batching\":{\"on\":%s,\"max_seqs\":%d,\"max_tokens\":%d,"
-                      "\"queued\":%d}}",
+                      "\"queued\":%d}",
                       bfx_batching() ? "true" : "false", BFX_BATCH_MAX_SEQS, BFX_BATCH_MAX_TOKENS,
                       bfx_batch_queued());
+  /* the machine-wide queue of the connection's model (shared_batch.c) */
+  bfx_shared_info si;
+  bfx_shared_info_of(c->model, &si); /* not loaded yet: nothing to show */
+  sqlite3_str_appendf(o, ",\"shared_batch\":{\"on\":%s,\"usable\":%s,\"file\":",
+                      si.on ? "true" : "false", si.usable ? "true" : "false");
+  bfx_json_string(o, si.path);
+  sqlite3_str_appendf(o,
+                      ",\"slots\":%d,\"posted\":%d,\"taken\":%d,\"leader_pid\":%d,"
+                      "\"leader_changes\":%llu,\"batches\":%llu}}",
+                      si.slots, si.posted, si.taken, si.leader_pid,
+                      (unsigned long long)si.leader_changes, (unsigned long long)si.batches);
 }
 
 void bfx_fn_debug(sqlite3_context *ctx, int argc, sqlite3_value **argv) {

@@ -15,6 +15,9 @@
 #      peak RSS within 50 MB of a 2,000-row fill (tests/soak/rows.py)
 #   7. the first call after bert_load against warm calls, fp32 and int8, cache
 #      off and on (tests/soak/first_call.py: a table, measured only)
+#   8. the machine-wide batcher: leaders SIGKILLed mid-batch for 10 minutes (SOAK_SHARED_SECONDS)
+#      with 4 processes on the tiny test model: 0 wrong answers, 0 errors, no call without an
+#      answer within the busy timeout (tests/t_shared_batch.py leader_kill)
 # Prints ok / FAIL / skip lines like a test suite; exits 1 on any FAIL.
 set -u
 cd "$(dirname "$0")/../.."
@@ -56,5 +59,7 @@ step multiprocess env MP_PROCS=${SOAK_PROCS:-8} MP_CALLS=${SOAK_PROC_CALLS:-1000
 step oom env OOM_THREADS_SECONDS=60 bash tests/reliability/oom.sh
 step rows $PY tests/soak/rows.py --rows "${SOAK_ROWS:-200000}"
 step first_call $PY tests/soak/first_call.py "$base"
+step shared_batch env SB_KILL_ROUNDS=1000000 SB_KILL_SECONDS=${SOAK_SHARED_SECONDS:-600} \
+  $PY tests/t_shared_batch.py leader_kill requester_kill
 echo "soak: $fails step(s) failed"
 [ "$fails" -eq 0 ]

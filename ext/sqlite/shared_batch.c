@@ -1,0 +1,778 @@
+/*
+** shared_batch.c — the machine-wide batcher: the encoder requests of every
+** process of one user that runs the same model go into one queue in shared
+** memory, and whichever process holds the encoder takes them all into its
+** batch.
+**
+** Why.  batcher.c merges the concurrent calls of one process's threads into
+** one encoder run.  The classic deployment of a service is N worker
+** processes instead (gunicorn/uvicorn workers, PHP-FPM, several scripts or
+** sqlite3 shells): each would run its own encoder, N runs fight for the same
+** cores and every one of them reads all the weights again.  With this
+** module the processes behave like the threads of one process: one encoder
+** run at a time on the machine, over everybody's waiting sentences.
+**
+** THE SHARED FILE
+**
+**   /dev/shm/bertfill-<uid>-batch-<fingerprint>   (/tmp when /dev/shm is not
+**                                                 writable; BERTFILL_SHARED_
+**                                                 BATCH_DIR names another dir)
+**
+** One file per user and model: <fingerprint> is bf_model_fingerprint(m),
+** which mixes every weight byte, the config, the vocabulary and the
+** precision, so requests of two models or of the fp32 and int8 loads of one
+** model never meet, and two directories holding the same files do.  The
+** file is opened with O_NOFOLLOW (a symbolic link is refused) and
+** O_NONBLOCK, created 0600, and used only when fstat says: a regular file,
+** one link, owned by this process's effective uid, mode exactly 0600, and
+** of the expected size; and when its header has the magic, the layout
+** version, every layout size and the fingerprint this build expects.
+** Anything else (another user's file, a link, garbage, a truncated file,
+** another build's layout) is refused with one line on stderr, and the
+** process keeps its own batcher (batcher.c): never an error for a call.
+** Another user's processes compute another file name (their uid) and could
+** not open this one (0600) anyway: texts never cross users.
+**
+**   +--------------------+  page 0: the header (magic, version, sizes,
+**   | header             |  fingerprint; leader pid, leader changes,
+**   +--------------------+  shared batches)
+**   | slot 0             |  BFX_SHARED_SLOTS slots of fixed size, each:
+**   | slot 1             |    state (a 32-bit word: the futex),
+**   | ...                |    owner key, taker key, n, n_masks, k, rc,
+**   +--------------------+    token ids[BFX_SHARED_MAX_TOKENS],
+**                             results[BFX_SHARED_MAX_MASKS * BFX_SHARED_MAX_K]
+**
+** About 800 KB with the bounds of bounds.h (the test of the layout prints
+** it); /dev/shm pages are only used once touched.  Calls beyond the bounds
+** (longer texts, more masks, larger k) take the in-process path.
+**
+** Beyond the end of the file, bytes that are only ever record-locked (OFD
+** locks, fcntl F_OFD_SETLK: they belong to the open file description, and
+** the kernel drops them when the process dies, SIGKILL included):
+**
+**   INIT_BYTE     held while a process creates or checks the header
+**   LEADER_BYTE   held by the process that runs the encoder: the leader
+**   SLOT_BYTE(i)  held by the owner of slot i for as long as the slot is not
+**                 FREE: a slot that is not FREE and whose byte nobody holds
+**                 belongs to a dead process
+**
+** A SLOT'S LIFE (every change of state is one compare-and-swap)
+**
+**     FREE --owner--> FILLING --owner--> POSTED --leader--> TAKEN
+**      ^                 ^                  |                 |
+**      |                 +-owner: timeout---+          leader: DONE
+**      +------------------------owner: answer read------------+
+**
+**   1. A call that misses the cache claims a FREE slot: it takes the slot's
+**      lock byte first, then FREE -> FILLING; writes its token ids, n,
+**      n_masks and k; then POSTED (a release store: the ids are visible to
+**      whoever sees POSTED).
+**   2. It then tries to become the leader: the process-local flag (record
+**      locks belong to the file description, so two threads of one process
+**      would both "get" the byte) and then LEADER_BYTE.  When it gets it:
+**      it takes an encoder slot of its own process's guard (guard.c, so the
+**      overload guard and the machine-wide guard still apply), takes every
+**      POSTED slot (POSTED -> TAKEN; its own first, then in slot order from
+**      a rotating start, within BFX_BATCH_MAX_SEQS sequences and
+**      BFX_BATCH_MAX_TOKENS tokens, as batcher.c), copies their ids into its
+**      own memory, checks them, runs them as ONE bf_fill batch with the
+**      largest k asked for (bfx_encode_on), writes each slot's k candidates
+**      back into it, marks it DONE and wakes its owner (FUTEX_WAKE on the
+**      state word; not FUTEX_PRIVATE_FLAG: the word is shared between
+**      processes).  Once its own request is done it gives up the lead and
+**      wakes the owners of what is still POSTED, one of which leads next:
+**      its caller does not wait for other people's batches.
+**   3. Otherwise it sleeps on its slot's state word (FUTEX_WAIT, always with
+**      a timeout of RECHECK_NS: a lost wake-up or a dead leader costs at most
+**      that long) and looks again: DONE -> it copies its answer out (ids
+**      checked against the vocabulary) and frees the slot; still POSTED or
+**      TAKEN and no leader -> it tries to lead.  A slot still POSTED at the
+**      busy timeout goes back POSTED -> FILLING -> FREE and the call fails
+**      with "bertfill: busy: ...", as in batcher.c.
+**
+** CRASHES
+**
+**   - A leader killed in the middle of a batch: its LEADER_BYTE lock dies
+**     with it.  Its TAKEN slots stay TAKEN; their owners wake within
+**     RECHECK_NS, find no leader, and one of them becomes leader.  A leader
+**     that has just taken the lead has no batch of its own yet, so every
+**     TAKEN slot it sees then is an orphan of a dead leader: it takes it
+**     into its batch like a POSTED one (counted as shared_rerun) and
+**     computes it again from its ids.  (A leader gives up the lead only
+**     after marking its whole batch DONE.)
+**   - A requester killed while waiting: its slot byte lock dies with it.
+**     Whoever looks for a free slot and finds a POSTED, FILLING, DONE or
+**     unknown state whose byte it can lock takes the slot over (one CAS from
+**     the state it saw; counted as shared_reclaimed).  A TAKEN slot is never
+**     taken over (a live leader may be writing it): it becomes DONE first.
+**   - A leader stopped for good (SIGSTOP): a requester whose slot stays
+**     TAKEN for ABANDON_FACTOR busy timeouts abandons it (drops its lock
+**     byte, leaving the slot to be reclaimed once DONE) and computes its
+**     sentence in its own process: no call hangs.
+**   - A corrupt slot (n, n_masks, k out of the bounds, ids the engine
+**     refuses): the leader marks it DONE with an error code; its owner runs
+**     the call in its own process and gets its own error message.
+**
+** WHAT STAYS THE SAME
+**
+**   A request gets what it gets alone, as in batcher.c: same candidates in
+**   the same order, probabilities equal to float rounding (a merged run
+**   takes other kernels), and errors never travel between processes.  A
+**   process alone pays a few system calls per call: two lock bytes taken and
+**   dropped (about 10 us in all); the encoder run is the same.
+**
+** FORK.  A child shares its parent's open file descriptions, and so its
+** record locks: in the child (pthread_atfork) every shared file is closed
+** and unmapped and forgotten, and opened again, with a description of its
+** own, on its first call.
+**
+** Settings (read once from the environment):
+**   BERTFILL_SHARED_BATCH=0      off: every process batches alone (batcher.c)
+**   BERTFILL_SHARED_BATCH_DIR    where the shared files are (tests)
+** With batching off (bert_batching(0), BERTFILL_BATCHING=0) the shared path
+** is not used either.
+** Test hooks, not for production: BERTFILL_SHARED_GATHER=n makes a leader
+** wait (at most 250 ms) until n slots are POSTED before it takes them;
+** BERTFILL_SHARED_HOLD_MS=n makes it sleep n ms after taking a batch and
+** before running it (so a test can kill it in the middle of a batch).
+**
+** Stats (bertfill_stats, per process): shared_served (requests of other
+** processes this process's encoder ran), shared_batches (its encoder runs
+** that held requests of other processes), shared_remote (its own calls
+** answered by another process), shared_leader_changes (times it took the
+** lead from another process), shared_fallback (calls that took the
+** in-process path: beyond the bounds, queue full, an error to reproduce),
+** shared_rerun (requests of a dead leader run again), shared_reclaimed
+** (slots of dead processes taken over).  bert_debug() shows the queue:
+** "shared_batch": {"on", "file", "slots", "posted", "taken", "leader_pid",
+** "leader_changes", "batches"}.
+*/
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#ifdef __linux__
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#endif
+
+#include "sqlite3ext.h"
+SQLITE_EXTENSION_INIT3
+#include "shared_batch.h"
+#include "bounds.h"
+#include "encode.h"
+#include "guard.h"
+#include "stats.h"
+#include "util.h"
+
+#define MAGIC "BFSHBAT"
+#define LAYOUT_VERSION 1
+#define HEADER_SIZE 4096
+#define NSLOTS BFX_SHARED_SLOTS
+#define RECHECK_NS 10000000ull      /* a sleeping requester looks again this often */
+#define GATHER_WAIT_NS 250000000ull /* test hook: the longest a leader waits for company */
+#define ABANDON_FACTOR 3            /* TAKEN this many busy timeouts (at least 1 s each): abandon */
+#define INIT_WAIT_NS 1000000000ull  /* the longest a process waits for another's INIT_BYTE */
+
+enum { S_FREE = 0, S_FILLING = 1, S_POSTED = 2, S_TAKEN = 3, S_DONE = 4 };
+
+typedef struct sb_header {
+  char magic[8];
+  uint32_t version, header_size, slot_size, nslots;
+  uint32_t max_tokens, max_masks, max_k, cand_size;
+  char fingerprint[24];
+  _Atomic uint32_t ready; /* 1 once the header is written */
+  _Atomic uint32_t leader_pid;
+  _Atomic uint64_t leader_key; /* the process key of the last leader */
+  _Atomic uint64_t leader_changes;
+  _Atomic uint64_t batches; /* encoder runs that held requests of more than one process */
+} sb_header;
+_Static_assert(sizeof(sb_header) <= HEADER_SIZE, "the header page");
+
+typedef struct sb_slot {
+  _Alignas(64) _Atomic uint32_t state; /* S_*: the futex word of its owner */
+  uint32_t n, n_masks, k;
+  int32_t rc;             /* 0: the results are valid; else: run it in your process */
+  uint32_t owner_pid;     /* for people reading the file */
+  _Atomic uint64_t owner; /* key of the owning process */
+  _Atomic uint64_t taker; /* key of the leader that took it */
+  uint64_t encode_ns, topk_ns;
+  int32_t ids[BFX_SHARED_MAX_TOKENS];
+  bf_cand out[BFX_SHARED_MAX_MASKS * BFX_SHARED_MAX_K];
+} sb_slot;
+
+#define FILE_SIZE ((size_t)HEADER_SIZE + (size_t)NSLOTS * sizeof(sb_slot))
+#define INIT_BYTE ((off_t)FILE_SIZE)
+#define LEADER_BYTE ((off_t)FILE_SIZE + 1)
+#define SLOT_BYTE(i) ((off_t)FILE_SIZE + 64 + (off_t)(i))
+
+/* One shared file, as this process has it open. */
+typedef struct sbf {
+  struct sbf *next;
+  char fp[24];
+  char path[PATH_MAX];
+  int fd; /* -1: refused (said once on stderr) */
+  sb_header *h;
+  sb_slot *slots;
+  pthread_mutex_t mu;         /* mine[], leading, hint */
+  unsigned char mine[NSLOTS]; /* slots whose byte this process holds */
+  int leading;                /* a thread of this process holds LEADER_BYTE */
+  unsigned hint;
+} sbf;
+
+static struct {
+  pthread_once_t once;
+  pthread_mutex_t mu; /* files */
+  sbf *files;
+  int on, gather, hold_ms;
+  uint64_t key;             /* this process's key (a new one in a forked child) */
+  char dir[PATH_MAX - 128]; /* room for the file name in sbf.path */
+} sb = {.once = PTHREAD_ONCE_INIT, .mu = PTHREAD_MUTEX_INITIALIZER};
+
+static uint64_t new_key(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  uint64_t x = ((uint64_t)getpid() << 32) ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20) ^
+               bf_now_ns() ^ (uint64_t)(uintptr_t)&ts;
+  x ^= x >> 33; /* fmix64 */
+  x *= 0xff51afd7ed558ccdull;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ull;
+  x ^= x >> 33;
+  return x ? x : 1;
+}
+
+/* In a forked child: the parent's file descriptions (and their record
+** locks) are not the child's.  Forget every file; reopen on first use. */
+static void forget_in_child(void) {
+  for (sbf *f = sb.files, *next; f; f = next) {
+    next = f->next;
+    if (f->h) munmap(f->h, FILE_SIZE);
+    if (f->fd >= 0) close(f->fd);
+    free(f);
+  }
+  sb.files = NULL;
+  pthread_mutex_init(&sb.mu, NULL);
+  sb.key = new_key();
+}
+
+static void sb_init(void) {
+  sb.on = bf_env_flag("BERTFILL_SHARED_BATCH", 1);
+  sb.gather = (int)bf_env_int("BERTFILL_SHARED_GATHER", 0, BFX_BATCH_MAX_SEQS, 0);
+  sb.hold_ms = (int)bf_env_int("BERTFILL_SHARED_HOLD_MS", 0, 60000, 0);
+  sb.key = new_key();
+  const char *d = getenv("BERTFILL_SHARED_BATCH_DIR");
+  if (!d || !*d) d = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
+  snprintf(sb.dir, sizeof sb.dir, "%s", d);
+  pthread_atfork(NULL, NULL, forget_in_child);
+}
+
+int bfx_shared_on(void) {
+  pthread_once(&sb.once, sb_init);
+  return sb.on;
+}
+
+/* ---- record locks and futexes ---- */
+
+/* Take (F_WRLCK; 1 when taken) or drop (F_UNLCK) the OFD lock on one byte. */
+static int lock_byte(int fd, off_t at, short type) {
+  struct flock fl = {.l_type = type, .l_whence = SEEK_SET, .l_start = at, .l_len = 1};
+  return fcntl(fd, F_OFD_SETLK, &fl) == 0;
+}
+
+static void futex_wake(_Atomic uint32_t *w) {
+#ifdef __linux__
+  syscall(SYS_futex, (uint32_t *)w, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+#else
+  (void)w;
+#endif
+}
+
+/* Sleep while *w == seen, at most ns. */
+static void futex_wait(_Atomic uint32_t *w, uint32_t seen, uint64_t ns) {
+  struct timespec ts = {(time_t)(ns / 1000000000ull), (long)(ns % 1000000000ull)};
+#ifdef __linux__
+  syscall(SYS_futex, (uint32_t *)w, FUTEX_WAIT, seen, &ts, NULL, 0);
+#else
+  (void)w;
+  (void)seen;
+  if (ts.tv_sec || ts.tv_nsec > 1000000) ts = (struct timespec){0, 1000000};
+  nanosleep(&ts, NULL);
+#endif
+}
+
+/* ---- the file ---- */
+
+static void refuse(sbf *f, const char *why, int err) {
+  fprintf(stderr, "bertfill: shared batching off for this model: %s %s%s%s\n", f->path, why,
+          err ? ": " : "", err ? strerror(err) : "");
+  if (f->h) munmap(f->h, FILE_SIZE);
+  f->h = NULL;
+  f->slots = NULL;
+  if (f->fd >= 0) close(f->fd);
+  f->fd = -1;
+}
+
+static void write_header(sb_header *h, const char *fp) {
+  memcpy(h->magic, MAGIC, sizeof MAGIC);
+  h->version = LAYOUT_VERSION;
+  h->header_size = HEADER_SIZE;
+  h->slot_size = (uint32_t)sizeof(sb_slot);
+  h->nslots = NSLOTS;
+  h->max_tokens = BFX_SHARED_MAX_TOKENS;
+  h->max_masks = BFX_SHARED_MAX_MASKS;
+  h->max_k = BFX_SHARED_MAX_K;
+  h->cand_size = (uint32_t)sizeof(bf_cand);
+  snprintf(h->fingerprint, sizeof h->fingerprint, "%s", fp);
+  atomic_store(&h->ready, 1);
+}
+
+static int header_ok(const sb_header *h, const char *fp) {
+  return memcmp(h->magic, MAGIC, sizeof MAGIC) == 0 && h->version == LAYOUT_VERSION &&
+         h->header_size == HEADER_SIZE && h->slot_size == sizeof(sb_slot) && h->nslots == NSLOTS &&
+         h->max_tokens == BFX_SHARED_MAX_TOKENS && h->max_masks == BFX_SHARED_MAX_MASKS &&
+         h->max_k == BFX_SHARED_MAX_K && h->cand_size == sizeof(bf_cand) &&
+         memchr(h->fingerprint, 0, sizeof h->fingerprint) && strcmp(h->fingerprint, fp) == 0 &&
+         atomic_load(&h->ready) == 1;
+}
+
+/* Open, check (and create when new) the shared file of f->fp. */
+static void open_file(sbf *f) {
+  snprintf(f->path, sizeof f->path, "%s/bertfill-%u-batch-%s", sb.dir, (unsigned)geteuid(), f->fp);
+  f->fd = open(f->path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK, 0600);
+  if (f->fd < 0) {
+    refuse(f, "cannot be opened", errno);
+    return;
+  }
+  uint64_t until = bf_now_ns() + INIT_WAIT_NS; /* one creator at a time */
+  while (!lock_byte(f->fd, INIT_BYTE, F_WRLCK)) {
+    if (errno != EAGAIN && errno != EACCES) {
+      refuse(f, "cannot be locked", errno);
+      return;
+    }
+    if (bf_now_ns() > until) {
+      refuse(f, "is locked by another process", 0);
+      return;
+    }
+    struct timespec ts = {0, 1000000};
+    nanosleep(&ts, NULL);
+  }
+  struct stat st;
+  const char *why = NULL;
+  int err = 0;
+  if (fstat(f->fd, &st) != 0) {
+    why = "cannot be read";
+    err = errno;
+  } else if (!S_ISREG(st.st_mode) || st.st_nlink != 1) {
+    why = "is not a plain file";
+  } else if (st.st_uid != geteuid()) {
+    why = "belongs to another user";
+  } else if (st.st_size == 0) { /* new: make it */
+    if (fchmod(f->fd, 0600) != 0 || ftruncate(f->fd, (off_t)FILE_SIZE) != 0) {
+      why = "cannot be made";
+      err = errno;
+    }
+  } else if ((st.st_mode & 07777) != 0600) {
+    why = "is not of mode 0600";
+  } else if ((size_t)st.st_size != FILE_SIZE) {
+    why = "has the wrong size (another version of bertfill, or damaged)";
+  }
+  if (!why) {
+    void *p = mmap(NULL, FILE_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, f->fd, 0);
+    if (p == MAP_FAILED) {
+      why = "cannot be mapped";
+      err = errno;
+    } else {
+      f->h = p;
+      f->slots = (sb_slot *)((char *)p + HEADER_SIZE);
+      /* new, or its maker died before writing the header (INIT_BYTE held) */
+      int blank = st.st_size == 0 || (atomic_load(&f->h->ready) == 0 && f->h->magic[0] == 0);
+      if (blank) write_header(f->h, f->fp);
+      else if (!header_ok(f->h, f->fp)) why = "has a header this build does not know (damaged?)";
+    }
+  }
+  if (why) {
+    refuse(f, why, err);
+    return;
+  }
+  lock_byte(f->fd, INIT_BYTE, F_UNLCK);
+}
+
+/* The shared file of fingerprint fp, opened on first use; NULL when it is
+** refused. */
+static sbf *file_of(const char *fp) {
+  pthread_mutex_lock(&sb.mu);
+  sbf *f = sb.files;
+  while (f && strcmp(f->fp, fp) != 0) f = f->next;
+  if (!f && (f = calloc(1, sizeof *f)) != NULL) {
+    snprintf(f->fp, sizeof f->fp, "%s", fp);
+    pthread_mutex_init(&f->mu, NULL);
+    f->fd = -1;
+    open_file(f);
+    f->next = sb.files;
+    sb.files = f;
+  }
+  pthread_mutex_unlock(&sb.mu);
+  return f && f->fd >= 0 ? f : NULL;
+}
+
+/* ---- slots ---- */
+
+/* Claim a slot (FREE, or a dead owner's that no leader has): its index, in
+** state FILLING with its byte held; -1 when every slot is in use. */
+static int claim(sbf *f) {
+  pthread_mutex_lock(&f->mu);
+  unsigned start = f->hint;
+  for (unsigned j = 0; j < NSLOTS; j++) {
+    unsigned i = (start + j) % NSLOTS;
+    if (f->mine[i]) continue;
+    sb_slot *s = &f->slots[i];
+    uint32_t st = atomic_load(&s->state);
+    if (st == S_TAKEN) continue;                            /* a leader may be writing it */
+    if (!lock_byte(f->fd, SLOT_BYTE(i), F_WRLCK)) continue; /* a live owner has it */
+    if (!atomic_compare_exchange_strong(&s->state, &st, S_FILLING)) {
+      lock_byte(f->fd, SLOT_BYTE(i), F_UNLCK);
+      continue;
+    }
+    if (st != S_FREE) bf_stats_add(BF_CT_SHARED_RECLAIMED, 1); /* its owner died */
+    f->mine[i] = 1;
+    f->hint = i + 1;
+    pthread_mutex_unlock(&f->mu);
+    return (int)i;
+  }
+  pthread_mutex_unlock(&f->mu);
+  return -1;
+}
+
+/* Give slot i back: FREE, then its byte (in that order: a slot that is not
+** FREE with no lock behind it is a dead process's). */
+static void release(sbf *f, int i) {
+  atomic_store(&f->slots[i].state, S_FREE);
+  pthread_mutex_lock(&f->mu);
+  lock_byte(f->fd, SLOT_BYTE(i), F_UNLCK);
+  f->mine[i] = 0;
+  pthread_mutex_unlock(&f->mu);
+}
+
+/* Abandon slot i without freeing it (its leader seems stuck): the byte is
+** dropped, and the slot is reclaimed by whoever finds it DONE later. */
+static void abandon(sbf *f, int i) {
+  pthread_mutex_lock(&f->mu);
+  lock_byte(f->fd, SLOT_BYTE(i), F_UNLCK);
+  f->mine[i] = 0;
+  pthread_mutex_unlock(&f->mu);
+}
+
+/* ---- leading ---- */
+
+static int try_lead(sbf *f) {
+  pthread_mutex_lock(&f->mu);
+  int got = !f->leading && lock_byte(f->fd, LEADER_BYTE, F_WRLCK);
+  if (got) f->leading = 1;
+  pthread_mutex_unlock(&f->mu);
+  if (got) {
+    atomic_store(&f->h->leader_pid, (uint32_t)getpid());
+    uint64_t prev = atomic_exchange(&f->h->leader_key, sb.key);
+    if (prev != sb.key) {
+      atomic_fetch_add(&f->h->leader_changes, 1);
+      bf_stats_add(BF_CT_SHARED_LEADER_CHANGES, 1);
+    }
+  }
+  return got;
+}
+
+/* Give up the lead, then wake the owners of what is still POSTED: one of
+** them leads next.  (After the lock is dropped: a request posted meanwhile
+** either sees no leader, or is seen here.) */
+static void stop_leading(sbf *f) {
+  pthread_mutex_lock(&f->mu);
+  lock_byte(f->fd, LEADER_BYTE, F_UNLCK);
+  f->leading = 0;
+  pthread_mutex_unlock(&f->mu);
+  for (int i = 0; i < NSLOTS; i++)
+    if (atomic_load(&f->slots[i].state) == S_POSTED) futex_wake(&f->slots[i].state);
+}
+
+static int posted_count(sbf *f) {
+  int n = 0;
+  for (int i = 0; i < NSLOTS; i++) n += atomic_load(&f->slots[i].state) == S_POSTED;
+  return n;
+}
+
+/* A slot's request, as the leader checks it before running it. */
+static int slot_valid(const sb_slot *s, const bf_model *m) {
+  const bf_config *cfg = bf_model_config(m);
+  return s->n >= 1 && s->n <= BFX_SHARED_MAX_TOKENS && (int)s->n <= cfg->max_position_embeddings &&
+         s->n_masks >= 1 && s->n_masks <= BFX_SHARED_MAX_MASKS && s->n_masks <= s->n && s->k >= 1 &&
+         s->k <= BFX_SHARED_MAX_K && (int)s->k <= cfg->vocab_size;
+}
+
+/* Mark slot s DONE with rc (the results written before) and wake its owner. */
+static void finish(sb_slot *s, int rc) {
+  s->rc = rc;
+  atomic_store(&s->state, S_DONE);
+  futex_wake(&s->state);
+}
+
+typedef struct member {
+  int slot;
+  bf_tokens t;
+  int k;
+  int foreign; /* owned by another process */
+} member;
+
+/* Take a batch (the leader's own slot me first): the members' ids are copied
+** into ids (BFX_BATCH_MAX_TOKENS of them).  Returns how many. */
+static int take_batch(sbf *f, bf_model *m, int me, member *mb, int32_t *ids, int first) {
+  int n = 0, tokens = 0;
+  unsigned start = (unsigned)me;
+  for (unsigned j = 0; j < NSLOTS && n < BFX_BATCH_MAX_SEQS; j++) {
+    unsigned i = (start + j) % NSLOTS;
+    sb_slot *s = &f->slots[i];
+    uint32_t st = atomic_load(&s->state);
+    /* a TAKEN slot seen by a new leader before its first batch: an orphan */
+    if (st != S_POSTED && !(first && st == S_TAKEN)) continue;
+    uint32_t len = s->n; /* a racy peek; checked again once taken */
+    if (len <= BFX_SHARED_MAX_TOKENS && tokens + (int)len > BFX_BATCH_MAX_TOKENS && n > 0) continue;
+    if (!atomic_compare_exchange_strong(&s->state, &st, S_TAKEN)) continue;
+    atomic_store(&s->taker, sb.key);
+    if (st == S_TAKEN) bf_stats_add(BF_CT_SHARED_RERUN, 1);
+    if (!slot_valid(s, m) || tokens + (int)s->n > BFX_BATCH_MAX_TOKENS) {
+      if (slot_valid(s, m)) { /* grew after the peek: leave it for the next batch */
+        atomic_store(&s->state, S_POSTED);
+        continue;
+      }
+      finish(s, SQLITE_ERROR);
+      continue;
+    }
+    member *x = &mb[n++];
+    x->slot = (int)i;
+    x->k = (int)s->k;
+    x->foreign = atomic_load(&s->owner) != sb.key;
+    x->t.ids = ids + tokens;
+    x->t.n = (int)s->n;
+    x->t.cap = x->t.n;
+    x->t.n_masks = (int)s->n_masks;
+    memcpy(x->t.ids, s->ids, (size_t)s->n * sizeof *ids);
+    tokens += x->t.n;
+  }
+  return n;
+}
+
+/* Run a batch on run and write each member's results into its slot. */
+static void run_batch(sbf *f, bf_model *m, bf_run *run, member *mb, int n) {
+  bfx_err errs[BFX_BATCH_MAX_SEQS];
+  bf_tokens seqs[BFX_BATCH_MAX_SEQS];
+  size_t at[BFX_BATCH_MAX_SEQS + 1];
+  int rc[BFX_BATCH_MAX_SEQS];
+  int kmax = 0, foreign = 0;
+  at[0] = 0;
+  for (int i = 0; i < n; i++) {
+    seqs[i] = mb[i].t;
+    at[i + 1] = at[i] + (size_t)mb[i].t.n_masks;
+    if (mb[i].k > kmax) kmax = mb[i].k;
+    foreign += mb[i].foreign;
+  }
+  bfx_times times;
+  memset(&times, 0, sizeof times);
+  bf_cand *out = sqlite3_malloc64(at[n] * (size_t)kmax * sizeof *out);
+  if (!out) {
+    for (int i = 0; i < n; i++) rc[i] = SQLITE_NOMEM;
+  } else {
+    int all = bfx_encode_on(m, run, n, seqs, kmax, out, &times, &errs[0]);
+    for (int i = 0; i < n; i++) rc[i] = all;
+    if (all != SQLITE_OK && n > 1) /* one sequence must not fail the others */
+      for (int i = 0; i < n; i++)
+        rc[i] = bfx_encode_on(m, run, 1, &seqs[i], kmax, out + at[i] * (size_t)kmax, &times,
+                              &errs[i]);
+  }
+  for (int i = 0; i < n; i++) {
+    sb_slot *s = &f->slots[mb[i].slot];
+    s->encode_ns = times.encode_ns;
+    s->topk_ns = times.topk_ns;
+    if (rc[i] == SQLITE_OK) {
+      int k = mb[i].k;
+      for (int j = 0; j < mb[i].t.n_masks; j++)
+        memcpy(s->out + (size_t)j * (size_t)k, out + (at[i] + (size_t)j) * (size_t)kmax,
+               (size_t)k * sizeof *out);
+    }
+    finish(s, rc[i]);
+  }
+  sqlite3_free(out);
+  if (foreign > 0) {
+    bf_stats_add(BF_CT_SHARED_SERVED, (uint64_t)foreign);
+    bf_stats_add(BF_CT_SHARED_BATCHES, 1);
+  }
+  if (foreign > 0) atomic_fetch_add(&f->h->batches, 1);
+}
+
+/* The leader's part: batches until the leader's own slot me is DONE.
+** Returns 0, or -1 when no encoder slot of the process came before
+** deadline (the guard's error in e). */
+static int lead(sbf *f, bf_model *m, int me, uint64_t deadline, bfx_err *e) {
+  uint64_t waited = 0;
+  bf_run *run = bfx_guard_acquire_until(deadline, &waited, e);
+  if (!run) {
+    /* Take back the own request while still leading: no leader can have it
+    ** (POSTED), or the one that had it is dead (TAKEN). */
+    atomic_store(&f->slots[me].state, S_FILLING);
+    stop_leading(f);
+    return -1;
+  }
+  if (sb.gather > 1) { /* test hook: wait for company */
+    uint64_t until = bf_now_ns() + GATHER_WAIT_NS;
+    while (posted_count(f) < sb.gather && bf_now_ns() < until) {
+      struct timespec ts = {0, 1000000};
+      nanosleep(&ts, NULL);
+    }
+  }
+  member mb[BFX_BATCH_MAX_SEQS];
+  int32_t *ids = malloc(BFX_BATCH_MAX_TOKENS * sizeof *ids);
+  int first = 1;
+  while (ids && atomic_load(&f->slots[me].state) != S_DONE) {
+    int n = take_batch(f, m, me, mb, ids, first);
+    first = 0;
+    if (n == 0) break;
+    if (sb.hold_ms > 0) { /* test hook: a batch in the middle of its run */
+      struct timespec ts = {sb.hold_ms / 1000, (long)(sb.hold_ms % 1000) * 1000000L};
+      nanosleep(&ts, NULL);
+    }
+    run_batch(f, m, run, mb, n);
+  }
+  free(ids);
+  bfx_guard_release(run);
+  stop_leading(f);
+  return 0;
+}
+
+/* ---- a call ---- */
+
+int bfx_shared_encode(bf_model *m, const bf_tokens *t, int k, bf_cand *out, bfx_times *tm,
+                      bfx_err *e, int *rc) {
+  pthread_once(&sb.once, sb_init);
+  if (!sb.on) return 0;
+  if (t->n > BFX_SHARED_MAX_TOKENS || t->n_masks < 1 || t->n_masks > BFX_SHARED_MAX_MASKS ||
+      k < 1 || k > BFX_SHARED_MAX_K) {
+    bf_stats_add(BF_CT_SHARED_FALLBACK, 1);
+    return 0;
+  }
+  const char *fp = bf_model_fingerprint(m);
+  if (!fp || !fp[0]) return 0;
+  sbf *f = file_of(fp);
+  if (!f) return 0;
+  uint64_t t0 = bf_now_ns();
+  int i = claim(f);
+  if (i < 0) { /* the queue is full: this process's own batcher */
+    bf_stats_add(BF_CT_SHARED_FALLBACK, 1);
+    return 0;
+  }
+  sb_slot *s = &f->slots[i];
+  s->n = (uint32_t)t->n;
+  s->n_masks = (uint32_t)t->n_masks;
+  s->k = (uint32_t)k;
+  s->rc = 0;
+  s->owner_pid = (uint32_t)getpid();
+  atomic_store(&s->owner, sb.key);
+  atomic_store(&s->taker, 0);
+  memcpy(s->ids, t->ids, (size_t)t->n * sizeof *t->ids);
+  atomic_store(&s->state, S_POSTED);
+
+  uint64_t deadline = bfx_guard_deadline_ns(t0);
+  uint64_t patience = (uint64_t)bfx_guard_timeout_ms() * 1000000ull;
+  if (patience < 1000000000ull) patience = 1000000000ull;
+  uint64_t give_up = deadline + ABANDON_FACTOR * patience;
+  for (;;) {
+    uint32_t st = atomic_load(&s->state);
+    if (st == S_DONE) break;
+    if ((st == S_POSTED || st == S_TAKEN) && try_lead(f)) {
+      if (lead(f, m, i, deadline, e) < 0) { /* no encoder slot in time (now FILLING) */
+        release(f, i);
+        *rc = e->rc;
+        return 1;
+      }
+      continue;
+    }
+    uint64_t now = bf_now_ns();
+    if (st == S_POSTED && now >= deadline) {
+      uint32_t expect = S_POSTED;
+      if (atomic_compare_exchange_strong(&s->state, &expect, S_FILLING)) {
+        release(f, i);
+        bfx_guard_busy_error(e, bfx_guard_in_flight(), now - t0);
+        bf_stats_time(BF_ST_QUEUE, now - t0);
+        if (tm) tm->queue_ns += now - t0;
+        *rc = e->rc;
+        return 1;
+      }
+      continue;
+    }
+    if (st == S_TAKEN && now >= give_up) { /* its leader is alive but stuck */
+      abandon(f, i);
+      bf_stats_add(BF_CT_SHARED_FALLBACK, 1);
+      return 0;
+    }
+    if (st != S_POSTED && st != S_TAKEN) { /* someone wrote over the slot */
+      abandon(f, i);
+      bf_stats_add(BF_CT_SHARED_FALLBACK, 1);
+      return 0;
+    }
+    uint64_t ns = RECHECK_NS;
+    if (st == S_POSTED && deadline - now < ns) ns = deadline - now;
+    futex_wait(&s->state, st, ns ? ns : 1);
+  }
+
+  /* DONE: the answer, checked */
+  int vocab = bf_model_config(m)->vocab_size, good = s->rc == 0;
+  size_t nc = (size_t)t->n_masks * (size_t)k;
+  for (size_t j = 0; good && j < nc; j++) {
+    bf_cand c = s->out[j];
+    good = c.id >= 0 && c.id < vocab && c.prob >= 0.0f && c.prob <= 1.0f;
+    out[j] = c;
+  }
+  int remote = atomic_load(&s->taker) != sb.key;
+  uint64_t enc = s->encode_ns, topk = s->topk_ns;
+  release(f, i);
+  if (!good) { /* an error (or a damaged answer): computed again here */
+    bf_stats_add(BF_CT_SHARED_FALLBACK, 1);
+    return 0;
+  }
+  if (remote) bf_stats_add(BF_CT_SHARED_REMOTE, 1);
+  uint64_t total = bf_now_ns() - t0, q = total > enc + topk ? total - enc - topk : 0;
+  bf_stats_time(BF_ST_QUEUE, q);
+  if (tm) {
+    tm->queue_ns += q;
+    tm->encode_ns += enc;
+    tm->topk_ns += topk;
+  }
+  *rc = SQLITE_OK;
+  return 1;
+}
+
+void bfx_shared_info_of(bf_model *m, bfx_shared_info *info) {
+  memset(info, 0, sizeof *info);
+  info->path = "";
+  info->on = bfx_shared_on();
+  if (!info->on || !m) return;
+  const char *fp = bf_model_fingerprint(m);
+  if (!fp || !fp[0]) return;
+  sbf *f = file_of(fp);
+  if (!f) return;
+  info->usable = 1;
+  info->path = f->path;
+  info->slots = NSLOTS;
+  for (int i = 0; i < NSLOTS; i++) {
+    uint32_t st = atomic_load(&f->slots[i].state);
+    info->posted += st == S_POSTED;
+    info->taken += st == S_TAKEN;
+  }
+  info->leader_pid = (int)atomic_load(&f->h->leader_pid);
+  info->leader_changes = atomic_load(&f->h->leader_changes);
+  info->batches = atomic_load(&f->h->batches);
+}

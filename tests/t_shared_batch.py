@@ -1,0 +1,693 @@
+#!/usr/bin/python3
+"""t_shared_batch.py — the machine-wide batcher (ext/sqlite/shared_batch.c)
+with real processes, each test in its own scratch directory for the shared
+files (BERTFILL_SHARED_BATCH_DIR) so that other runs on the machine do not
+join:
+
+  * same_answers: 8 processes x 200 calls of mixed texts (bert_fill and
+    fill_candidates k=3, 1-3 masks), cache off: every answer equals the one
+    of a single process with shared batching off (token ids equal,
+    probabilities within 1e-5), and shared batches really happened
+    (shared_served, shared_batches, shared_remote > 0);
+  * leader_kill: 50 times, the leader is SIGKILLed while its batch is TAKEN
+    (the hold hook keeps each batch 150 ms between taking and running): the
+    other processes' calls all answer right, none fails, none waits more
+    than the busy timeout, and the dead leaders' requests were run again
+    (shared_rerun > 0);
+  * requester_kill: processes killed while their requests wait; then slots
+    left behind by dead owners (written into the file, no lock behind them)
+    are taken over (shared_reclaimed) and every call still answers right;
+  * models_precisions: tiny fp32, tiny int8 and small fp32 in processes at
+    once: three files, each process's answers those of its own model;
+  * other_user: a process running as nobody uses its own file (its uid),
+    cannot open root's, refuses a file of its name that root made; root's
+    processes refuse a file of their name owned by nobody;
+  * refused_files: garbage of the right size, a truncated file, a symbolic
+    link, mode 0644: one warning on stderr, right answers from the process's
+    own batcher, bert_debug says usable false;
+  * full_queue: every slot held by a live process: calls take the
+    in-process path (shared_fallback), never an error;
+  * fork: a process forks after its first call; parent and child then
+    batch together (the child opens the file again) with right answers;
+  * off: BERTFILL_SHARED_BATCH=0 makes no file and serves nothing;
+  * fast_path: one process alone, shared on vs off, alternating rounds:
+    the extra time per call (best round) is at most 50 us.
+Environment: BERTFILL_EXT, BUILD (as tests/run.sh sets them).
+"""
+import fcntl
+import json
+import mmap
+import os
+import random
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+from bftest import EXT, MODELS, TINY, check, exit_code, skip
+
+SMALL = os.path.join(MODELS, "small")
+TOL = 1e-5
+
+# The worker: loads the extension and a model, then serves commands from the
+# test on stdin, one JSON line each, and answers one JSON line each.
+WORKER = r"""
+import json, sqlite3, sys, time, os
+ext, model, precision = sys.argv[1], sys.argv[2], sys.argv[3]
+c = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+c.enable_load_extension(True)
+c.load_extension(ext)
+c.execute("SELECT bert_load(?, ?)", (model, precision))
+c.execute("SELECT bert_cache('off')")
+def counters():
+    return {r[0]: r[1] for r in c.execute(
+        "SELECT name, value FROM bertfill_stats WHERE kind = 'counter'")}
+def answer(t):
+    f = c.execute("SELECT bert_fill(?)", (t,)).fetchone()[0]
+    rows = [[r[0], r[1], r[2], r[3]] for r in c.execute(
+        "SELECT mask, rank, token_id, score FROM fill_candidates(?, 3)", (t,))]
+    return [f, rows]
+def run(texts, report_each=False):
+    out, worst, errors = [], 0.0, []
+    for t in texts:
+        t0 = time.monotonic()
+        try:
+            a = answer(t)
+        except sqlite3.Error as e:
+            a = None
+            errors.append(str(e))
+        dt = time.monotonic() - t0
+        worst = max(worst, dt)
+        out.append(a)
+        if report_each:
+            print(json.dumps({"text": t, "answer": a, "dt": dt,
+                              "err": errors[-1] if a is None else None}), flush=True)
+    return out, worst, errors
+print(json.dumps({"ready": os.getpid()}), flush=True)
+for line in sys.stdin:
+    cmd = json.loads(line)
+    if cmd["op"] == "run":
+        out, worst, errors = run(cmd["texts"])
+        print(json.dumps({"answers": out, "worst": worst, "errors": errors,
+                          "counters": counters()}), flush=True)
+    elif cmd["op"] == "loop":      # answers one line each, forever
+        while True:
+            run(cmd["texts"], report_each=True)
+    elif cmd["op"] == "debug":
+        d = json.loads(c.execute("SELECT bert_debug()").fetchone()[0])
+        print(json.dumps({"shared": d["shared_batch"], "counters": counters()}), flush=True)
+    elif cmd["op"] == "fork":      # fork, both run the texts, the child reports through a pipe
+        r, w = os.pipe()
+        pid = os.fork()
+        out, worst, errors = run(cmd["texts"])
+        d = json.loads(c.execute("SELECT bert_debug()").fetchone()[0])["shared_batch"]
+        res = {"answers": out, "errors": errors, "counters": counters(), "shared": d}
+        if pid == 0:
+            os.write(w, json.dumps(res).encode())
+            os._exit(0)
+        os.close(w)
+        data = b""
+        while True:
+            b = os.read(r, 65536)
+            if not b:
+                break
+            data += b
+        os.waitpid(pid, 0)
+        print(json.dumps({"parent": res, "child": json.loads(data)}), flush=True)
+    elif cmd["op"] == "time":      # mean seconds per call of n calls
+        t = cmd["text"]
+        c.execute("SELECT bert_fill(?)", (t,)).fetchone()
+        t0 = time.perf_counter()
+        for i in range(cmd["n"]):
+            c.execute("SELECT bert_fill(?)", (t,)).fetchone()
+        print(json.dumps({"mean": (time.perf_counter() - t0) / cmd["n"]}), flush=True)
+"""
+
+CHARS = ("的一是不了人我在有他这为之大来以个中上们到说国和地也子时道出而要于就下得可你年生"
+         "自会那后能对着事其里所去行过家十用发天如然作方成者多日都三小军二无同么经法当起与好看学")
+
+
+def make_texts(n, seed):
+    rnd = random.Random(seed)
+    out = []
+    for i in range(n):
+        s = [rnd.choice(CHARS) for _ in range(rnd.randint(3, 24))]
+        for _ in range(1 + i % 3):
+            s.insert(rnd.randint(0, len(s)), "[MASK]")
+        out.append("".join(s))
+    return out
+
+
+class Worker:
+    def __init__(self, env, model=TINY, precision="fp32", user=None, ext=EXT):
+        cmd = [sys.executable if not user else "/usr/bin/python3", "-c", WORKER, ext, model,
+               precision]
+        if user:
+            cmd = ["setpriv", "--reuid=" + user, "--regid=nogroup", "--clear-groups"] + cmd
+        self.p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, env=env, text=True, bufsize=1)
+        first = self.p.stdout.readline()
+        if not first:
+            raise RuntimeError("worker did not start: " + self.p.stderr.read()[-2000:])
+        self.pid = json.loads(first)["ready"]
+
+    def send(self, **cmd):
+        self.p.stdin.write(json.dumps(cmd) + "\n")
+        self.p.stdin.flush()
+
+    def recv(self):
+        line = self.p.stdout.readline()
+        if not line:
+            raise RuntimeError("worker died: " + self.p.stderr.read()[-2000:])
+        return json.loads(line)
+
+    def ask(self, **cmd):
+        self.send(**cmd)
+        return self.recv()
+
+    def close(self):
+        if self.p.poll() is None:
+            try:
+                self.p.stdin.close()
+            except OSError:
+                pass
+            try:
+                self.p.wait(10)
+            except subprocess.TimeoutExpired:
+                self.p.kill()
+                self.p.wait()
+        err = self.p.stderr.read()
+        return err
+
+    def kill(self):
+        self.p.kill()
+        self.p.wait()
+
+
+def base_env(sdir, **extra):
+    e = dict(os.environ)
+    for k in list(e):
+        if k.startswith("BERTFILL_"):
+            e.pop(k)
+    e.update(BERTFILL_SHARED_BATCH_DIR=sdir, OPENBLAS_NUM_THREADS="1")
+    e.update({k: str(v) for k, v in extra.items()})
+    return e
+
+
+def same(a, b):
+    """Two answers [fill, rows] agree: same text, same ids, scores within TOL."""
+    if a is None or b is None or a[0] != b[0] or len(a[1]) != len(b[1]):
+        return False
+    for x, y in zip(a[1], b[1]):
+        if x[:3] != y[:3] or abs(x[3] - y[3]) > TOL:
+            return False
+    return True
+
+
+REFS = {}
+
+
+def references(texts, model=TINY, precision="fp32"):
+    """Answers of one process with shared batching off."""
+    key = (model, precision)
+    need = [t for t in texts if (key, t) not in REFS]
+    if need:
+        sdir = tempfile.mkdtemp(prefix="bf-sb-ref-")
+        w = Worker(base_env(sdir, BERTFILL_SHARED_BATCH=0), model, precision)
+        r = w.ask(op="run", texts=need)
+        w.close()
+        shutil.rmtree(sdir, ignore_errors=True)
+        for t, a in zip(need, r["answers"]):
+            REFS[(key, t)] = a
+    return [REFS[(key, t)] for t in texts]
+
+
+def shared_files(sdir):
+    return sorted(f for f in os.listdir(sdir) if "-batch-" in f)
+
+
+def read_header(path):
+    """(slot_size, nslots, leader_pid, slot states) of a shared file."""
+    with open(path, "rb") as f:
+        m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        slot_size, nslots = struct.unpack_from("<II", m, 16)
+        leader_pid = struct.unpack_from("<I", m, 68)[0]
+        states = [struct.unpack_from("<I", m, 4096 + i * slot_size)[0] for i in range(nslots)]
+        m.close()
+    return slot_size, nslots, leader_pid, states
+
+
+TAKEN, POSTED = 3, 2
+
+
+def sum_counters(results, name):
+    return sum(r["counters"].get(name, 0) for r in results)
+
+
+# ---- the tests ----
+
+def test_same_answers():
+    texts = make_texts(120, seed=11)
+    ref = dict(zip(texts, references(texts)))
+    sdir = tempfile.mkdtemp(prefix="bf-sb-")
+    env = base_env(sdir, BERTFILL_SHARED_GATHER=4)
+    ws = [Worker(env, SMALL if False else TINY) for _ in range(8)]
+    rnd = random.Random(5)
+    plans = [[rnd.choice(texts) for _ in range(200)] for _ in ws]
+    for w, plan in zip(ws, plans):
+        w.send(op="run", texts=plan)
+    res = [w.recv() for w in ws]
+    for w in ws:
+        w.close()
+    wrong = sum(1 for r, plan in zip(res, plans) for a, t in zip(r["answers"], plan)
+                if not same(a, ref[t]))
+    errors = sum(len(r["errors"]) for r in res)
+    served = sum_counters(res, "shared_served")
+    batches = sum_counters(res, "shared_batches")
+    remote = sum_counters(res, "shared_remote")
+    check("same_answers", wrong == 0 and errors == 0,
+          "%d wrong answers, %d errors of 1600 calls" % (wrong, errors))
+    check("same_answers_shared_batches", served > 0 and batches > 0 and remote == served,
+          "served %d, batches %d, remote %d" % (served, batches, remote))
+    print("   (8 x 200 calls: %d requests served for other processes in %d shared batches)"
+          % (served, batches))
+    shutil.rmtree(sdir, ignore_errors=True)
+
+
+def test_leader_kill(rounds=int(os.environ.get("SB_KILL_ROUNDS", "50"))):
+    texts = make_texts(40, seed=23)
+    ref = dict(zip(texts, references(texts)))
+    sdir = tempfile.mkdtemp(prefix="bf-sb-")
+    env = base_env(sdir, BERTFILL_SHARED_HOLD_MS=150)
+    import selectors
+    sel = selectors.DefaultSelector()
+    ws = {}
+
+    def spawn():
+        w = Worker(env)
+        w.send(op="loop", texts=random.Random(w.pid).sample(texts, len(texts)))
+        ws[w.pid] = w
+        sel.register(w.p.stdout, selectors.EVENT_READ, w)
+
+    for _ in range(4):
+        spawn()
+    path = None
+    kills, wrong, errors, answered, worst = 0, 0, [], 0, 0.0
+    hangs, waiting_since = 0, None  # after a kill: no kill again before an answer came
+    deadline = time.monotonic() + float(os.environ.get("SB_KILL_SECONDS", "150"))
+    while kills < rounds and time.monotonic() < deadline:
+        for key, _ in sel.select(timeout=0.005):  # read what the workers answered
+            w = key.data
+            line = w.p.stdout.readline()
+            if not line:
+                continue
+            r = json.loads(line)
+            answered += 1
+            waiting_since = None
+            worst = max(worst, r["dt"])
+            if r["err"]:
+                errors.append(r["err"])
+            elif not same(r["answer"], ref[r["text"]]):
+                wrong += 1
+        if path is None:
+            files = shared_files(sdir)
+            if not files:
+                continue
+            path = os.path.join(sdir, files[0])
+        if waiting_since is not None:
+            if time.monotonic() - waiting_since > 2.0:  # the busy timeout: nobody answered
+                hangs += 1
+                waiting_since = None
+            continue
+        _, _, leader, states = read_header(path)
+        if leader in ws and TAKEN in states:
+            waiting_since = time.monotonic()
+            w = ws.pop(leader)
+            sel.unregister(w.p.stdout)
+            w.kill()
+            w.close()
+            kills += 1
+            spawn()
+    # let the survivors answer a little longer, then collect their counters
+    t_end = time.monotonic() + 1.0
+    while time.monotonic() < t_end:
+        for key, _ in sel.select(timeout=0.05):
+            line = key.data.p.stdout.readline()
+            if line:
+                r = json.loads(line)
+                answered += 1
+                worst = max(worst, r["dt"])
+                if r["err"]:
+                    errors.append(r["err"])
+                elif not same(r["answer"], ref[r["text"]]):
+                    wrong += 1
+    for w in ws.values():
+        w.kill()
+        w.close()
+    enough = kills == rounds or (os.environ.get("SB_KILL_SECONDS") and kills >= 50)
+    check("leader_kill", enough and wrong == 0 and not errors and worst < 2.0 and
+          hangs == 0 and answered >= rounds,
+          "%d kills, %d answers, %d wrong, %d errors %r, slowest call %.2f s, %d times no answer "
+          "within 2 s of a kill" % (kills, answered, wrong, len(errors), errors[:2], worst, hangs))
+    print("   (%d leaders killed mid-batch; %d answers of the others, 0 wrong; slowest %.0f ms)"
+          % (kills, answered, worst * 1000))
+    shutil.rmtree(sdir, ignore_errors=True)
+
+
+def test_rerun_counted():
+    """One leader killed for certain with its batch TAKEN; the next leader
+    counts the rerun and answers."""
+    texts = make_texts(6, seed=31)
+    ref = dict(zip(texts, references(texts)))
+    sdir = tempfile.mkdtemp(prefix="bf-sb-")
+    env = base_env(sdir, BERTFILL_SHARED_HOLD_MS=400, BERTFILL_SHARED_GATHER=2)
+    a, b = Worker(env), Worker(env)
+    a.ask(op="run", texts=texts[:1])  # the file exists
+    path = os.path.join(sdir, shared_files(sdir)[0])
+    a.send(op="run", texts=texts[1:2])
+    b.send(op="run", texts=texts[2:3])
+    victim = None
+    until = time.monotonic() + 5
+    while time.monotonic() < until and victim is None:
+        _, _, leader, states = read_header(path)
+        if states.count(TAKEN) >= 2 and leader in (a.pid, b.pid):
+            victim = leader
+        time.sleep(0.005)
+    if victim is None:
+        check("rerun_after_leader_death", False, "never saw a batch of two TAKEN")
+        return
+    dead, alive = (a, b) if victim == a.pid else (b, a)
+    dead.kill()
+    dead.close()
+    r = alive.recv()
+    d = alive.ask(op="debug")
+    alive.close()
+    t = texts[2] if alive is b else texts[1]
+    check("rerun_after_leader_death",
+          not r["errors"] and same(r["answers"][0], ref[t]) and d["counters"]["shared_rerun"] >= 1,
+          "errors %r, counters %r" % (r["errors"], d["counters"]))
+    shutil.rmtree(sdir, ignore_errors=True)
+
+
+def test_requester_kill():
+    texts = make_texts(30, seed=41)
+    ref = dict(zip(texts, references(texts)))
+    sdir = tempfile.mkdtemp(prefix="bf-sb-")
+    env = base_env(sdir, BERTFILL_SHARED_HOLD_MS=100)
+    survivor = Worker(env)
+    survivor.send(op="run", texts=texts)
+    path = None
+    kills = 0
+    until = time.monotonic() + 30
+    while kills < 10 and time.monotonic() < until:
+        w = Worker(env)
+        w.send(op="run", texts=texts)
+        if path is None:
+            time.sleep(0.05)
+            files = shared_files(sdir)
+            path = os.path.join(sdir, files[0]) if files else None
+        t_kill = time.monotonic() + 1.0
+        while time.monotonic() < t_kill:  # kill it while it waits, not while it leads
+            if path:
+                _, _, leader, states = read_header(path)
+                if leader != w.pid and (POSTED in states or TAKEN in states):
+                    break
+            time.sleep(0.003)
+        w.kill()
+        w.close()
+        kills += 1
+    r = survivor.recv()
+    wrong = sum(1 for a, t in zip(r["answers"], texts) if not same(a, ref[t]))
+    check("requester_kill", kills == 10 and wrong == 0 and not r["errors"],
+          "%d kills, %d wrong, errors %r" % (kills, wrong, r["errors"][:2]))
+    # slots of dead owners (not FREE, no lock behind them): written into the
+    # file by hand, every slot of the queue; a new call takes one over
+    slot_size, nslots, _, _ = read_header(path)
+    survivor.close()
+    with open(path, "r+b") as f:
+        m = mmap.mmap(f.fileno(), 0)
+        for i in range(nslots):
+            struct.pack_into("<I", m, 4096 + i * slot_size, [POSTED, 4, 1][i % 3])
+        m.close()
+    w = Worker(env.copy() | {"BERTFILL_SHARED_HOLD_MS": "0"})
+    r = w.ask(op="run", texts=texts[:5])
+    d = w.ask(op="debug")
+    err = w.close()
+    wrong = sum(1 for a, t in zip(r["answers"], texts[:5]) if not same(a, ref[t]))
+    c = d["counters"]
+    check("dead_slots_reclaimed",
+          wrong == 0 and not r["errors"] and c["shared_reclaimed"] >= 1 and
+          c["shared_fallback"] == 0,
+          "wrong %d, errors %r, counters %r, stderr %r" % (wrong, r["errors"], c, err[-300:]))
+    shutil.rmtree(sdir, ignore_errors=True)
+
+
+def test_models_precisions():
+    texts = make_texts(30, seed=51)
+    kinds = [(TINY, "fp32"), (TINY, "int8"), (SMALL, "fp32")]
+    refs = {k: dict(zip(texts, references(texts, *k))) for k in kinds}
+    sdir = tempfile.mkdtemp(prefix="bf-sb-")
+    env = base_env(sdir, BERTFILL_SHARED_GATHER=2)
+    ws = [(k, Worker(env, *k)) for k in kinds for _ in range(2)]
+    for _, w in ws:
+        w.send(op="run", texts=texts)
+    res = [(k, w.recv()) for k, w in ws]
+    dbg = [w.ask(op="debug") for _, w in ws]
+    for _, w in ws:
+        w.close()
+    wrong = sum(1 for k, r in res for a, t in zip(r["answers"], texts) if not same(a, refs[k][t]))
+    errors = sum(len(r["errors"]) for _, r in res)
+    files = shared_files(sdir)
+    paths = set(d["shared"]["file"] for d in dbg)
+    served = sum(r["counters"]["shared_served"] for _, r in res)
+    check("models_precisions", wrong == 0 and errors == 0 and len(files) == 3 and
+          len(paths) == 3 and served > 0,
+          "%d wrong, %d errors, files %r, served %d" % (wrong, errors, files, served))
+    shutil.rmtree(sdir, ignore_errors=True)
+
+
+def test_other_user():
+    if os.geteuid() != 0 or not shutil.which("setpriv"):
+        skip("other_user", "needs root and setpriv")
+        return
+    texts = make_texts(10, seed=61)
+    ref = dict(zip(texts, references(texts)))
+    top = tempfile.mkdtemp(prefix="bf-sb-user-")
+    os.chmod(top, 0o755)
+    ext = os.path.join(top, "bertfill.so")
+    shutil.copy(EXT + ".so" if not EXT.endswith(".so") else EXT, ext)
+    os.chmod(ext, 0o755)
+    model = os.path.join(top, "tiny")
+    shutil.copytree(TINY, model)
+    for f in os.listdir(model):
+        os.chmod(os.path.join(model, f), 0o644)
+    sdir = os.path.join(top, "shm")
+    os.mkdir(sdir)
+    os.chmod(sdir, 0o1777)  # like /dev/shm
+    env = base_env(sdir)
+    root = Worker(env, model, ext=ext)
+    r0 = root.ask(op="run", texts=texts)
+    rootfile = root.ask(op="debug")["shared"]["file"]
+    try:
+        nob = Worker(env, model, user="nobody", ext=ext)
+    except RuntimeError as e:
+        skip("other_user", "nobody cannot run the worker: %s" % str(e)[-200:])
+        root.close()
+        shutil.rmtree(top, ignore_errors=True)
+        return
+    root.send(op="run", texts=texts)
+    nob.send(op="run", texts=texts)
+    r1, r2 = root.recv(), nob.recv()
+    d_root, d_nob = root.ask(op="debug"), nob.ask(op="debug")
+    nob_err = nob.close()
+    root.close()
+    wrong = sum(1 for r in (r0, r1, r2) for a, t in zip(r["answers"], texts) if not same(a, ref[t]))
+    st = os.stat(rootfile)
+    # nobody cannot open root's file
+    probe = subprocess.run(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups",
+                            "/usr/bin/python3", "-c", "open(%r, 'r+b')" % rootfile],
+                           capture_output=True, text=True)
+    check("other_user_own_file",
+          wrong == 0 and d_nob["shared"]["file"] != rootfile and
+          "-65534-batch-" in d_nob["shared"]["file"] and d_nob["shared"]["usable"] and
+          d_nob["counters"]["shared_remote"] == 0 and d_root["counters"]["shared_served"] == 0 and
+          st.st_uid == 0 and (st.st_mode & 0o777) == 0o600 and probe.returncode != 0,
+          "wrong %d, nobody %r, root %r, mode %o, probe rc %d, stderr %r" %
+          (wrong, d_nob["shared"], d_root["counters"], st.st_mode, probe.returncode, nob_err[-300:]))
+    # a file of nobody's name made by root: nobody refuses it (cannot open it)
+    nobfile = d_nob["shared"]["file"]
+    os.unlink(nobfile)
+    with open(nobfile, "wb") as f:
+        f.write(b"\0" * 4096)
+    os.chmod(nobfile, 0o600)
+    nob = Worker(env, model, user="nobody", ext=ext)
+    r = nob.ask(op="run", texts=texts[:3])
+    d = nob.ask(op="debug")
+    err = nob.close()
+    # and a file of root's name owned by nobody: root refuses it
+    os.unlink(rootfile)
+    with open(rootfile, "wb") as f:
+        f.write(b"\0" * os.path.getsize(nobfile))
+    os.chmod(rootfile, 0o600)
+    os.chown(rootfile, 65534, 65534)
+    root = Worker(env, model, ext=ext)
+    r2 = root.ask(op="run", texts=texts[:3])
+    d2 = root.ask(op="debug")
+    err2 = root.close()
+    wrong = sum(1 for rr in (r, r2) for a, t in zip(rr["answers"], texts[:3]) if not same(a, ref[t]))
+    check("other_user_foreign_files_refused",
+          wrong == 0 and not d["shared"]["usable"] and not d2["shared"]["usable"] and
+          err.count("shared batching off") == 1 and "belongs to another user" in err2,
+          "wrong %d, nobody %r, root %r, stderr %r / %r" %
+          (wrong, d["shared"], d2["shared"], err[-200:], err2[-200:]))
+    shutil.rmtree(top, ignore_errors=True)
+
+
+def test_refused_files():
+    texts = make_texts(8, seed=71)
+    ref = dict(zip(texts, references(texts)))
+    sdir = tempfile.mkdtemp(prefix="bf-sb-")
+    env = base_env(sdir)
+    w = Worker(env)
+    w.ask(op="run", texts=texts[:1])
+    good = w.ask(op="debug")["shared"]["file"]
+    w.close()
+    size = os.path.getsize(good)
+    saved = open(good, "rb").read()
+    cases = {
+        "garbage": lambda p: open(p, "wb").write(os.urandom(size)),
+        "truncated": lambda p: open(p, "wb").write(saved[:size // 2]),
+        "link": lambda p: os.symlink(os.path.join(sdir, "elsewhere"), p),
+        "mode_0644": lambda p: (open(p, "wb").write(saved), os.chmod(p, 0o644)),
+    }
+    for name, make in cases.items():
+        if os.path.lexists(good):
+            os.unlink(good)
+        make(good)
+        if name != "mode_0644" and name != "link":
+            os.chmod(good, 0o600)
+        w = Worker(env)
+        r = w.ask(op="run", texts=texts)
+        d = w.ask(op="debug")
+        err = w.close()
+        wrong = sum(1 for a, t in zip(r["answers"], texts) if not same(a, ref[t]))
+        check("refused_" + name,
+              wrong == 0 and not r["errors"] and not d["shared"]["usable"] and
+              err.count("shared batching off") == 1,
+              "wrong %d, errors %r, shared %r, stderr %r" % (wrong, r["errors"], d["shared"],
+                                                             err[-300:]))
+        os.unlink(good)
+    shutil.rmtree(sdir, ignore_errors=True)
+
+
+def test_full_queue():
+    texts = make_texts(6, seed=81)
+    ref = dict(zip(texts, references(texts)))
+    sdir = tempfile.mkdtemp(prefix="bf-sb-")
+    env = base_env(sdir)
+    w = Worker(env)
+    w.ask(op="run", texts=texts[:1])
+    path = w.ask(op="debug")["shared"]["file"]
+    slot_size, nslots, _, _ = read_header(path)
+    size = os.path.getsize(path)
+    # a live process holds every slot: its lock byte (a POSIX lock, which
+    # conflicts with the OFD locks) and a state that is not FREE
+    fd = os.open(path, os.O_RDWR)
+    for i in range(nslots):
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, size + 64 + i, os.SEEK_SET)
+    m = mmap.mmap(fd, 0)
+    for i in range(nslots):
+        struct.pack_into("<I", m, 4096 + i * slot_size, 1)  # FILLING
+    r = w.ask(op="run", texts=texts)
+    d = w.ask(op="debug")
+    for i in range(nslots):
+        struct.pack_into("<I", m, 4096 + i * slot_size, 0)
+    m.close()
+    os.close(fd)
+    w.close()
+    wrong = sum(1 for a, t in zip(r["answers"], texts) if not same(a, ref[t]))
+    check("full_queue_falls_back",
+          wrong == 0 and not r["errors"] and d["counters"]["shared_fallback"] >= len(texts),
+          "wrong %d, errors %r, counters %r" % (wrong, r["errors"], d["counters"]))
+    shutil.rmtree(sdir, ignore_errors=True)
+
+
+def test_fork():
+    texts = make_texts(30, seed=91)
+    ref = dict(zip(texts, references(texts)))
+    sdir = tempfile.mkdtemp(prefix="bf-sb-")
+    env = base_env(sdir, BERTFILL_SHARED_GATHER=2)
+    w = Worker(env)
+    w.ask(op="run", texts=texts[:1])  # the file opened before the fork
+    before = w.ask(op="debug")["counters"]
+    r = w.ask(op="fork", texts=texts)
+    w.close()
+    p, c = r["parent"], r["child"]
+    wrong = sum(1 for x in (p, c) for a, t in zip(x["answers"], texts) if not same(a, ref[t]))
+    served = (p["counters"]["shared_served"] + c["counters"]["shared_served"]
+              - 2 * before["shared_served"])
+    check("fork", wrong == 0 and not p["errors"] and not c["errors"] and c["shared"]["usable"]
+          and served > 0,
+          "wrong %d, errors %r %r, served %d, child %r" % (wrong, p["errors"], c["errors"], served,
+                                                           c["shared"]))
+    shutil.rmtree(sdir, ignore_errors=True)
+
+
+def test_off():
+    texts = make_texts(4, seed=101)
+    ref = dict(zip(texts, references(texts)))
+    sdir = tempfile.mkdtemp(prefix="bf-sb-")
+    w = Worker(base_env(sdir, BERTFILL_SHARED_BATCH=0))
+    r = w.ask(op="run", texts=texts)
+    d = w.ask(op="debug")
+    w.close()
+    wrong = sum(1 for a, t in zip(r["answers"], texts) if not same(a, ref[t]))
+    check("off", wrong == 0 and not d["shared"]["on"] and not shared_files(sdir),
+          "wrong %d, shared %r, files %r" % (wrong, d["shared"], shared_files(sdir)))
+    shutil.rmtree(sdir, ignore_errors=True)
+
+
+def test_fast_path():
+    sdir = tempfile.mkdtemp(prefix="bf-sb-")
+    on, off = Worker(base_env(sdir)), Worker(base_env(sdir, BERTFILL_SHARED_BATCH=0))
+    text = "我们[MASK]去公园玩"
+    best_on, best_off = 1e9, 1e9
+    for _ in range(5):
+        best_off = min(best_off, off.ask(op="time", text=text, n=300)["mean"])
+        best_on = min(best_on, on.ask(op="time", text=text, n=300)["mean"])
+    on.close()
+    off.close()
+    extra = (best_on - best_off) * 1e6
+    check("fast_path_cost", extra <= 50,
+          "shared on %.1f us per call, off %.1f us: %.1f us more" %
+          (best_on * 1e6, best_off * 1e6, extra))
+    print("   (one process alone, tiny model, cache off: %.1f us per call with the shared queue, "
+          "%.1f us without)" % (best_on * 1e6, best_off * 1e6))
+    shutil.rmtree(sdir, ignore_errors=True)
+
+
+def main():
+    if not os.path.exists(TINY) or not os.path.exists(SMALL):
+        skip("shared_batch", "no test models (make models)")
+        return 0
+    only = sys.argv[1:]
+    tests = [test_off, test_fast_path, test_same_answers, test_rerun_counted, test_leader_kill,
+             test_requester_kill, test_models_precisions, test_other_user, test_refused_files,
+             test_full_queue, test_fork]
+    for t in tests:
+        if only and t.__name__[5:] not in only:
+            continue
+        t0 = time.monotonic()
+        try:
+            t()
+        except Exception as e:  # a test that crashes is a failure, not the end of the suite
+            check(t.__name__[5:], False, "%s: %s" % (type(e).__name__, e))
+        print("   (%s: %.1f s)" % (t.__name__[5:], time.monotonic() - t0))
+    return exit_code()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
