@@ -11,7 +11,14 @@ export BUILD=${BUILD:-build}
 export BERTFILL_EXT=${BERTFILL_EXT:-./bertfill}
 export PYTHON=${PYTHON:-/usr/bin/python3}
 pass=0; fail=0; skip=0
-log=$(mktemp); trap 'rm -f "$log"' EXIT
+log=$(mktemp)
+# The machine-wide batcher's queues (shared_batch.c) of this run in a folder
+# of its own: processes of another run, or of a service on this machine,
+# that use the same test models never join this run's batches.
+if [ -z "${BERTFILL_SHARED_BATCH_DIR:-}" ]; then
+  BERTFILL_SHARED_BATCH_DIR=$(mktemp -d); export BERTFILL_SHARED_BATCH_DIR; own_shared=1
+fi
+trap 'rm -f "$log"; [ -n "${own_shared:-}" ] && rm -rf "$BERTFILL_SHARED_BATCH_DIR"' EXIT
 for suite in tests/t_*.sh tests/t_*.py; do
   [ -e "$suite" ] || continue
   name=$(basename "$suite")

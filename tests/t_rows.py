@@ -315,8 +315,10 @@ def test_null_and_invalid():
     check("no_mask_as_is", got[5] == ("no mask", None) and got[6] == ("7", None), repr((got[5], got[6])))
     check("other_rows_filled", got[1][0] and "[MASK]" not in got[1][0] and got[7][0] and "[MASK]" not in got[7][0]
           and got[1][1] is None, repr((got[1], got[7])))
-    check("lowercase_mask_not_a_mask", got[8] == ("[mask]", None), repr(got[8]))
-    check("row_errors_counted", d["err_input"] == 1 and d["err_toolong"] == 1 and d["rows"] == 8, repr(d))
+    check("lowercase_mask_row_error", got[8] == (None, "fill_rows: the text holds '[mask]' at byte 0, which is "
+          "not a mask and would be read as plain text: write [MASK] (ASCII brackets, capital letters, no "
+          "spaces) where a token should be filled"), repr(got[8]))
+    check("row_errors_counted", d["err_input"] == 2 and d["err_toolong"] == 1 and d["rows"] == 8, repr(d))
     # bert_fill gives the same message for the same text, as a statement error
     e = error_of(c, "SELECT bert_fill(text) FROM t WHERE id = 3")
     check("row_error_is_bert_fills", e == got[3][1].replace("fill_rows", "bert_fill"), repr(e))

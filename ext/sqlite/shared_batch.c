@@ -69,9 +69,13 @@
 **      whoever sees POSTED).
 **   2. It then tries to become the leader: the process-local flag (record
 **      locks belong to the file description, so two threads of one process
-**      would both "get" the byte) and then LEADER_BYTE.  When it gets it:
-**      it takes an encoder slot of its own process's guard (guard.c, so the
-**      overload guard and the machine-wide guard still apply), takes every
+**      would both "get" the byte) and then LEADER_BYTE, together with an
+**      encoder slot of its own process's guard that is free right now
+**      (guard.c, so the overload guard and the machine-wide guard still
+**      apply).  The lead is never held while waiting for that slot: when
+**      none is free it drops the lead, waits for a slot (at most RECHECK_NS)
+**      without it, and tries again, so that a process whose slots are busy
+**      with its own work never stalls the other processes.  The leader takes every
 **      POSTED slot (POSTED -> TAKEN; its own first, then in slot order from
 **      a rotating start, within BFX_BATCH_MAX_SEQS sequences and
 **      BFX_BATCH_MAX_TOKENS tokens, as batcher.c), copies their ids into its
@@ -614,19 +618,10 @@ static void run_batch(sbf *f, bf_model *m, bf_run *run, member *mb, int n) {
   if (foreign > 0) atomic_fetch_add(&f->h->batches, 1);
 }
 
-/* The leader's part: batches until the leader's own slot me is DONE.
-** Returns 0, or -1 when no encoder slot of the process came before
-** deadline (the guard's error in e). */
-static int lead(sbf *f, bf_model *m, int me, uint64_t deadline, bfx_err *e) {
-  uint64_t waited = 0;
-  bf_run *run = bfx_guard_acquire_until(deadline, &waited, e);
-  if (!run) {
-    /* Take back the own request while still leading: no leader can have it
-    ** (POSTED), or the one that had it is dead (TAKEN). */
-    atomic_store(&f->slots[me].state, S_FILLING);
-    stop_leading(f);
-    return -1;
-  }
+/* The leader's part, on run (an encoder slot of this process, taken before
+** the lead): batches until the leader's own slot me is DONE; then the slot
+** and the lead are given back. */
+static void lead(sbf *f, bf_model *m, int me, bf_run *run) {
   if (sb.gather > 1) { /* test hook: wait for company */
     uint64_t until = bf_now_ns() + GATHER_WAIT_NS;
     while (posted_count(f) < sb.gather && bf_now_ns() < until) {
@@ -650,6 +645,35 @@ static int lead(sbf *f, bf_model *m, int me, uint64_t deadline, bfx_err *e) {
   free(ids);
   bfx_guard_release(run);
   stop_leading(f);
+}
+
+/* Try to become the leader with an encoder slot of this process in hand.
+** The lead is never held while waiting for that slot: a process whose
+** encoder slots are all busy (its other threads run fill_rows, say) would
+** otherwise stall every process of the machine.  So: the lead and a slot
+** free right now, or else, without the lead, wait for a slot at most until
+** until_ns and try the lead once more.  1: led (the own slot is DONE or
+** the batch ran out); 0: not the leader (another process is, or no slot
+** came); -1: out of memory. */
+static int lead_if_possible(sbf *f, bf_model *m, int me, uint64_t until_ns) {
+  if (!try_lead(f)) return 0; /* another process leads: it will take the request */
+  int nomem = 0;
+  bf_run *run = bfx_guard_try_acquire(&nomem);
+  if (run) {
+    lead(f, m, me, run);
+    return 1;
+  }
+  stop_leading(f);
+  if (nomem) return -1;
+  uint64_t waited = 0;
+  bfx_err ignored = BFX_ERR_NONE;
+  run = bfx_guard_acquire_until(until_ns, &waited, &ignored);
+  if (!run) return ignored.rc == SQLITE_NOMEM ? -1 : 0;
+  if (try_lead(f)) {
+    lead(f, m, me, run);
+    return 1;
+  }
+  bfx_guard_release(run);
   return 0;
 }
 
@@ -692,15 +716,24 @@ int bfx_shared_encode(bf_model *m, const bf_tokens *t, int k, bf_cand *out, bfx_
   for (;;) {
     uint32_t st = atomic_load(&s->state);
     if (st == S_DONE) break;
-    if ((st == S_POSTED || st == S_TAKEN) && try_lead(f)) {
-      if (lead(f, m, i, deadline, e) < 0) { /* no encoder slot in time (now FILLING) */
-        release(f, i);
-        *rc = e->rc;
-        return 1;
-      }
-      continue;
-    }
     uint64_t now = bf_now_ns();
+    if (st == S_POSTED || st == S_TAKEN) {
+      uint64_t until = now + RECHECK_NS < deadline ? now + RECHECK_NS : deadline;
+      int led = lead_if_possible(f, m, i, until);
+      if (led > 0) continue;
+      if (led < 0) { /* out of memory: take the request back if no leader has it */
+        uint32_t expect = S_POSTED;
+        if (atomic_compare_exchange_strong(&s->state, &expect, S_FILLING)) {
+          release(f, i);
+          bfx_err_nomem(e);
+          *rc = e->rc;
+          return 1;
+        }
+      }
+      now = bf_now_ns();
+      st = atomic_load(&s->state);
+      if (st == S_DONE) continue;
+    }
     if (st == S_POSTED && now >= deadline) {
       uint32_t expect = S_POSTED;
       if (atomic_compare_exchange_strong(&s->state, &expect, S_FILLING)) {
