@@ -13,7 +13,9 @@ join:
     (the hold hook keeps each batch 150 ms between taking and running): the
     other processes' calls all answer right, none fails, none waits more
     than the busy timeout, and the dead leaders' requests were run again
-    (shared_rerun > 0);
+    (shared_rerun > 0); one shared file in the end; a fifth process that is
+    never killed reports its RSS (in the soak, SB_KILL_SECONDS: it must stay
+    flat);
   * requester_kill: processes killed while their requests wait; then slots
     left behind by dead owners (written into the file, no lock behind them)
     are taken over (shared_reclaimed) and every call still answers right;
@@ -297,6 +299,17 @@ def test_leader_kill(rounds=int(os.environ.get("SB_KILL_ROUNDS", "50"))):
 
     for _ in range(4):
         spawn()
+    # one more process that is never killed (when it leads, no kill that
+    # round): its memory over the run must stay flat
+    observer = Worker(env)
+    observer.send(op="loop", texts=random.Random(1).sample(texts, len(texts)))
+    sel.register(observer.p.stdout, selectors.EVENT_READ, observer)
+    rss = []  # (time, kB) of the observer
+
+    def rss_kb(pid):
+        with open("/proc/%d/status" % pid) as f:
+            return next(int(l.split()[1]) for l in f if l.startswith("VmRSS:"))
+    t_start = time.monotonic()
     path = None
     kills, wrong, errors, answered, worst = 0, 0, [], 0, 0.0
     hangs, waiting_since = 0, None  # after a kill: no kill again before an answer came
@@ -315,6 +328,8 @@ def test_leader_kill(rounds=int(os.environ.get("SB_KILL_ROUNDS", "50"))):
                 errors.append(r["err"])
             elif not same(r["answer"], ref[r["text"]]):
                 wrong += 1
+        if not rss or time.monotonic() - rss[-1][0] > 5:
+            rss.append((time.monotonic(), rss_kb(observer.pid)))
         if path is None:
             files = shared_files(sdir)
             if not files:
@@ -347,9 +362,21 @@ def test_leader_kill(rounds=int(os.environ.get("SB_KILL_ROUNDS", "50"))):
                     errors.append(r["err"])
                 elif not same(r["answer"], ref[r["text"]]):
                     wrong += 1
-    for w in ws.values():
+    rss.append((time.monotonic(), rss_kb(observer.pid)))
+    for w in list(ws.values()) + [observer]:
         w.kill()
         w.close()
+    # memory: the observer's RSS from the end of its first tenth of the run
+    # (warm: model pages, pools) to the end
+    warm = [kb for t, kb in rss if t - t_start >= (rss[-1][0] - t_start) / 10] or [rss[-1][1]]
+    growth = rss[-1][1] - warm[0]
+    print("   (observer RSS %d kB after warming, %d kB at the end, %d samples)"
+          % (warm[0], rss[-1][1], len(rss)))
+    if os.environ.get("SB_KILL_SECONDS"):  # the soak: minutes, so a leak would show
+        check("leader_kill_memory_flat", growth < 4096,
+              "the observer's RSS grew by %d kB (%r)" % (growth, rss[::max(1, len(rss) // 10)]))
+    files = shared_files(sdir)
+    check("leader_kill_one_file", len(files) == 1, repr(files))
     enough = kills == rounds or (os.environ.get("SB_KILL_SECONDS") and kills >= 50)
     check("leader_kill", enough and wrong == 0 and not errors and worst < 2.0 and
           hangs == 0 and answered >= rounds,

@@ -17,7 +17,8 @@
 #      off and on (tests/soak/first_call.py: a table, measured only)
 #   8. the machine-wide batcher: leaders SIGKILLed mid-batch for 10 minutes (SOAK_SHARED_SECONDS)
 #      with 4 processes on the tiny test model: 0 wrong answers, 0 errors, no call without an
-#      answer within the busy timeout (tests/t_shared_batch.py leader_kill)
+#      answer within the busy timeout, one shared file, and the RSS of a fifth process that is
+#      never killed flat (< 4 MB growth after its first tenth) (tests/t_shared_batch.py leader_kill)
 # Prints ok / FAIL / skip lines like a test suite; exits 1 on any FAIL.
 set -u
 cd "$(dirname "$0")/../.."
