@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Unit tests of the stats histograms and counters (ext/engine/stats.c): tests/c/test_stats.c.
+# Unit tests of the stats histograms and counters (ext/sqlite/stats.c): tests/c/test_stats.c.
 set -u
 BUILD=${BUILD:-build}
 bin="$BUILD/tests/test_stats"

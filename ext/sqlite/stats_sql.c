@@ -1,6 +1,6 @@
 /*
 ** stats_sql.c — the SQL face of bertfill's process-wide statistics
-** (ext/engine/stats.h).
+** (ext/sqlite/stats.h).
 **
 **   SELECT * FROM bertfill_stats;
 **        -- one row per metric:
