@@ -29,7 +29,6 @@ SQLITE_EXTENSION_INIT3
 #include "conn.h"
 #include "errors.h"
 #include "guard.h"
-#include "jsonw.h"
 #include "lookup.h"
 #include "machine_guard.h"
 #include "shared_batch.h"

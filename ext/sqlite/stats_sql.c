@@ -59,7 +59,6 @@
 #include "sqlite3ext.h"
 SQLITE_EXTENSION_INIT3
 #include "stats_sql.h"
-#include "jsonw.h"
 #include "prometheus.h"
 #include "stats.h"
 #include "text.h"
