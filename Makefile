@@ -90,10 +90,11 @@ $(BUILD)/tests/%: tests/c/%.c $(BUILD)/libbfengine.a $(HEADERS) tests/c/testlib.
 	$(CC) $(CFLAGS) $(ENGINE_INC) -Itests/c -o $@ $< $(BUILD)/libbfengine.a $(LDFLAGS) $(LDLIBS)
 
 # C tests of the SQLite layer (tests/c/test_lru.c, test_batcher.c,
-# test_machine_guard.c, test_errors.c): they link the layer's objects (all
-# but the entry point, as an archive) and SQLite.
+# test_machine_guard.c, test_errors.c, test_stats.c): they link the layer's
+# objects (all but the entry point, as an archive) and SQLite.
 SQLITE_TEST_BIN := $(BUILD)/tests/test_lru $(BUILD)/tests/test_batcher \
-                   $(BUILD)/tests/test_machine_guard $(BUILD)/tests/test_errors
+                   $(BUILD)/tests/test_machine_guard $(BUILD)/tests/test_errors \
+                   $(BUILD)/tests/test_stats
 $(BUILD)/libbfsqlite.a: $(filter-out %/entry.o,$(EXT_OBJ))
 	@rm -f $@
 	ar rcs $@ $^

@@ -2,8 +2,10 @@
 # Runs every test suite: tests/t_*.sh and tests/t_*.py (with /usr/bin/python3).
 # A suite prints one line per check: "ok NAME", "FAIL NAME: why" or "skip NAME: why".
 # A suite that exits non-zero without printing FAIL counts as one failure.
+# tests/t_c.sh holds the C tests: each of its units (t_c.sh --list) runs as
+# a suite of its own, "t_c.sh UNIT".
 # Ends with the line "N passed, N failed, N skipped"; exits 1 if anything failed.
-#   BF_ONLY_C=1   run only suites whose name starts with t_c_ (the C programs)
+#   BF_ONLY_C=1   run only the C tests (the units of tests/t_c.sh)
 #   BF_WRAP=cmd   prefix for C test programs (valgrind); suites read it themselves
 set -u
 cd "$(dirname "$0")/.."
@@ -19,14 +21,23 @@ if [ -z "${BERTFILL_SHARED_BATCH_DIR:-}" ]; then
   BERTFILL_SHARED_BATCH_DIR=$(mktemp -d); export BERTFILL_SHARED_BATCH_DIR; own_shared=1
 fi
 trap 'rm -f "$log"; [ -n "${own_shared:-}" ] && rm -rf "$BERTFILL_SHARED_BATCH_DIR"' EXIT
+runs=()
 for suite in tests/t_*.sh tests/t_*.py; do
   [ -e "$suite" ] || continue
-  name=$(basename "$suite")
-  if [ -n "${BF_ONLY_C:-}" ] && [[ $name != t_c_* ]]; then continue; fi
+  if [ "$suite" = tests/t_c.sh ]; then
+    for unit in $(bash "$suite" --list); do runs+=("$suite $unit"); done
+  elif [ -z "${BF_ONLY_C:-}" ]; then
+    runs+=("$suite")
+  fi
+done
+for run in "${runs[@]}"; do
+  suite=${run%% *}
+  unit=${run#"$suite"}
+  name=$(basename "$suite")$unit
   start=$(date +%s.%N)
   case "$suite" in
     *.py) timeout 900 "$PYTHON" "$suite" >"$log" 2>&1 ;;
-    *)    timeout 900 bash "$suite" >"$log" 2>&1 ;;
+    *)    timeout 900 bash "$suite" $unit >"$log" 2>&1 ;;
   esac
   rc=$?
   p=$(grep -c '^ok ' "$log"); f=$(grep -c '^FAIL ' "$log"); s=$(grep -c '^skip ' "$log")

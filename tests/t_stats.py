@@ -4,7 +4,7 @@ Python's sqlite3 module: bertfill_stats, bert_stats(), bert_stats_reset(),
 bert_trace() / bertfill_trace, and the consistency of the counters that
 the SQLite layer records (ext/sqlite/lookup.c, encode.c).
 
-Counter identities checked (see ext/engine/stats.h for what each counts):
+Counter identities checked (see ext/sqlite/stats.h for what each counts):
   * every bert_fill / fill_candidates call with non-NULL text counts one
     `calls` and one sample of the `call` stage;
   * a call that gets to the cache lookup / encoder is exactly one of

@@ -14,6 +14,15 @@ Checks (lines for tests/run.sh: "ok NAME" / "FAIL NAME: why"):
   layers       no engine file uses a symbol that an ext/sqlite file defines
   engine-sqlite  no engine object names a sqlite3_* symbol (the engine also
                cannot include sqlite3.h: ext/engine/no_sqlite)
+  map          ext/README.md is the map of ext/: its tables (sections
+               "## ext/engine", "## ext/sqlite"; the names in backquotes of a
+               row's first cell, relative to the layer's folder; a row's X.c
+               stands for X.h too) name every ext/**/*.c and *.h, and every
+               file they name exists
+  order        the order ext/README.md states (a fenced block of lines
+               "sqlite: a > b c > ..." and "engine: ...", continued on
+               indented lines) names each .c file of a layer once, and every
+               call inside a layer goes from a step to a later one
 It then prints the call direction on one line: the layers, callers first,
 and the files of each layer in steps, callers first; a file calls only files
 to its right (the files of a cycle are one step, in braces).
@@ -28,6 +37,7 @@ file of the layer calls SQLite, so it makes no edge.
 """
 import glob
 import os
+import re
 import subprocess
 import sys
 
@@ -148,6 +158,77 @@ def call_direction(srcs, edges, comps):
     return " > ".join(out)
 
 
+MAP = "ext/README.md"
+
+
+def map_files(text):
+    """The files the tables of the map name, as ext/LAYER/NAME."""
+    named, layer = set(), None
+    for line in text.splitlines():
+        m = re.match(r"## ext/(\w+)", line)
+        if line.startswith("## "):
+            layer = m.group(1) if m and m.group(1) in LAYERS else None
+        elif layer and line.startswith("| `"):
+            for name in re.findall(r"`([^`]+)`", line.split("|")[1]):
+                named.add("ext/%s/%s" % (layer, name))
+    return named
+
+
+def check_map(text):
+    named = map_files(text)
+    have = set(glob.glob("ext/**/*.[ch]", recursive=True))
+    covered = named | {n[:-2] + ".h" for n in named if n.endswith(".c")}
+    missing = sorted(have - covered)
+    absent = sorted(n for n in named if n not in have)
+    if missing:
+        fail("map", "%s does not list %s" % (MAP, ", ".join(missing)))
+    if absent:
+        fail("map", "%s lists files that do not exist: %s" % (MAP, ", ".join(absent)))
+    if not missing and not absent:
+        ok("map (%d files)" % len(have))
+
+
+def stated_order(text):
+    """{layer: [[stem, ...] step by step]} from the map's fenced order block."""
+    block = re.search(r"^```\n((?:sqlite|engine):.*?)^```", text, re.S | re.M)
+    if not block:
+        return None
+    order = {}
+    for layer, steps in re.findall(r"(\w+):((?:[^:])*?)(?=\n\w+:|\Z)", block.group(1), re.S):
+        order[layer] = [step.split() for step in steps.split(">")]
+    return order
+
+
+def check_order(text, srcs, edges):
+    order = stated_order(text)
+    if not order or set(order) != set(LAYERS):
+        fail("order", "%s has no block of the order (lines \"sqlite: ...\", \"engine: ...\")" % MAP)
+        return
+    step, bad = {}, []
+    for layer in LAYERS:
+        for i, names in enumerate(order[layer]):
+            for n in names:
+                f = "%s/%s.c" % (layer, n)
+                if f in step:
+                    bad.append("%s is named twice" % f)
+                step[f] = i
+    for s in srcs:
+        if s not in step:
+            bad.append("%s is not in it" % s)
+    for f in sorted(step):
+        if f not in srcs:
+            bad.append("%s does not exist" % f)
+    for (a, b), syms in sorted(edges.items()):
+        if a.split("/")[0] == b.split("/")[0] and a in step and b in step and step[a] >= step[b]:
+            bad.append("%s calls %s (%s), which the order puts %s" %
+                       (a, b, ", ".join(syms), "in the same step" if step[a] == step[b]
+                        else "before it"))
+    if bad:
+        fail("order", "the order in %s: " % MAP + "; ".join(bad))
+    else:
+        ok("order (%d steps)" % sum(len(order[layer]) for layer in LAYERS))
+
+
 def main():
     os.chdir(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
     srcs, syms, why = load(BUILD)
@@ -181,6 +262,11 @@ def main():
         fail("engine-sqlite", "engine objects name SQLite symbols: " + "; ".join(named))
     else:
         ok("engine-sqlite")
+
+    with open(MAP, encoding="utf-8") as f:
+        text = f.read()
+    check_map(text)
+    check_order(text, srcs, edges)
 
     print("call direction (a file calls only files to its right; {...} is a cycle): "
           + call_direction(srcs, edges, comps))

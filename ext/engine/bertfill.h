@@ -127,6 +127,31 @@ const char *bf_tokenizer_token(const bf_tokenizer *tok, int32_t id); /* NULL if 
 ** "##ing", "[UNK]"), or -1 when there is none. */
 int32_t bf_tokenizer_find(const bf_tokenizer *tok, const char *entry, size_t len);
 int32_t bf_tokenizer_mask_id(const bf_tokenizer *tok);
+
+/* Tokens given as a JSON array of vocabulary entries ('["晒","网"]',
+** '["run","##ning"]': what a tokenized text's entries look like), read by
+** bf_tokens_from_json into a bf_json_tokens. */
+typedef enum bf_json_tokens_status {
+  BF_JT_OK = 0,     /* ids[0..n) */
+  BF_JT_NOT_ARRAY,  /* not JSON, or JSON but not an array: why says which */
+  BF_JT_NOT_STRING, /* item number item (from 1) is not a string; type says what it is */
+  BF_JT_NOT_TOKEN,  /* item number item, token[0..token_len) decoded, is not in the vocabulary */
+  BF_JT_NOMEM
+} bf_json_tokens_status;
+typedef struct bf_json_tokens {
+  int32_t *ids;     /* n ids (malloc'ed, room for at least one) */
+  size_t n;         /* the array's length */
+  size_t item;      /* BF_JT_NOT_STRING, BF_JT_NOT_TOKEN: which item */
+  const char *type; /* BF_JT_NOT_STRING: its JSON type with an article ("a number") */
+  char *token;      /* BF_JT_NOT_TOKEN: the item (malloc'ed, NUL-terminated) */
+  size_t token_len;
+  char why[200]; /* BF_JT_NOT_ARRAY: the JSON error, or "it is a string, not an array" */
+} bf_json_tokens;
+/* Read s[0..n) into out (zeroed first); returns out's status.  Free out
+** with bf_json_tokens_free whatever the status. */
+bf_json_tokens_status bf_tokens_from_json(const bf_tokenizer *tok, const char *s, size_t n,
+                                          bf_json_tokens *out);
+void bf_json_tokens_free(bf_json_tokens *t);
 int bf_tokenizer_lowercase(const bf_tokenizer *tok);     /* do_lower_case in effect */
 int bf_tokenizer_strip_accents(const bf_tokenizer *tok); /* strip_accents in effect */
 

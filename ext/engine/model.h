@@ -80,6 +80,23 @@ struct bf_model {
                                        JSON files as read at load (model.c) */
 };
 
+/* model.c: an empty model of dir, reference count 1 (NULL when out of
+** memory); and the freeing of one and all it owns, at its last release. */
+bf_model *bf_model_new(const char *dir);
+void bf_model_free(bf_model *m);
+
+/* fingerprint.c: the 4-lane hash of n bytes from seed (config.json and the
+** tokenizer files go into m->fp_files with it at load). */
+uint64_t bf_fp_hash(const unsigned char *p, size_t n, uint64_t seed);
+/* fingerprint.c: at load, the weights' hash from dir/model.fingerprint when
+** it was made from the mapped model.safetensors (m->weights_known = 1). */
+void bf_fp_read_file(bf_model *m);
+
+/* warm_up.c: the last step of a load: bring the weights into the page
+** tables (waiting until a bound after t0, when the load began) and compute
+** the fingerprint in the background.  BERTFILL_WARM_UP=0 turns it off. */
+void bf_model_warm_up(bf_model *m, uint64_t t0);
+
 /* quantized.c: give an int8 load its quantized weights (m->layers[*].*8,
 ** head8, dec8, int8_source), from dir/model.int8.safetensors when it is there
 ** and was made from this very model.safetensors, else by quantizing now (and

@@ -820,6 +820,46 @@ int32_t bf_tokenizer_find(const bf_tokenizer *tok, const char *entry, size_t len
   return vocab_find(tok, entry + skip, len - skip, cont);
 }
 
+bf_json_tokens_status bf_tokens_from_json(const bf_tokenizer *tok, const char *s, size_t n,
+                                          bf_json_tokens *out) {
+  memset(out, 0, sizeof *out);
+  json_value *v = json_parse(s, n, out->why, sizeof out->why);
+  if (!v || v->type != JSON_ARRAY) {
+    if (v) snprintf(out->why, sizeof out->why, "it is %s, not an array", json_type_a(v->type));
+    json_free(v);
+    return BF_JT_NOT_ARRAY;
+  }
+  bf_json_tokens_status st = BF_JT_OK;
+  out->n = json_len(v);
+  out->ids = malloc((out->n ? out->n : 1) * sizeof *out->ids);
+  if (!out->ids) st = BF_JT_NOMEM;
+  for (size_t i = 0; st == BF_JT_OK && i < out->n; i++) {
+    const json_value *it = json_at(v, i);
+    out->item = i + 1;
+    if (it->type != JSON_STRING) {
+      out->type = json_type_a(it->type);
+      st = BF_JT_NOT_STRING;
+    } else if ((out->ids[i] = bf_tokenizer_find(tok, it->str, it->len)) < 0) {
+      out->token = malloc(it->len + 1);
+      if (!out->token) st = BF_JT_NOMEM;
+      else {
+        memcpy(out->token, it->str, it->len);
+        out->token[it->len] = 0;
+        out->token_len = it->len;
+        st = BF_JT_NOT_TOKEN;
+      }
+    }
+  }
+  json_free(v);
+  return st;
+}
+
+void bf_json_tokens_free(bf_json_tokens *t) {
+  free(t->ids);
+  free(t->token);
+  memset(t, 0, sizeof *t);
+}
+
 void bf_tokenizer_free(bf_tokenizer *tok) {
   if (!tok) return;
   for (int i = 0; i < tok->n_added; i++) {

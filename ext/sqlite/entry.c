@@ -119,35 +119,8 @@
 ** models, the LRU and the engine's threads are process-wide and must
 ** outlive the connection that loaded the library.
 **
-** Inside (ext/sqlite; each file has a header of its own).  Calls run one
-** way, from the top of this list to the bottom, never back up:
-**   entry.c       the entry point and the tables of functions and modules
-**   scalars.c     bert_fill, bert_tokenize, bert_load, bert_debug, bert_version
-**   settings.c    bert_cache*, bert_threads, bert_max_concurrent, ...
-**   candidates.c  the fill_candidates table-valued function
-**   rows.c        the fill_rows table-valued function
-**   sequences.c   the fill_sequences table-valued function
-**   wholeword.c   bert_score, bert_fill(text, 'joint')
-**   prefill.c     the bert_prefill aggregate
-**   stats_sql.c   bertfill_stats, bert_stats, bert_stats_reset
-**   prometheus.c  bert_stats('prometheus'): the Prometheus text format
-**   trace.c       bert_trace and the per-call trace table
-**   joint.c       whole-word fills: beam search, chain rule, their memo
-**   lookup.c      tokens -> LRU -> cache table -> encoder, and storing
-**   batcher.c     dynamic batching of concurrent encoder calls
-**   encode.c      one encoder run on a slot, counted in the stats
-**   guard.c       the overload guard: encoder slots and their scratch
-**   machine_guard.c  encoder slots shared by the processes of the machine
-**   conn.c        the state of a connection (refcounted): its model, its cache
-**   models.c      the registry of loaded models; the default model
-**   cache.c       the LRU and the bertfill_cache table
-**   text.c        arguments, "[MASK]" positions, tokenizing, text results
-**   tvf.c         the query plan of the table-valued functions
-**   jsonw.c       JSON strings
-**   errors.c      errors: building, counting, reporting
-**   bounds.h      every limit and range;  api.c  SQLite's routines;
-**   version.h     the version
-** and below all of them the engine (ext/engine), which never sees SQLite.
+** Inside: ext/README.md is the map of the files of ext/sqlite and ext/engine
+** and of the one way calls run (tests/t_structure.py checks it).
 ** A new SQL function: write it in the file of its kind (or a new one that
 ** includes only what lies below it) and add a row to `functions`.
 */

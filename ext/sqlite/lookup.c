@@ -6,8 +6,10 @@
 **             (hit)   (hit)         (miss: store in the cache)
 **
 ** Every step records its time and counters in the process-wide stats
-** (ext/engine/stats.h).  And how a call of a fill function starts (counted,
-** model, tokens) and ends (timed, traced): bfx_call.
+** (ext/sqlite/stats.h).  And how a call of a fill function starts (counted,
+** model, tokens) and ends (timed, traced): bfx_call; and the whole call of
+** the functions whose result is the filled text (bert_fill(text) in
+** scalars.c, bert_fill(text, 'joint') in wholeword.c): bfx_fill_text.
 */
 #include <string.h>
 
@@ -157,4 +159,35 @@ void bfx_call_end(bfx_call *call, const bfx_result *res, int failed) {
     bfx_trace_call(call->c->db, call->kind->traced, call->s, call->n, res, call->t0, call->tok_ns,
                    call->t.n, failed);
   bf_tokens_free(&call->t);
+}
+
+void bfx_fill_text(sqlite3_context *ctx, bfx_conn *c, const bfx_call_kind *kind, const char *s,
+                   int n, bfx_fill_best best) {
+  bfx_call call;
+  bfx_result res;
+  memset(&res, 0, sizeof res);
+  int *off = NULL;
+  int failed = 1;
+  if (bfx_call_begin(&call, c, kind, s, n) != SQLITE_OK) goto done;
+  if (call.t.n_masks == 0) { /* nothing to fill: the text as it is */
+    sqlite3_result_text(ctx, s, n, SQLITE_TRANSIENT);
+    failed = 0;
+    goto done;
+  }
+  off = sqlite3_malloc64((size_t)call.t.n_masks * sizeof *off);
+  if (!off) {
+    bfx_err_nomem(&call.e);
+    goto done;
+  }
+  if (bfx_find_masks(kind->fname, call.m, s, n, &call.t, off, &call.e) != SQLITE_OK) goto done;
+  if (best(&call, &res) != SQLITE_OK) goto done;
+  sqlite3_str *out = sqlite3_str_new(NULL); /* row 0: the best fill */
+  bfx_append_filled(out, call.m, s, n, off, call.t.n_masks, res.c, (size_t)res.k);
+  bfx_result_str(ctx, out);
+  failed = 0;
+done:
+  if (failed) bfx_error(ctx, &call.e);
+  bfx_call_end(&call, &res, failed);
+  bfx_result_clear(&res);
+  sqlite3_free(off);
 }

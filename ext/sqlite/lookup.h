@@ -108,4 +108,13 @@ int bfx_call_begin(bfx_call *call, bfx_conn *c, const bfx_call_kind *kind, const
 ** in res (may be NULL) and whether it failed; frees its tokens. */
 void bfx_call_end(bfx_call *call, const bfx_result *res, int failed);
 
+/* What bert_fill(text) and bert_fill(text, 'joint') share: the result of ctx
+** is the text s[0..n) with each [MASK] replaced by row 0 of the candidates
+** best finds for the call's tokens (the text as it is when it has no mask),
+** or the error of the call (kind: its name, counter and stage, above).
+** best fills res, or sets call->e and returns an SQLite error code. */
+typedef int (*bfx_fill_best)(bfx_call *call, bfx_result *res);
+void bfx_fill_text(sqlite3_context *ctx, bfx_conn *c, const bfx_call_kind *kind, const char *s,
+                   int n, bfx_fill_best best);
+
 #endif

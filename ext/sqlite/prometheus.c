@@ -1,5 +1,5 @@
 /*
-** prometheus.c — the process's statistics (ext/engine/stats.h) in the
+** prometheus.c — the process's statistics (ext/sqlite/stats.h) in the
 ** Prometheus text exposition format, version 0.0.4: what a /metrics
 ** endpoint serves and what node_exporter's textfile collector reads.
 **

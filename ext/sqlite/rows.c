@@ -85,7 +85,6 @@ SQLITE_EXTENSION_INIT3
 #include "encode.h"
 #include "errors.h"
 #include "joint.h"
-#include "jsonw.h"
 #include "lookup.h"
 #include "stats.h"
 #include "text.h"

@@ -29,7 +29,6 @@ SQLITE_EXTENSION_INIT3
 #include "conn.h"
 #include "errors.h"
 #include "guard.h"
-#include "jsonw.h"
 #include "lookup.h"
 #include "machine_guard.h"
 #include "shared_batch.h"
@@ -56,37 +55,6 @@ static int text_arg(sqlite3_context *ctx, sqlite3_value *v, const char **s, int 
 }
 
 /* ---- bert_fill(text) ---- */
-
-void bfx_fill_text(sqlite3_context *ctx, bfx_conn *c, const bfx_call_kind *kind, const char *s,
-                   int n, bfx_fill_best best) {
-  bfx_call call;
-  bfx_result res;
-  memset(&res, 0, sizeof res);
-  int *off = NULL;
-  int failed = 1;
-  if (bfx_call_begin(&call, c, kind, s, n) != SQLITE_OK) goto done;
-  if (call.t.n_masks == 0) { /* nothing to fill: the text as it is */
-    sqlite3_result_text(ctx, s, n, SQLITE_TRANSIENT);
-    failed = 0;
-    goto done;
-  }
-  off = sqlite3_malloc64((size_t)call.t.n_masks * sizeof *off);
-  if (!off) {
-    bfx_err_nomem(&call.e);
-    goto done;
-  }
-  if (bfx_find_masks(kind->fname, call.m, s, n, &call.t, off, &call.e) != SQLITE_OK) goto done;
-  if (best(&call, &res) != SQLITE_OK) goto done;
-  sqlite3_str *out = sqlite3_str_new(NULL); /* row 0: the best fill */
-  bfx_append_filled(out, call.m, s, n, off, call.t.n_masks, res.c, (size_t)res.k);
-  bfx_result_str(ctx, out);
-  failed = 0;
-done:
-  if (failed) bfx_error(ctx, &call.e);
-  bfx_call_end(&call, &res, failed);
-  bfx_result_clear(&res);
-  sqlite3_free(off);
-}
 
 /* The best candidate of each mask on its own: rank 1 of fill_candidates. */
 static int best_candidates(bfx_call *call, bfx_result *res) {

@@ -43,7 +43,6 @@ SQLITE_EXTENSION_INIT3
 #include "bounds.h"
 #include "conn.h"
 #include "joint.h"
-#include "jsonw.h"
 #include "stats.h"
 #include "text.h"
 #include "tvf.h"

@@ -1,6 +1,6 @@
 /*
 ** stats_sql.c — the SQL face of bertfill's process-wide statistics
-** (ext/engine/stats.h).
+** (ext/sqlite/stats.h).
 **
 **   SELECT * FROM bertfill_stats;
 **        -- one row per metric:
@@ -59,7 +59,6 @@
 #include "sqlite3ext.h"
 SQLITE_EXTENSION_INIT3
 #include "stats_sql.h"
-#include "jsonw.h"
 #include "prometheus.h"
 #include "stats.h"
 #include "text.h"

@@ -1,5 +1,5 @@
 /*
-** stats_sql.h — the SQL face of the process-wide stats (ext/engine/stats.h):
+** stats_sql.h — the SQL face of the process-wide stats (ext/sqlite/stats.h):
 ** the bertfill_stats table-valued function, bert_stats() (JSON) and
 ** bert_stats_reset().  Registered by sqlite3_bertfill_init (entry.c).
 */

@@ -1,7 +1,9 @@
 /*
 ** text.h — text in and out of the SQL functions: reading arguments (text
 ** and integers), the positions of the literal "[MASK]"s, turning a text
-** into the model's tokens, and returning built text as a result.
+** into the model's tokens, and returning built text as a result (JSON
+** strings included: what bert_tokenize, bert_debug, bert_stats return is
+** written with sqlite3_str and bfx_json_string).
 */
 #ifndef BERTFILL_SQLITE_TEXT_H
 #define BERTFILL_SQLITE_TEXT_H
@@ -81,5 +83,9 @@ void bfx_append_filled(sqlite3_str *out, bf_model *m, const char *s, int n, cons
 /* The text built in s as the result of ctx (s is finished), or out of
 ** memory when building it failed. */
 void bfx_result_str(sqlite3_context *ctx, sqlite3_str *s);
+
+/* z (NULL: "") as a JSON string, quotes included: '"', '\\' and control
+** characters escaped, U+2028 / U+2029 as \u escapes (safe in JavaScript). */
+void bfx_json_string(sqlite3_str *out, const char *z);
 
 #endif

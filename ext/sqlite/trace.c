@@ -35,6 +35,7 @@ SQLITE_EXTENSION_INIT3
 #include "trace.h"
 #include "bounds.h"
 #include "errors.h"
+#include "lookup.h"
 #include "text.h"
 #include "util.h"
 

@@ -8,14 +8,16 @@
 
 #include <stdint.h>
 #include "sqlite3ext.h"
-#include "lookup.h"
+
+struct bfx_result; /* lookup.h */
 
 /* Record one call of func on db when db traces (a no-op otherwise): the
 ** text as given (text_len bytes, NUL bytes included), where the result
 ** came from and the time of each stage (r may be NULL), the call's start t0
 ** (bf_now_ns), tokenizing time and token count. */
 void bfx_trace_call(sqlite3 *db, const char *func, const char *text, int text_len,
-                    const bfx_result *r, uint64_t t0, uint64_t tok_ns, int tokens, int is_error);
+                    const struct bfx_result *r, uint64_t t0, uint64_t tok_ns, int tokens,
+                    int is_error);
 
 /* Trace rows that could not be written (the 'trace_skipped' counter). */
 uint64_t bfx_trace_skipped(void);

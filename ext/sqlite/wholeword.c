@@ -34,37 +34,10 @@ SQLITE_EXTENSION_INIT3
 #include "conn.h"
 #include "errors.h"
 #include "joint.h"
-#include "json.h"
 #include "lookup.h"
-#include "scalars.h"
 #include "stats.h"
 #include "text.h"
 #include "util.h"
-
-/* The tokens of a JSON-array answer v into ids (count of them); SQLITE_OK
-** or an error naming the item. */
-static int json_answer(bf_model *m, const json_value *v, int32_t *ids, bfx_err *e) {
-  const bf_tokenizer *tk = bf_model_tokenizer(m);
-  for (size_t i = 0; i < json_len(v); i++) {
-    const json_value *it = json_at(v, i);
-    if (it->type != JSON_STRING) {
-      bfx_errf(e, SQLITE_ERROR, BF_CT_ERR_INPUT,
-               "bert_score: item %zu of the answer is %s, not a token (a string)", i + 1,
-               json_type_a(it->type));
-      return SQLITE_ERROR;
-    }
-    ids[i] = bf_tokenizer_find(tk, it->str, it->len);
-    if (ids[i] < 0) {
-      bfx_quote q;
-      bfx_errf(e, SQLITE_ERROR, BF_CT_ERR_INPUT,
-               "bert_score: item %zu of the answer, \"%s\", is not a token of the model's "
-               "vocabulary (give tokens as bert_tokenize shows them, or the answer as text)",
-               i + 1, bfx_quoted(&q, it->str, (long)it->len));
-      return SQLITE_ERROR;
-    }
-  }
-  return SQLITE_OK;
-}
 
 /* The answer s[0..n) as token ids (*ids, sqlite3_malloc'ed; *count of
 ** them), by the rule of the header.  *not_json: why an answer that starts
@@ -77,17 +50,43 @@ static int answer_tokens(bf_model *m, const char *s, int n, int32_t **ids, int *
   int i = 0;
   while (i < n && (s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r')) i++;
   if (i < n && s[i] == '[') {
-    json_value *v = json_parse(s, (size_t)n, not_json, not_json_len);
-    if (v && v->type == JSON_ARRAY) {
-      *ids = sqlite3_malloc64((json_len(v) ? json_len(v) : 1) * sizeof **ids);
-      int rc = *ids ? json_answer(m, v, *ids, e) : SQLITE_NOMEM;
-      if (rc == SQLITE_NOMEM) bfx_err_nomem(e);
-      *count = (int)json_len(v);
-      json_free(v);
-      return rc;
+    bf_json_tokens jt;
+    int rc = SQLITE_ERROR, as_text = 0;
+    bfx_quote q;
+    switch (bf_tokens_from_json(bf_model_tokenizer(m), s, (size_t)n, &jt)) {
+      case BF_JT_NOT_ARRAY: /* read as text, below */
+        snprintf(not_json, not_json_len, "%s", jt.why);
+        as_text = 1;
+        break;
+      case BF_JT_NOT_STRING:
+        bfx_errf(e, SQLITE_ERROR, BF_CT_ERR_INPUT,
+                 "bert_score: item %zu of the answer is %s, not a token (a string)", jt.item,
+                 jt.type);
+        break;
+      case BF_JT_NOT_TOKEN:
+        bfx_errf(e, SQLITE_ERROR, BF_CT_ERR_INPUT,
+                 "bert_score: item %zu of the answer, \"%s\", is not a token of the model's "
+                 "vocabulary (give tokens as bert_tokenize shows them, or the answer as text)",
+                 jt.item, bfx_quoted(&q, jt.token, (long)jt.token_len));
+        break;
+      case BF_JT_NOMEM:
+        bfx_err_nomem(e);
+        rc = SQLITE_NOMEM;
+        break;
+      case BF_JT_OK:
+        *ids = sqlite3_malloc64((jt.n ? jt.n : 1) * sizeof **ids);
+        if (!*ids) {
+          bfx_err_nomem(e);
+          rc = SQLITE_NOMEM;
+        } else {
+          memcpy(*ids, jt.ids, jt.n * sizeof **ids);
+          *count = (int)jt.n;
+          rc = SQLITE_OK;
+        }
+        break;
     }
-    if (v) snprintf(not_json, not_json_len, "it is %s, not an array", json_type_a(v->type));
-    json_free(v);
+    bf_json_tokens_free(&jt);
+    if (!as_text) return rc;
   }
   bf_tokens t = {0};
   int rc = bfx_tokenize_part("bert_score", "the answer", m, s, n, &t, tok_ns, e);

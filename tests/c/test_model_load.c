@@ -7,7 +7,7 @@
 ** CASES_DIR is made by tests/make_broken_models.py: good tiny models in every
 ** variant, broken copies, and cases.tsv (the expectations, computed by that
 ** script from the files, independently of this code).  Run by
-** tests/t_c_model.sh.
+** tests/t_c.sh model.
 */
 #include "bertfill.h"
 #include "blas.h"

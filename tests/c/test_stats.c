@@ -1,4 +1,4 @@
-/* test_stats.c — unit tests of ext/engine/stats.c: names, the histogram bucket rule,
+/* test_stats.c — unit tests of ext/sqlite/stats.c: names, the histogram bucket rule,
 ** quantiles on known inputs (expected values worked out by hand and checked
 ** against exact sorted-array quantiles), batch-size buckets, reset, and exact
 ** counts under concurrent recording from several threads. */

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """first_call.py — how much slower is the first bert_fill after bert_load
-than the ones after it?  (make soak; the README's and PERFORMANCE.md's table)
+than the ones after it?  (make soak; the README's and performance.md's table)
 
     /usr/bin/python3 tests/soak/first_call.py [MODEL_DIR] [--runs N]
         (default build/models/bert-base-random: see memory.py)

@@ -1,5 +1,6 @@
 /*
-** stats.h — process-wide counters and stage-latency histograms (no SQLite).
+** stats.h — process-wide counters and stage-latency histograms of the SQLite
+** layer (they use no SQLite: tests/c/test_stats.c runs them alone).
 **
 ** Cheap under concurrency: counters are relaxed atomics; each stage has a
 ** fixed log-scale histogram of atomic buckets, so recording never allocates

@@ -1,0 +1,270 @@
+/*
+** fingerprint.c — what a loaded model's files are, and whether they are
+** still what was loaded.
+**
+** The fingerprint (bf_model_fingerprint) hashes config.json, vocab.txt,
+** tokenizer_config.json and tokenizer.json (as read at load by model.c;
+** absent files count as absent) and every byte of model.safetensors, with a
+** 4-lane multiply-rotate hash (bf_fp_hash) in which changing any single
+** 8-byte word always changes the result, and the precision of the load.
+** The weights' part is kept in dir/model.fingerprint for the next loads of
+** the same file (see "the fingerprint file").  It is computed on first
+** request, or earlier by the warm-up that each load starts (warm_up.c).
+**
+** The identity of a file (device, inode, size, times) tells whether a mapped
+** file changed since loading: bf_model_check, bf_model_is_current.
+*/
+#include "model.h"
+#include "util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* ---- file identity ---- */
+
+/* What identifies a file's contents without reading them: device, inode,
+** size, modification and change times (ns). */
+typedef struct file_id {
+  unsigned long long dev, ino, size;
+  long long mtime_ns, ctime_ns;
+} file_id;
+
+static int get_file_id(int fd, file_id *id) {
+  struct stat st;
+  if (fd < 0 || fstat(fd, &st) != 0) return -1;
+  *id = (file_id){(unsigned long long)st.st_dev, (unsigned long long)st.st_ino,
+                  (unsigned long long)st.st_size,
+                  (long long)st.st_mtim.tv_sec * 1000000000ll + st.st_mtim.tv_nsec,
+                  (long long)st.st_ctim.tv_sec * 1000000000ll + st.st_ctim.tv_nsec};
+  return 0;
+}
+
+static int same_id(const file_id *a, const file_id *b) {
+  return a->dev == b->dev && a->ino == b->ino && a->size == b->size && a->mtime_ns == b->mtime_ns &&
+         a->ctime_ns == b->ctime_ns;
+}
+
+/* ---- fingerprint hash ---- */
+
+#define P1 0x9E3779B97F4A7C15ull
+#define P2 0xC2B2AE3D27D4EB4Full
+#define P3 0x165667B19E3779F9ull
+#define P4 0x85EBCA77C2B2AE63ull
+
+static inline uint64_t rotl64(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
+static inline uint64_t rd64(const unsigned char *p) {
+  uint64_t w;
+  memcpy(&w, p, 8);
+  return w;
+}
+/* each step is a bijection of the lane for a fixed word and of the word
+** for a fixed lane, so one changed word always changes the lane */
+static inline uint64_t step(uint64_t lane, uint64_t w) { return rotl64(lane ^ (w * P1), 31) * P2; }
+static inline uint64_t fmix64(uint64_t k) { /* bijective finaliser (MurmurHash3) */
+  k ^= k >> 33;
+  k *= 0xff51afd7ed558ccdull;
+  k ^= k >> 33;
+  k *= 0xc4ceb9fe1a85ec53ull;
+  k ^= k >> 33;
+  return k;
+}
+
+uint64_t bf_fp_hash(const unsigned char *p, size_t n, uint64_t seed) {
+  uint64_t a = seed ^ P3, b = seed + P4, c = seed ^ P2, d = seed - P1;
+  size_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    a = step(a, rd64(p + i));
+    b = step(b, rd64(p + i + 8));
+    c = step(c, rd64(p + i + 16));
+    d = step(d, rd64(p + i + 24));
+  }
+  for (; i + 8 <= n; i += 8) a = step(a, rd64(p + i));
+  if (i < n) {
+    unsigned char last[8] = {0};
+    memcpy(last, p + i, n - i);
+    b = step(b, rd64(last));
+  }
+  uint64_t h = fmix64(a);
+  h = fmix64(h ^ b);
+  h = fmix64(h ^ c);
+  h = fmix64(h ^ d);
+  return fmix64(h ^ (uint64_t)n);
+}
+
+/* One mapped file against what it was when mapped: BF_OK, or BF_ERR_MODEL
+** with err saying how it changed. */
+static int check_file(const bf_model *m, int fd, size_t len, int64_t mtime_then, const char *name,
+                      char *err, size_t errlen) {
+  file_id now;
+  if (get_file_id(fd, &now) != 0) return BF_OK; /* cannot tell: keep going */
+  if ((size_t)now.size == len && now.mtime_ns == mtime_then) return BF_OK;
+  if ((size_t)now.size != len)
+    bf_errf(err, errlen,
+            "%s/%s changed on disk after it was loaded (%zu bytes then, %lld now): "
+            "the model must be loaded again (replace model files with a new file and rename, "
+            "never in place)",
+            m->dir, name, len, (long long)now.size);
+  else
+    bf_errf(err, errlen,
+            "%s/%s was rewritten in place after it was loaded: the model must be "
+            "loaded again (replace model files with a new file and rename, never in place)",
+            m->dir, name);
+  return BF_ERR_MODEL;
+}
+
+int bf_model_check(const bf_model *m, char *err, size_t errlen) {
+  if (!m || !m->map) return BF_OK;
+  int rc = check_file(m, m->map_fd, m->map_len, m->map_mtime_ns, "model.safetensors", err, errlen);
+  if (rc == BF_OK && m->map8)
+    rc = check_file(m, m->map8_fd, m->map8_len, m->map8_mtime_ns, "model.int8.safetensors", err,
+                    errlen);
+  return rc;
+}
+
+int bf_model_is_current(const bf_model *m) {
+  struct stat now, then;
+  if (!m || !m->map || m->map_fd < 0 || fstat(m->map_fd, &then) != 0) return 1;
+  char *p = bf_path_join(m->dir, "model.safetensors");
+  int same = p && stat(p, &now) == 0 && now.st_dev == then.st_dev && now.st_ino == then.st_ino;
+  free(p);
+  return same && bf_model_check(m, NULL, 0) == BF_OK;
+}
+
+/* The hash of model.safetensors into *out, read with pread() through the
+** descriptor kept since loading (the very file that was mapped): reading
+** does not map the pages into this process, so hashing a file whose
+** products run from its int8 copy costs no resident memory.  Never reads
+** the mapping: a file that shrank would raise SIGBUS there.  0, or -1 when
+** the file changed since loading (bf_model_check says how), when a read
+** fails or comes back short, or when out of memory. */
+static int hash_weights(const bf_model *m, uint64_t *out) {
+  enum { CHUNK = 1 << 20 };
+  if (m->map_fd < 0 || bf_model_check(m, NULL, 0) != BF_OK) return -1;
+  unsigned char *b = malloc(CHUNK);
+  if (!b) return -1;
+  /* bf_fp_hash over the whole file in one go equals this streamed form only
+  ** if the chunking is part of the definition: so hash the chunk hashes */
+  uint64_t h = 0;
+  int rc = 0;
+  for (size_t off = 0; off < m->map_len && rc == 0; off += CHUNK) {
+    size_t n = m->map_len - off < CHUNK ? m->map_len - off : CHUNK, got = 0;
+    while (got < n) {
+      ssize_t r = pread(m->map_fd, b + got, n - got, (off_t)(off + got));
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) break;
+      got += (size_t)r;
+    }
+    if (got != n) rc = -1; /* the file shrank while it was read */
+    else h = bf_fp_hash(b, n, h);
+  }
+  free(b);
+  *out = fmix64(h ^ (uint64_t)m->map_len);
+  return rc;
+}
+
+/* ---- the fingerprint file ----
+**
+** Hashing every byte of a 400 MB model takes 50-100 ms, and with the cache
+** on the first call after each load needed it.  So the weights' hash is
+** kept next to them, in dir/model.fingerprint (one line of text), with what
+** identifies the very file it was computed from: device, inode, size,
+** modification and change times (ns).  A load takes the hash from there
+** only when all five match the model.safetensors it mapped.  The change
+** time is set by the kernel on every write, rename or copy over the file
+** (no tool sets it back), so a file with other bytes never matches; and a
+** file changed less than FP_FILE_SETTLE_NS ago gets no fingerprint file (a
+** change within the same clock tick could keep its times: git's "racy"
+** index entries have the same cure).  Written like model.int8.safetensors
+** (a temporary file renamed into place); a directory that cannot be written
+** simply has none, and each load hashes. */
+#define FP_FILE "model.fingerprint"
+#define FP_FILE_FORMAT 1
+#define FP_FILE_SETTLE_NS 2000000000ll
+
+static int format_fp_line(char *buf, size_t n, const file_id *id, uint64_t h) {
+  return snprintf(buf, n, "bertfill-fingerprint %d %llu %llu %llu %lld %lld %016llx\n",
+                  FP_FILE_FORMAT, id->dev, id->ino, id->size, id->mtime_ns, id->ctime_ns,
+                  (unsigned long long)h);
+}
+
+/* At load: the weights' hash from dir/model.fingerprint when it was made
+** from the mapped file (m->weights_known = 1), else nothing. */
+void bf_fp_read_file(bf_model *m) {
+  file_id id;
+  if (get_file_id(m->map_fd, &id) != 0) return;
+  char *path = bf_path_join(m->dir, FP_FILE);
+  int fd = path ? bf_open_regular(path, O_RDONLY, 0, NULL) : -1;
+  FILE *f = fd >= 0 ? fdopen(fd, "r") : NULL;
+  free(path);
+  if (!f) {
+    if (fd >= 0) close(fd);
+    return;
+  }
+  char line[256], want[256];
+  int ok = fgets(line, sizeof line, f) != NULL;
+  fclose(f);
+  unsigned long long h = 0;
+  int version = 0;
+  if (!ok ||
+      sscanf(line, "bertfill-fingerprint %d %*u %*u %*u %*d %*d %16llx", &version, &h) != 2 ||
+      version != FP_FILE_FORMAT)
+    return;
+  format_fp_line(want, sizeof want, &id, h);
+  if (strcmp(line, want) != 0) return; /* made from another file (or another version of it) */
+  m->weights_hash = h;
+  m->weights_known = 1;
+}
+
+/* After hashing: keep the hash in dir/model.fingerprint when the file did
+** not change while it was hashed (before and after are its identity then)
+** and had settled before.  Failures (a read-only directory) are silent. */
+static void write_fp_file(const bf_model *m, const file_id *before, uint64_t h) {
+  file_id after;
+  if (get_file_id(m->map_fd, &after) != 0 || !same_id(before, &after)) return;
+  long long now = (long long)bf_wall_ns();
+  if (now - before->ctime_ns < FP_FILE_SETTLE_NS || now - before->mtime_ns < FP_FILE_SETTLE_NS)
+    return;
+  char *path = bf_path_join(m->dir, FP_FILE);
+  char line[256];
+  const void *part[1] = {line};
+  size_t len[1] = {(size_t)format_fp_line(line, sizeof line, before, h)};
+  if (path) (void)bf_write_file_replace(path, 1, part, len);
+  free(path);
+}
+
+/* Computed outside the lock by whoever asks first: a caller never waits for
+** the warm-up thread, which runs at the lowest priority (two may hash at
+** once; both get the same value and the first one stored stays). */
+const char *bf_model_fingerprint(bf_model *m) {
+  pthread_mutex_lock(&m->fp_mu);
+  int known = m->fingerprint[0] != 0, have_weights = m->weights_known;
+  uint64_t w = m->weights_hash;
+  pthread_mutex_unlock(&m->fp_mu);
+  if (known) return m->fingerprint;
+  const char *source = FP_FILE;
+  if (!have_weights) {
+    file_id before;
+    int have_id = get_file_id(m->map_fd, &before) == 0;
+    if (hash_weights(m, &w) != 0) return NULL; /* changed on disk: nothing to key on */
+    if (have_id) write_fp_file(m, &before, w);
+    source = "hashed";
+  }
+  /* the precision is part of it: int8 answers are not fp32 answers */
+  uint64_t h = fmix64(w ^ fmix64(m->fp_files ^ (uint64_t)m->precision * P3));
+  char fp[sizeof m->fingerprint];
+  snprintf(fp, sizeof fp, "%016llx", (unsigned long long)h);
+  pthread_mutex_lock(&m->fp_mu);
+  if (!m->fingerprint[0]) {
+    memcpy(m->fingerprint, fp, sizeof fp);
+    m->weights_hash = w;
+    m->weights_known = 1;
+    m->fp_source = source;
+  }
+  pthread_mutex_unlock(&m->fp_mu);
+  return m->fingerprint;
+}
