@@ -515,8 +515,7 @@ int json_read_file(const char *path, unsigned char **out, size_t *len, char *err
   int fd = bf_open_regular(path, O_RDONLY, 0, &st);
   if (fd < 0) {
     int e = errno;
-    if (bf_not_regular(e)) bf_errf(err, errlen, "%s: not a regular file", path);
-    else bf_errf(err, errlen, "%s: %s", path, strerror(e));
+    bf_errf(err, errlen, "%s: %s", path, bf_open_failure(e));
     return e == ENOENT ? 0 : -1;
   }
   if ((uint64_t)st.st_size > JSON_MAX_FILE) {

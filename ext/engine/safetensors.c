@@ -172,8 +172,7 @@ static int map_file(st_file *f, const char *path, char *err, size_t errlen) {
   struct stat st;
   int fd = bf_open_regular(path, O_RDONLY, 0, &st);
   if (fd < 0) {
-    if (bf_not_regular(errno)) bf_errf(err, errlen, "%s: not a regular file", path);
-    else bf_errf(err, errlen, "%s: %s", path, strerror(errno));
+    bf_errf(err, errlen, "%s: %s", path, bf_open_failure(errno));
     return -1;
   }
   size_t size = (size_t)st.st_size;

@@ -729,25 +729,18 @@ done:
 
 /* ---- look-alikes of [MASK] ---- */
 
-/* The code point at s[i] (i < n) and its length in *len; U+FFFD for a
-** byte that does not start valid UTF-8 (length 1). */
-static int32_t code_point_at(const char *s, size_t n, size_t i, size_t *len) {
-  utf8proc_int32_t c;
-  utf8proc_ssize_t l = utf8proc_iterate((const utf8proc_uint8_t *)s + i, (utf8proc_ssize_t)(n - i),
-                                        &c);
-  if (l <= 0) {
-    *len = 1;
-    return 0xFFFD;
-  }
-  *len = (size_t)l;
-  return c;
+/* The character at s[*at], *at moved past it; 0 at the end of s.  utf8_next
+** expects valid UTF-8 (the fill functions check it first); invalid bytes
+** read as some character, never past n. */
+static uint32_t char_at(const char *s, size_t n, size_t *at) {
+  return *at < n ? utf8_next((const unsigned char *)s, n, at) : 0;
 }
 
-static int is_blank_space(int32_t c) { return c == ' ' || c == '\t' || c == 0xA0 || c == 0x3000; }
+static int is_blank_space(uint32_t c) { return c == ' ' || c == '\t' || c == 0xA0 || c == 0x3000; }
 
 /* The ASCII capital of letter c, ASCII or full-width (U+FF21..U+FF5A); 0 for
 ** anything else. */
-static int ascii_capital(int32_t c) {
+static int ascii_capital(uint32_t c) {
   if (c >= 0xFF21 && c <= 0xFF3A) return 'A' + (c - 0xFF21);
   if (c >= 0xFF41 && c <= 0xFF5A) return 'A' + (c - 0xFF41);
   if (c >= 'a' && c <= 'z') return 'A' + (c - 'a');
@@ -757,20 +750,15 @@ static int ascii_capital(int32_t c) {
 
 /* The length of the look-alike that starts at s[i], or 0. */
 static size_t lookalike_at(const char *s, size_t n, size_t i) {
-  size_t at = i, l;
-  int32_t c = code_point_at(s, n, at, &l);
+  size_t at = i;
+  uint32_t c = char_at(s, n, &at);
   if (c != '[' && c != 0xFF3B && c != 0x3010) return 0;
-  at += l;
-  while (at < n && is_blank_space(code_point_at(s, n, at, &l))) at += l;
-  for (const char *w = "MASK"; *w; w++) {
-    if (at >= n || ascii_capital(code_point_at(s, n, at, &l)) != *w) return 0;
-    at += l;
-  }
-  while (at < n && is_blank_space(code_point_at(s, n, at, &l))) at += l;
-  if (at >= n) return 0;
-  c = code_point_at(s, n, at, &l);
+  do c = char_at(s, n, &at);
+  while (is_blank_space(c));
+  for (const char *w = "MASK"; *w; w++, c = char_at(s, n, &at))
+    if (ascii_capital(c) != (unsigned char)*w) return 0;
+  while (is_blank_space(c)) c = char_at(s, n, &at);
   if (c != ']' && c != 0xFF3D && c != 0x3011) return 0;
-  at += l;
   if (at - i == (size_t)BF_MASK_TEXT_LEN && memcmp(s + i, BF_MASK_TEXT, BF_MASK_TEXT_LEN) == 0)
     return 0; /* the real one */
   return at - i;
@@ -883,12 +871,8 @@ static int load_vocab(bf_tokenizer *t, const char *path, char *err, size_t errle
   if (!f) {
     int e = errno;
     if (fd >= 0) close(fd);
-    if (bf_not_regular(e)) {
-      bf_errf(err, errlen, "%s: not a regular file", path);
-      return BF_ERR_MODEL;
-    }
-    bf_errf(err, errlen, "%s: %s", path, strerror(e));
-    return e == ENOENT ? BF_ERR_MODEL : BF_ERR_IO;
+    bf_errf(err, errlen, "%s: %s", path, bf_open_failure(e));
+    return e == ENOENT || bf_not_regular(e) ? BF_ERR_MODEL : BF_ERR_IO;
   }
   size_t cap = 1 << 16, n = 0;
   char *buf = malloc(cap + 1);

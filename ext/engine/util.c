@@ -236,6 +236,10 @@ int bf_open_regular(const char *path, int flags, unsigned mode, void *stp) {
 
 int bf_not_regular(int err) { return err == EISDIR || err == ENXIO; }
 
+const char *bf_open_failure(int e) {
+  return bf_not_regular(e) ? "not a regular file" : strerror(e);
+}
+
 int bf_write_file_replace(const char *path, int n, const void *const *part, const size_t *len) {
   size_t cap = strlen(path) + 64;
   char *tmp = malloc(cap);

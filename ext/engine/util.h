@@ -74,6 +74,9 @@ int bf_write_file_replace(const char *path, int n, const void *const *part, cons
 int bf_open_regular(const char *path, int flags, unsigned mode, void *st);
 /* 1 when errno (as left by bf_open_regular) means "not a regular file". */
 int bf_not_regular(int err);
+/* Why bf_open_regular failed with errno e, for a message "PATH: WHY": "not a
+** regular file", or strerror(e). */
+const char *bf_open_failure(int e);
 
 /* CPUs this process may run on (sched_getaffinity), at least 1. */
 int bf_ncores(void);

@@ -119,7 +119,7 @@ static void machine_init(void) {
     failed = "cannot track the slots of";
   } else if ((mg.fd = bf_open_regular(mg.path, O_RDWR | O_CREAT | O_NOFOLLOW, 0600, &st)) < 0) {
     failed = "cannot open";
-    if (bf_not_regular(errno)) why = "not a regular file";
+    why = bf_open_failure(errno);
   } else if (by_default && st.st_uid != geteuid()) {
     errno = EPERM;
     failed = "not a file of this user:";
