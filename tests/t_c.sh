@@ -12,13 +12,21 @@ set -u
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
 
+# built NAME: bin=$BUILD/tests/NAME when that C test is built; else a FAIL
+# line saying how to build it, and false.
+built() {
+  bin=$BUILD/tests/$1
+  [ -x "$bin" ] && return 0
+  echo "FAIL $1: $bin not built (run make test-bins)"
+  return 1
+}
+
 # Unit tests of dynamic batching (ext/sqlite/batcher.c) without SQL:
 # tests/c/test_batcher.c, on the tiny and small test models.  OpenBLAS runs
 # single-threaded: where bertfill's own kernels do not run (no AVX-512) it
 # does the products, and the test's many threads need no more.
 unit_batcher() (
-  bin="$BUILD/tests/test_batcher"
-  if [ ! -x "$bin" ]; then echo "FAIL test_batcher: $bin not built (run make test-bins)"; exit 1; fi
+  built test_batcher || exit 1
   for m in tiny small; do
     if [ ! -d "$BUILD/models/$m" ]; then echo "FAIL test_batcher: no model $BUILD/models/$m (make models)"; exit 1; fi
   done
@@ -30,8 +38,7 @@ unit_batcher() (
 # Unit tests of the SQLite layer's messages (ext/sqlite/errors.c): always
 # valid UTF-8, user input escaped and cut: tests/c/test_errors.c.
 unit_errors() (
-  bin="$BUILD/tests/test_errors"
-  if [ ! -x "$bin" ]; then echo "FAIL test_errors: $bin not built (run make test-bins)"; exit 1; fi
+  built test_errors || exit 1
   ${BF_WRAP:-} "$bin"
 )
 
@@ -44,7 +51,6 @@ unit_errors() (
 # default run used them already) and with BERTFILL_KERNELS=openblas
 # (the portable path: plain C loops and OpenBLAS).
 unit_forward() (
-  bin=$BUILD/tests/test_forward
   args=()
   n=0
   bad=0
@@ -74,7 +80,7 @@ unit_forward() (
     args+=("$d" "$g")
   done
   if [ "$n" -eq 0 ]; then echo "FAIL forward: no tests/golden/forward_*.json"; exit 1; fi
-  if [ ! -x "$bin" ]; then echo "FAIL forward: $bin missing (run make test-bins)"; exit 1; fi
+  built test_forward || exit 1
   [ "${#args[@]}" -gt 0 ] || exit 1
   out=$(${BF_WRAP:-} "$bin" "${args[@]}")
   rc=$?
@@ -104,8 +110,7 @@ unit_forward() (
 # default run checked AVX2 already), and none (gemm_xwt must hand the work
 # back: GEMM_NO_KERNEL), also through the older BERTFILL_NO_AVX512=1.
 unit_gemm() (
-  bin="$BUILD/tests/test_gemm"
-  if [ ! -x "$bin" ]; then echo "FAIL test_gemm: $bin not built (run make test-bins)"; exit 1; fi
+  built test_gemm || exit 1
   out=$(${BF_WRAP:-} "$bin")
   rc=$?
   echo "$out"
@@ -121,16 +126,14 @@ unit_gemm() (
 
 # Unit tests of the memo cache's LRU (ext/sqlite/cache.c): tests/c/test_lru.c.
 unit_lru() (
-  bin="$BUILD/tests/test_lru"
-  if [ ! -x "$bin" ]; then echo "FAIL test_lru: $bin not built (run make test-bins)"; exit 1; fi
+  built test_lru || exit 1
   ${BF_WRAP:-} "$bin"
 )
 
 # Unit tests of the machine-wide encoder slots (ext/sqlite/machine_guard.c),
 # with real processes and SIGKILL: tests/c/test_machine_guard.c.
 unit_machine_guard() (
-  bin="$BUILD/tests/test_machine_guard"
-  if [ ! -x "$bin" ]; then echo "FAIL test_machine_guard: $bin not built (run make test-bins)"; exit 1; fi
+  built test_machine_guard || exit 1
   ${BF_WRAP:-} "$bin"
 )
 
@@ -142,15 +145,13 @@ unit_machine_guard() (
 unit_model() (
   PYTHON=${PYTHON:-/usr/bin/python3}
   rc=0
-  jbin=$BUILD/tests/test_json
-  if [ ! -x "$jbin" ]; then echo "FAIL test_json: $jbin not built (make test-bins)"; rc=1
+  if ! built test_json; then rc=1
   else
     shared=../shared/data
-    if [ -d "$shared/bert-base-chinese" ]; then ${BF_WRAP:-} "$jbin" "$shared" || rc=1
-    else ${BF_WRAP:-} "$jbin" || rc=1; fi
+    if [ -d "$shared/bert-base-chinese" ]; then ${BF_WRAP:-} "$bin" "$shared" || rc=1
+    else ${BF_WRAP:-} "$bin" || rc=1; fi
   fi
-  bin=$BUILD/tests/test_model_load
-  if [ ! -x "$bin" ]; then echo "FAIL test_model_load: $bin not built (make test-bins)"; exit 1; fi
+  built test_model_load || exit 1
   cases=$BUILD/model-load
   if ! "$PYTHON" tests/make_broken_models.py "$cases" "$BUILD/models" >"$BUILD/model-load.log" 2>&1; then
     echo "FAIL make_broken_models: $(tail -n 5 "$BUILD/model-load.log" | tr '\n' ' ')"
@@ -162,16 +163,14 @@ unit_model() (
 
 # The engine's thread pool (ext/engine/pool.c): tests/c/test_pool.c.
 unit_pool() (
-  bin="$BUILD/tests/test_pool"
-  if [ ! -x "$bin" ]; then echo "FAIL test_pool: $bin not built (run make test-bins)"; exit 1; fi
+  built test_pool || exit 1
   ${BF_WRAP:-} "$bin"
 )
 
 # The int8 products of ext/engine/qgemm.c: tests/c/test_qgemm.c (every
 # kernel the CPU has against the portable one and the exact math).
 unit_qgemm() (
-  bin="$BUILD/tests/test_qgemm"
-  if [ ! -x "$bin" ]; then echo "FAIL test_qgemm: $bin not built (run make test-bins)"; exit 1; fi
+  built test_qgemm || exit 1
   ${BF_WRAP:-} "$bin"
   rc=$?
   # BERTFILL_NO_AVX512=1 must rule out the AVX-512 kernel (checks only that)
@@ -182,8 +181,7 @@ unit_qgemm() (
 
 # Unit tests of the stats histograms and counters (ext/sqlite/stats.c): tests/c/test_stats.c.
 unit_stats() (
-  bin="$BUILD/tests/test_stats"
-  if [ ! -x "$bin" ]; then echo "FAIL test_stats: $bin not built (run make test-bins)"; exit 1; fi
+  built test_stats || exit 1
   ${BF_WRAP:-} "$bin"
 )
 
@@ -228,8 +226,7 @@ unit_threads() (
 # invalid UTF-8 and random input.  Cases on the real bert-base-chinese vocabulary are
 # skipped when ../shared/data/bert-base-chinese is absent.
 unit_tokenizer() (
-  bin=$BUILD/tests/test_tokenizer
-  if [ ! -x "$bin" ]; then echo "FAIL tokenizer: $bin is not built (make test-bins)"; exit 1; fi
+  built test_tokenizer || exit 1
   work=$BUILD/tokenizer_dirs
   rm -rf "$work" && mkdir -p "$work"
   ${BF_WRAP:-} "$bin" tests/golden/tokenizer_golden.tsv tests/golden/tokenizer_small \
@@ -238,8 +235,7 @@ unit_tokenizer() (
 
 # Unit tests of the shared helpers (ext/engine/util.c): tests/c/test_util.c.
 unit_util() (
-  bin="$BUILD/tests/test_util"
-  if [ ! -x "$bin" ]; then echo "FAIL test_util: $bin not built (run make test-bins)"; exit 1; fi
+  built test_util || exit 1
   ${BF_WRAP:-} "$bin"
 )
 

@@ -212,6 +212,11 @@ def same(a, b):
     return True
 
 
+def count_wrong(results, texts, ref):
+    """How many answers of the results ("answers" lists, one per text) differ from ref."""
+    return sum(1 for r in results for a, t in zip(r["answers"], texts) if not same(a, ref[t]))
+
+
 REFS = {}
 
 
@@ -311,23 +316,29 @@ def test_leader_kill(rounds=int(os.environ.get("SB_KILL_ROUNDS", "50"))):
             return next(int(l.split()[1]) for l in f if l.startswith("VmRSS:"))
     t_start = time.monotonic()
     path = None
-    kills, wrong, errors, answered, worst = 0, 0, [], 0, 0.0
-    hangs, waiting_since = 0, None  # after a kill: no kill again before an answer came
-    deadline = time.monotonic() + float(os.environ.get("SB_KILL_SECONDS", "150"))
-    while kills < rounds and time.monotonic() < deadline:
-        for key, _ in sel.select(timeout=0.005):  # read what the workers answered
-            w = key.data
-            line = w.p.stdout.readline()
+    kills, hangs, waiting_since = 0, 0, None  # after a kill: no kill again before an answer came
+    seen = {"answered": 0, "wrong": 0, "worst": 0.0, "errors": []}
+
+    def read_answers(timeout):
+        """Read what the workers answered within timeout; how many answers came."""
+        got = 0
+        for key, _ in sel.select(timeout=timeout):
+            line = key.data.p.stdout.readline()
             if not line:
                 continue
             r = json.loads(line)
-            answered += 1
-            waiting_since = None
-            worst = max(worst, r["dt"])
+            got += 1
+            seen["worst"] = max(seen["worst"], r["dt"])
             if r["err"]:
-                errors.append(r["err"])
+                seen["errors"].append(r["err"])
             elif not same(r["answer"], ref[r["text"]]):
-                wrong += 1
+                seen["wrong"] += 1
+        seen["answered"] += got
+        return got
+    deadline = time.monotonic() + float(os.environ.get("SB_KILL_SECONDS", "150"))
+    while kills < rounds and time.monotonic() < deadline:
+        if read_answers(0.005):
+            waiting_since = None
         if not rss or time.monotonic() - rss[-1][0] > 5:
             rss.append((time.monotonic(), rss_kb(observer.pid)))
         if path is None:
@@ -352,16 +363,8 @@ def test_leader_kill(rounds=int(os.environ.get("SB_KILL_ROUNDS", "50"))):
     # let the survivors answer a little longer, then collect their counters
     t_end = time.monotonic() + 1.0
     while time.monotonic() < t_end:
-        for key, _ in sel.select(timeout=0.05):
-            line = key.data.p.stdout.readline()
-            if line:
-                r = json.loads(line)
-                answered += 1
-                worst = max(worst, r["dt"])
-                if r["err"]:
-                    errors.append(r["err"])
-                elif not same(r["answer"], ref[r["text"]]):
-                    wrong += 1
+        read_answers(0.05)
+    answered, wrong, worst, errors = seen["answered"], seen["wrong"], seen["worst"], seen["errors"]
     rss.append((time.monotonic(), rss_kb(observer.pid)))
     for w in list(ws.values()) + [observer]:
         w.kill()
@@ -450,7 +453,7 @@ def test_requester_kill():
         w.close()
         kills += 1
     r = survivor.recv()
-    wrong = sum(1 for a, t in zip(r["answers"], texts) if not same(a, ref[t]))
+    wrong = count_wrong([r], texts, ref)
     check("requester_kill", kills == 10 and wrong == 0 and not r["errors"],
           "%d kills, %d wrong, errors %r" % (kills, wrong, r["errors"][:2]))
     # slots of dead owners (not FREE, no lock behind them): written into the
@@ -466,7 +469,7 @@ def test_requester_kill():
     r = w.ask(op="run", texts=texts[:5])
     d = w.ask(op="debug")
     err = w.close()
-    wrong = sum(1 for a, t in zip(r["answers"], texts[:5]) if not same(a, ref[t]))
+    wrong = count_wrong([r], texts[:5], ref)
     c = d["counters"]
     check("dead_slots_reclaimed",
           wrong == 0 and not r["errors"] and c["shared_reclaimed"] >= 1 and
@@ -534,7 +537,7 @@ def test_other_user():
     d_root, d_nob = root.ask(op="debug"), nob.ask(op="debug")
     nob_err = nob.close()
     root.close()
-    wrong = sum(1 for r in (r0, r1, r2) for a, t in zip(r["answers"], texts) if not same(a, ref[t]))
+    wrong = count_wrong([r0, r1, r2], texts, ref)
     st = os.stat(rootfile)
     # nobody cannot open root's file
     probe = subprocess.run(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups",
@@ -567,7 +570,7 @@ def test_other_user():
     r2 = root.ask(op="run", texts=texts[:3])
     d2 = root.ask(op="debug")
     err2 = root.close()
-    wrong = sum(1 for rr in (r, r2) for a, t in zip(rr["answers"], texts[:3]) if not same(a, ref[t]))
+    wrong = count_wrong([r, r2], texts[:3], ref)
     check("other_user_foreign_files_refused",
           wrong == 0 and not d["shared"]["usable"] and not d2["shared"]["usable"] and
           err.count("shared batching off") == 1 and "belongs to another user" in err2,
@@ -603,7 +606,7 @@ def test_refused_files():
         r = w.ask(op="run", texts=texts)
         d = w.ask(op="debug")
         err = w.close()
-        wrong = sum(1 for a, t in zip(r["answers"], texts) if not same(a, ref[t]))
+        wrong = count_wrong([r], texts, ref)
         check("refused_" + name,
               wrong == 0 and not r["errors"] and not d["shared"]["usable"] and
               err.count("shared batching off") == 1,
@@ -638,7 +641,7 @@ def test_full_queue():
     m.close()
     os.close(fd)
     w.close()
-    wrong = sum(1 for a, t in zip(r["answers"], texts) if not same(a, ref[t]))
+    wrong = count_wrong([r], texts, ref)
     check("full_queue_falls_back",
           wrong == 0 and not r["errors"] and d["counters"]["shared_fallback"] >= len(texts),
           "wrong %d, errors %r, counters %r" % (wrong, r["errors"], d["counters"]))
@@ -692,7 +695,7 @@ def test_fork():
     r = w.ask(op="fork", texts=texts)
     w.close()
     p, c = r["parent"], r["child"]
-    wrong = sum(1 for x in (p, c) for a, t in zip(x["answers"], texts) if not same(a, ref[t]))
+    wrong = count_wrong([p, c], texts, ref)
     served = (p["counters"]["shared_served"] + c["counters"]["shared_served"]
               - 2 * before["shared_served"])
     check("fork", wrong == 0 and not p["errors"] and not c["errors"] and c["shared"]["usable"]
@@ -710,7 +713,7 @@ def test_off():
     r = w.ask(op="run", texts=texts)
     d = w.ask(op="debug")
     w.close()
-    wrong = sum(1 for a, t in zip(r["answers"], texts) if not same(a, ref[t]))
+    wrong = count_wrong([r], texts, ref)
     check("off", wrong == 0 and not d["shared"]["on"] and not shared_files(sdir),
           "wrong %d, shared %r, files %r" % (wrong, d["shared"], shared_files(sdir)))
     shutil.rmtree(sdir, ignore_errors=True)
