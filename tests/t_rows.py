@@ -92,6 +92,75 @@ def reference(rows):
     return out
 
 
+def packed_runs(rows, length, cached):
+    """(runs, sequences) of the encoder for a column, as bounds.h packs it:
+    a new sequence joins the run while it has fewer than 32 sequences and
+    its tokens stay within 2048, a run goes once it is full, and the text
+    that does not fit starts the next run.  A repeat within the run shares
+    its sequence; with cached, a text computed in an earlier run is not
+    computed again."""
+    runs, seqs, run, tokens, done = 0, 0, [], 0, set()
+    for r in rows:
+        if r in run or (cached and r in done):
+            continue
+        if run and tokens + length[r] > 2048:
+            runs, seqs, run, tokens = runs + 1, seqs + len(run), [], 0
+        run.append(r)
+        done.add(r)
+        tokens += length[r]
+        if len(run) == 32 or tokens >= 2048:
+            runs, seqs, run, tokens = runs + 1, seqs + len(run), [], 0
+    return runs + (len(run) > 0), seqs + len(run)
+
+
+def test_token_limit():
+    """Long texts: a run is cut by its tokens (2048), not by its sequences;
+    the text that does not fit starts the next run, in fill_rows and in
+    bert_prefill alike, repeats of it included."""
+    small = os.path.join(os.path.dirname(TINY), "small")
+    c = connect()
+    c.execute("SELECT bert_load(?)", (small,)).fetchone()
+    vocab = open(os.path.join(small, "vocab.txt"), encoding="utf-8").read().split("\n")
+    chars = [t for t in vocab if len(t) == 1 and "\u4e00" <= t <= "\u9fff"]
+    rnd = random.Random(11)
+    distinct = []
+    for _ in range(90):
+        w = [rnd.choice(chars) for _ in range(rnd.randint(60, 120))]
+        w.insert(rnd.randint(0, len(w)), "[MASK]")
+        distinct.append("".join(w))
+    rows = distinct[:60] + [distinct[rnd.randrange(60)] for _ in range(20)] + distinct[60:]
+    length = {r: len(json.loads(c.execute("SELECT bert_tokenize(?)", (r,)).fetchone()[0])) for r in distinct}
+    runs, seqs = packed_runs(rows, length, cached=False)
+    check("token_limit_cut_by_tokens", max(length.values()) <= 128 and runs > math.ceil(seqs / 32),
+          "longest %d, %d runs for %d sequences" % (max(length.values()), runs, seqs))
+    c.execute("SELECT bert_cache('off')").fetchone()
+    table(c, rows)
+    before = counters(c)
+    got = [r[0] for r in c.execute("SELECT filled FROM fill_rows('SELECT id, text FROM t ORDER BY id')")]
+    d = delta(before, counters(c))
+    check("token_limit_rows_runs", d["encoder_runs"] == runs and d["rows_seqs"] == seqs,
+          "runs %d seqs %d (want %d, %d)" % (d["encoder_runs"], d["rows_seqs"], runs, seqs))
+    ref = connect()
+    ref.execute("SELECT bert_load(?), bert_cache('off'), bert_batching(0)", (small,)).fetchone()
+    want = [ref.execute("SELECT bert_fill(?)", (r,)).fetchone()[0] for r in rows]
+    ref.close()
+    check("token_limit_rows_same_as_bert_fill", got == want,
+          "%d differ" % sum(a != b for a, b in zip(got, want)))
+    # bert_prefill packs the same runs; bert_fill then reads every text from the cache
+    c.execute("SELECT bert_cache('on'), bert_cache('clear')").fetchone()
+    before = counters(c)
+    computed = c.execute("SELECT bert_prefill(text) FROM t ORDER BY id").fetchone()[0]
+    d = delta(before, counters(c))
+    runs, seqs = packed_runs(rows, length, cached=True)
+    check("token_limit_prefill_runs", computed == seqs == len(distinct) and d["encoder_runs"] == runs,
+          "computed %d, runs %d (want %d, %d)" % (computed, d["encoder_runs"], seqs, runs))
+    before = counters(c)
+    filled = [r[0] for r in c.execute("SELECT bert_fill(text) FROM t ORDER BY id")]
+    d = delta(before, counters(c))
+    check("token_limit_prefill_then_hits", filled == want and d["encoder_runs"] == 0, repr(d["encoder_runs"]))
+    c.close()
+
+
 # ---------------------------------------------------------------------------
 def test_surface():
     c = connect()
@@ -598,6 +667,7 @@ def main():
         test_query_errors()
         test_lowered_limits()
         test_same_as_bert_fill()
+        test_token_limit()
         test_duplicates()
         test_null_and_invalid()
         test_empty()

@@ -55,8 +55,8 @@ SQLITE_EXTENSION_INIT3
 #include "prefill.h"
 #include "bounds.h"
 #include "cache.h"
+#include "column_batch.h"
 #include "conn.h"
-#include "encode.h"
 #include "errors.h"
 #include "joint.h"
 #include "lookup.h"
@@ -67,10 +67,9 @@ SQLITE_EXTENSION_INIT3
 typedef struct prefill {
   int started, failed, progress;
   bfx_conn *c;
-  bf_model *m;                             /* retained until the final step */
-  int k;                                   /* candidates per mask to compute */
-  bf_tokens batch[BFX_BATCH_MAX_SEQS + 1]; /* last slot: the text being read */
-  int nb, btokens;
+  bf_model *m;                                           /* retained until the final step */
+  int k;                                                 /* candidates per mask to compute */
+  bfx_column_batch batch;                                /* the texts of the next encoder run */
   sqlite3_int64 read, computed, cached, nomask, skipped; /* read = the sum of the rest */
   uint64_t t_start, t_progress;
 } prefill;
@@ -118,24 +117,19 @@ static void check_capacity(prefill *p, bfx_err *e) {
            (long long)p->computed, (long long)cap, setting);
 }
 
-/* Encode the pending batch and store its results in the cache. */
+/* Encode the batch and store its results in the cache. */
 static int encode_and_store_batch(sqlite3_context *ctx, prefill *p) {
-  if (p->nb == 0) return SQLITE_OK;
-  size_t masks = 0;
-  for (int i = 0; i < p->nb; i++) masks += (size_t)p->batch[i].n_masks;
-  bf_cand *out = sqlite3_malloc64(masks * (size_t)p->k * sizeof *out);
+  bfx_column_batch *b = &p->batch;
+  if (b->n == 0) return SQLITE_OK;
   bfx_err e = BFX_ERR_NONE;
-  if (!out) bfx_err_nomem(&e);
-  else if (bfx_encode(p->m, p->nb, p->batch, p->k, out, NULL, &e) == SQLITE_OK) {
+  if (bfx_column_batch_encode(b, p->m, p->k, &e) == SQLITE_OK) {
     /* one transaction in autocommit mode: one commit (and fsync) per batch
     ** instead of one per text */
-    bfx_cache_put_batch(p->c, p->m, p->nb, p->batch, p->k, out, -1, NULL);
-    p->computed += p->nb;
+    bfx_column_batch_store(b, p->c, p->m, -1);
+    p->computed += b->n;
     check_capacity(p, &e);
   }
-  sqlite3_free(out);
-  p->nb = 0;
-  p->btokens = 0;
+  bfx_column_batch_next(b);
   if (e.rc != SQLITE_OK) {
     p->failed = 1;
     bfx_err where = e; /* say where the error came from */
@@ -144,17 +138,6 @@ static int encode_and_store_batch(sqlite3_context *ctx, prefill *p) {
     return e.rc;
   }
   return SQLITE_OK;
-}
-
-/* 1 when t is already in the cache (the table in mode 'on', where it is
-** kept longest; an entry found only in the LRU is copied into the table),
-** 0 when not, -1 out of memory. */
-static int already_cached(prefill *p, const bf_tokens *t) {
-  bfx_result res;
-  memset(&res, 0, sizeof res);
-  int hit = bfx_cache_get(p->c, p->m, t, p->k, BFX_GET_KEEP | BFX_GET_NO_LRU, &res);
-  bfx_result_clear(&res);
-  return hit;
 }
 
 /* bert_prefill(text, 'joint'): the whole-word fills of t, from the memo or
@@ -227,20 +210,15 @@ void bfx_prefill_step(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
   }
   p->read++;
 
-  bf_tokens *t = &p->batch[p->nb]; /* tokenize into the next free slot */
-  int rc = bfx_tokenize_fill("bert_prefill", p->m, s, n, t, NULL, &e);
-  if (rc == SQLITE_NOMEM) {
-    p->failed = 1;
-    bfx_error(ctx, &e);
-    return;
-  }
-  if (rc == SQLITE_OK && t->n_masks == 0) { /* as bert_fill: nothing to do, at any length */
-    p->nomask++;
-    goto out;
-  }
-  if (rc != SQLITE_OK || t->n > bfx_max_tokens(p->m)) {
-    p->skipped++;
-    goto out;
+  bf_tokens *t;
+  switch (bfx_column_batch_tokenize(&p->batch, "bert_prefill", p->m, s, n, &t, &e)) {
+    case BFX_COLUMN_TEXT_NOMEM:
+      p->failed = 1;
+      bfx_error(ctx, &e);
+      return;
+    case BFX_COLUMN_NO_MASK: p->nomask++; goto out;
+    case BFX_COLUMN_BAD: p->skipped++; goto out;
+    case BFX_COLUMN_FILL: break;
   }
   if (joint) {
     prefill_joint(ctx, p, t);
@@ -248,32 +226,26 @@ void bfx_prefill_step(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
     goto out;
   }
 
-  int hit = already_cached(p, t);
-  if (hit < 0) {
-    p->failed = 1;
-    sqlite3_result_error_nomem(ctx);
-    return;
+  /* The table first in mode 'on', where it is kept longest; an entry found
+  ** only in the LRU is copied into the table. */
+  bfx_result res;
+  int seq;
+  bfx_column_place place = bfx_column_batch_place(&p->batch, p->c, p->m, p->k,
+                                                  BFX_GET_KEEP | BFX_GET_NO_LRU, &res, &seq);
+  bfx_result_clear(&res);
+  switch (place) {
+    case BFX_COLUMN_NOMEM:
+      p->failed = 1;
+      sqlite3_result_error_nomem(ctx);
+      return;
+    case BFX_COLUMN_CACHED:
+    case BFX_COLUMN_REPEAT: p->cached++; goto out;
+    case BFX_COLUMN_NO_ROOM: /* run the batch; the text starts the next one */
+      if (encode_and_store_batch(ctx, p) != SQLITE_OK) return;
+      break;
+    case BFX_COLUMN_NEW: break;
   }
-  for (int i = 0; i < p->nb && !hit; i++) /* a repeat within the batch */
-    hit = p->batch[i].n == t->n &&
-          memcmp(p->batch[i].ids, t->ids, (size_t)t->n * sizeof *t->ids) == 0;
-  if (hit) {
-    p->cached++;
-    goto out;
-  }
-
-  if (p->nb > 0 && p->btokens + t->n > BFX_BATCH_MAX_TOKENS) {
-    /* No room for this text: run the batch, then move the text to slot 0. */
-    int at = p->nb;
-    if (encode_and_store_batch(ctx, p) != SQLITE_OK) return;
-    bf_tokens tmp = p->batch[0];
-    p->batch[0] = p->batch[at];
-    p->batch[at] = tmp;
-    t = &p->batch[0];
-  }
-  p->nb++;
-  p->btokens += t->n;
-  if (p->nb == BFX_BATCH_MAX_SEQS || p->btokens >= BFX_BATCH_MAX_TOKENS)
+  if (bfx_column_batch_full(&p->batch))
     if (encode_and_store_batch(ctx, p) != SQLITE_OK) return;
 out:
   progress(p, 0);
@@ -290,7 +262,7 @@ void bfx_prefill_final(sqlite3_context *ctx) {
     if (p->read > 0) progress(p, 1);
     sqlite3_result_int64(ctx, p->computed);
   }
-  for (int i = 0; i <= BFX_BATCH_MAX_SEQS; i++) bf_tokens_free(&p->batch[i]);
+  bfx_column_batch_free(&p->batch);
   if (p->m) bf_model_release(p->m);
   p->m = NULL;
 }

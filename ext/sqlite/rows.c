@@ -81,8 +81,8 @@ SQLITE_EXTENSION_INIT3
 #include "rows.h"
 #include "bounds.h"
 #include "cache.h"
+#include "column_batch.h"
 #include "conn.h"
-#include "encode.h"
 #include "errors.h"
 #include "joint.h"
 #include "lookup.h"
@@ -97,7 +97,6 @@ enum { COL_KEY, COL_TEXT, COL_FILLED, COL_MASKS, COL_ERROR, COL_SQL, COL_K, COL_
 enum { ROWS_MODE = 4 };
 
 #define MAX_ROWS BFX_ROWS_BATCH_MAX_ROWS
-#define MAX_SEQS BFX_BATCH_MAX_SEQS
 
 typedef struct rows_vtab {
   sqlite3_vtab base;
@@ -129,12 +128,11 @@ typedef struct rows_cursor {
   int beam;    /* its beam width: k, or BFX_DEFAULT_K as bert_fill(text, 'joint') */
   int k_enc;   /* candidates per mask the encoder computes (cache entries) */
   int done;    /* the query has no more rows */
-  int pending; /* rows[nrows] was read but waits for the next batch; its tokens are seqs[nseq] */
+  int pending; /* rows[nrows] was read but waits for the next batch (its tokens wait in seqs) */
   row rows[MAX_ROWS + 1];
-  int nrows, at; /* rows of this batch, and the one the cursor is on */
-  bf_tokens seqs[MAX_SEQS + 1];
-  int nseq, ntokens;
-  int64_t table_room; /* rows the cache table may still take ('room') */
+  int nrows, at;         /* rows of this batch, and the one the cursor is on */
+  bfx_column_batch seqs; /* the sequences of the batch's encoder run */
+  int64_t table_room;    /* rows the cache table may still take ('room') */
   sqlite3_int64 rowid;
   int progress;
   uint64_t t_start, t_progress;
@@ -187,7 +185,7 @@ static void row_clear(row *r) {
 
 static void cursor_reset(rows_cursor *cur) {
   for (int i = 0; i <= MAX_ROWS; i++) row_clear(&cur->rows[i]);
-  for (int i = 0; i <= MAX_SEQS; i++) bf_tokens_free(&cur->seqs[i]);
+  bfx_column_batch_free(&cur->seqs);
   sqlite3_finalize(cur->query);
   sqlite3_free(cur->sql);
   if (cur->m) bf_model_release(cur->m);
@@ -257,17 +255,6 @@ static void progress(rows_cursor *cur, int final) {
 
 /* ---- one batch ---- */
 
-/* r's answer from the cache: 1 hit (r->hit), 0 miss, -1 out of memory.  A
-** hit in the table is not copied into the LRU. */
-static int cached(rows_cursor *cur, row *r, const bf_tokens *t) {
-  bfx_result res;
-  memset(&res, 0, sizeof res);
-  int hit = bfx_cache_get(cur->c, cur->m, t, cur->k > 0 ? cur->k : 1, BFX_GET_NO_LRU, &res);
-  r->hit = res.c;
-  r->hit_k = res.k;
-  return hit;
-}
-
 /* r cannot be filled: why goes into the row (0), or -1 out of memory. */
 static int row_error(rows_cursor *cur, row *r, bfx_err *why) {
   if (why->rc == SQLITE_NOMEM) return -1;
@@ -302,9 +289,10 @@ static int joint_row(rows_cursor *cur, row *r, const bf_tokens *t) {
   return rc == SQLITE_OK ? 0 : row_error(cur, r, &why);
 }
 
-/* Read the text of r: its tokens go to seqs[nseq]; r gets an error, a
-** plain answer, cached candidates or the sequence it repeats (returns 0),
-** or it needs a new sequence (r->seq = nseq, returns 1); -1 out of memory. */
+/* Read the text of r: r gets an error, a plain answer, cached candidates
+** or the sequence it repeats (returns 0), or it is a new sequence of the
+** run (r->seq, returns 1), or it waits for the next run (cur->pending,
+** returns 1); -1 out of memory. */
 static int read_text(rows_cursor *cur, row *r) {
   int n;
   r->seq = -1;
@@ -313,52 +301,51 @@ static int read_text(rows_cursor *cur, row *r) {
   if (a == 0) return 0; /* NULL text: NULL filled */
   r->n = n;
 
-  bf_tokens *t = &cur->seqs[cur->nseq];
+  bf_tokens *t;
   bfx_err why = BFX_ERR_NONE;
-  int rc = bfx_tokenize_fill("fill_rows", cur->m, r->s, n, t, NULL, &why);
-  if (rc == SQLITE_OK && t->n_masks == 0) { /* nothing to fill: the text itself */
-    r->filled = sqlite3_malloc64((size_t)n + 1);
-    if (!r->filled) return -1;
-    memcpy(r->filled, r->s, (size_t)n);
-    r->filled[n] = 0;
-    r->filled_n = n;
-    return 0;
+  switch (bfx_column_batch_tokenize(&cur->seqs, "fill_rows", cur->m, r->s, n, &t, &why)) {
+    case BFX_COLUMN_TEXT_NOMEM: return -1;
+    case BFX_COLUMN_BAD: return row_error(cur, r, &why);
+    case BFX_COLUMN_NO_MASK: /* nothing to fill: the text itself */
+      r->filled = sqlite3_malloc64((size_t)n + 1);
+      if (!r->filled) return -1;
+      memcpy(r->filled, r->s, (size_t)n);
+      r->filled[n] = 0;
+      r->filled_n = n;
+      return 0;
+    case BFX_COLUMN_FILL: break;
   }
-  if (rc == SQLITE_OK) rc = bfx_check_length("fill_rows", cur->m, t, &why);
-  if (rc == SQLITE_OK) {
-    r->n_masks = t->n_masks;
-    r->off = sqlite3_malloc64((size_t)t->n_masks * sizeof *r->off);
-    if (!r->off) return -1;
-    rc = bfx_find_masks("fill_rows", cur->m, r->s, n, t, r->off, &why);
-  }
-  if (why.rc == SQLITE_NOMEM) return -1;
-  if (rc == SQLITE_OK && cur->joint) return joint_row(cur, r, t);
-  if (rc != SQLITE_OK) return row_error(cur, r, &why);
+  r->n_masks = t->n_masks;
+  r->off = sqlite3_malloc64((size_t)t->n_masks * sizeof *r->off);
+  if (!r->off) return -1;
+  if (bfx_find_masks("fill_rows", cur->m, r->s, n, t, r->off, &why) != SQLITE_OK)
+    return why.rc == SQLITE_NOMEM ? -1 : row_error(cur, r, &why);
+  if (cur->joint) return joint_row(cur, r, t);
 
-  int hit = cached(cur, r, t);
-  if (hit < 0) return -1;
-  for (int j = 0; j < cur->nseq && !hit; j++) /* a repeat within the batch */
-    if (cur->seqs[j].n == t->n &&
-        memcmp(cur->seqs[j].ids, t->ids, (size_t)t->n * sizeof *t->ids) == 0) {
-      r->seq = j;
-      hit = 1;
-    }
-  if (hit) {
-    cur->reused++;
-    return 0;
+  /* A hit in the table is not copied into the LRU. */
+  bfx_result res;
+  switch (bfx_column_batch_place(&cur->seqs, cur->c, cur->m, cur->k > 0 ? cur->k : 1,
+                                 BFX_GET_NO_LRU, &res, &r->seq)) {
+    case BFX_COLUMN_NOMEM: return -1;
+    case BFX_COLUMN_CACHED:
+      r->hit = res.c;
+      r->hit_k = res.k;
+      cur->reused++;
+      return 0;
+    case BFX_COLUMN_REPEAT: cur->reused++; return 0;
+    case BFX_COLUMN_NO_ROOM: cur->pending = 1; return 1;
+    case BFX_COLUMN_NEW: return 1;
   }
-  r->seq = cur->nseq;
   return 1;
 }
 
-/* Store the batch's computed candidates (out: k_enc per mask) in the
-** cache, as bert_rows_cache says. */
-static void store_batch(rows_cursor *cur, const bf_cand *out) {
+/* Store the batch's computed candidates in the cache, as bert_rows_cache
+** says. */
+static void store_batch(rows_cursor *cur) {
   bfx_conn *c = cur->c;
   if (c->rows_cache == BFX_ROWS_CACHE_NONE) return;
   int64_t room = c->rows_cache == BFX_ROWS_CACHE_ALL ? -1 : cur->table_room;
-  cur->table_room -= bfx_cache_put_batch(c, cur->m, cur->nseq, cur->seqs, cur->k_enc, out, room,
-                                         NULL);
+  cur->table_room -= bfx_column_batch_store(&cur->seqs, c, cur->m, room);
 }
 
 /* The answer of r from its candidates c (k per mask). */
@@ -398,41 +385,29 @@ static int answer(rows_cursor *cur, row *r, const bf_cand *c, int k) {
 /* Run the encoder over the batch's sequences, store them, and answer every
 ** row of the batch. */
 static int encode_and_answer(rows_cursor *cur, bfx_err *e) {
-  size_t at[MAX_SEQS + 1], masks = 0;
-  for (int i = 0; i < cur->nseq; i++) {
-    at[i] = masks;
-    masks += (size_t)cur->seqs[i].n_masks;
+  bfx_column_batch *b = &cur->seqs;
+  if (bfx_column_batch_encode(b, cur->m, cur->k_enc, e) != SQLITE_OK) {
+    if (e->rc != SQLITE_NOMEM) {
+      bfx_err where = *e; /* say where the error came from */
+      bfx_errf(e, where.rc, where.kind, "fill_rows: %s", where.msg);
+    }
+    return e->rc;
   }
-  bf_cand *out = NULL;
-  if (cur->nseq > 0) {
-    out = sqlite3_malloc64(masks * (size_t)cur->k_enc * sizeof *out);
-    if (!out) {
-      bfx_err_nomem(e);
-      return SQLITE_NOMEM;
-    }
-    if (bfx_encode(cur->m, cur->nseq, cur->seqs, cur->k_enc, out, NULL, e) != SQLITE_OK) {
-      sqlite3_free(out);
-      if (e->rc != SQLITE_NOMEM) {
-        bfx_err where = *e; /* say where the error came from */
-        bfx_errf(e, where.rc, where.kind, "fill_rows: %s", where.msg);
-      }
-      return e->rc;
-    }
-    bf_stats_add(BF_CT_ROWS_SEQS, (uint64_t)cur->nseq);
-    cur->computed += cur->nseq;
-    store_batch(cur, out);
+  if (b->n > 0) {
+    bf_stats_add(BF_CT_ROWS_SEQS, (uint64_t)b->n);
+    cur->computed += b->n;
+    store_batch(cur);
   }
   int rc = SQLITE_OK;
   for (int i = 0; i < cur->nrows && rc == SQLITE_OK; i++) {
     row *r = &cur->rows[i];
     if (r->hit) rc = answer(cur, r, r->hit, r->hit_k);
-    else if (r->seq >= 0) rc = answer(cur, r, out + at[r->seq] * (size_t)cur->k_enc, cur->k_enc);
+    else if (r->seq >= 0) rc = answer(cur, r, bfx_column_batch_cands(b, r->seq), cur->k_enc);
     sqlite3_free(r->hit);
     sqlite3_free(r->off);
     r->hit = NULL;
     r->off = NULL;
   }
-  sqlite3_free(out);
   if (rc != SQLITE_OK) bfx_err_nomem(e);
   return rc;
 }
@@ -442,24 +417,17 @@ static int encode_and_answer(rows_cursor *cur, bfx_err *e) {
 ** error in e. */
 static int next_batch(rows_cursor *cur, bfx_err *e) {
   for (int i = 0; i < cur->nrows; i++) row_clear(&cur->rows[i]);
+  bfx_column_batch_next(&cur->seqs); /* a text that did not fit the last run starts this one */
   int carried = cur->pending;
-  if (carried) { /* the row that did not fit the last run starts this one */
+  if (carried) { /* and so does its row */
     row tmp = cur->rows[0];
     cur->rows[0] = cur->rows[cur->nrows];
     cur->rows[cur->nrows] = tmp;
-    bf_tokens tt = cur->seqs[0];
-    cur->seqs[0] = cur->seqs[cur->nseq];
-    cur->seqs[cur->nseq] = tt;
     cur->rows[0].seq = 0;
   }
-  cur->nrows = cur->nseq = cur->ntokens = cur->at = 0;
-  cur->pending = 0;
-  if (carried) {
-    cur->nrows = cur->nseq = 1;
-    cur->ntokens = cur->seqs[0].n;
-  }
-  while (!cur->done && cur->nrows < MAX_ROWS && cur->nseq < MAX_SEQS &&
-         cur->ntokens < BFX_BATCH_MAX_TOKENS) {
+  cur->nrows = carried;
+  cur->at = cur->pending = 0;
+  while (!cur->done && cur->nrows < MAX_ROWS && !bfx_column_batch_full(&cur->seqs)) {
     int rc = sqlite3_step(cur->query);
     if (rc == SQLITE_DONE) {
       cur->done = 1;
@@ -479,20 +447,11 @@ static int next_batch(rows_cursor *cur, bfx_err *e) {
     r->text = sqlite3_value_dup(sqlite3_column_value(cur->query, 1));
     cur->read++;
     bf_stats_add(BF_CT_ROWS, 1);
-    int fresh = r->key && r->text ? read_text(cur, r) : -1;
-    if (fresh < 0) {
+    if ((r->key && r->text ? read_text(cur, r) : -1) < 0) {
       bfx_err_nomem(e);
       return SQLITE_NOMEM;
     }
-    if (fresh) {
-      int n = cur->seqs[cur->nseq].n;
-      if (cur->nseq > 0 && cur->ntokens + n > BFX_BATCH_MAX_TOKENS) {
-        cur->pending = 1; /* no room in this run: the next batch starts with it */
-        break;
-      }
-      cur->nseq++;
-      cur->ntokens += n;
-    }
+    if (cur->pending) break; /* no room in this run: the next batch starts with it */
     cur->nrows++;
   }
   if (cur->nrows > 0) {
