@@ -36,6 +36,7 @@ import os
 import random
 import signal
 import sqlite3
+import struct
 import sys
 import tempfile
 import time
@@ -76,6 +77,51 @@ def make_texts(n, seed=7):
 def cand_rows(c, text, k):
     return [tuple(r) for r in c.execute(
         "SELECT mask, rank, token, token_id, score, sequence FROM fill_candidates(?, ?)", (text, k))]
+
+
+# A text computed in a batch with others (dynamic batching, the machine-wide
+# batcher) gets the probabilities of a lone run to float rounding (about
+# 1e-6, docs/columns.md), not to the bit: answers are compared with this
+# tolerance, and two candidates whose probabilities are that close may swap.
+PROB_TOL = 1e-5
+
+
+def same_ranking(a, b):
+    """a, b: [(token_id, prob)] best first.  The same ranking but for float
+    rounding: each rank's probability within PROB_TOL, the same token or one
+    tied (within PROB_TOL) with it in the other list."""
+    if len(a) != len(b):
+        return False
+    for (ia, pa), (ib, pb) in zip(a, b):
+        if abs(pa - pb) > PROB_TOL:
+            return False
+        if ia != ib and not any(i == ia and abs(p - pb) <= PROB_TOL for i, p in b):
+            return False
+    return True
+
+
+def same_cands(a, b):
+    """Two results of cand_rows: the same but for float rounding."""
+    if len(a) != len(b):
+        return False
+    masks = sorted({r[0] for r in a})
+    if masks != sorted({r[0] for r in b}):
+        return False
+    return all(same_ranking([(r[3], r[4]) for r in a if r[0] == m], [(r[3], r[4]) for r in b if r[0] == m])
+               for m in masks)
+
+
+def same_result(a, b):
+    """Two cache result blobs ('BFC1', u32 masks, u32 k, (i32 id, f32 prob)
+    per mask and rank): the same header, each mask's ranking the same but for
+    float rounding."""
+    if a[:12] != b[:12] or len(a) != len(b) or a[:4] != b"BFC1":
+        return False
+    masks, k = struct.unpack_from("<II", a, 4)
+    ra = struct.unpack_from("<" + "if" * (masks * k), a, 12)
+    rb = struct.unpack_from("<" + "if" * (masks * k), b, 12)
+    pairs = lambda r, m: [(r[2 * (m * k + j)], r[2 * (m * k + j) + 1]) for j in range(k)]
+    return all(same_ranking(pairs(ra, m), pairs(rb, m)) for m in range(masks))
 
 
 def references(texts):
@@ -132,7 +178,7 @@ def worker(path, wid, texts, ncalls, ref_fill, ref_cand, q, forever=False):
                 ok = got == ref_fill[t]
             elif r < 0.6:
                 kind = "cand"
-                ok = cand_rows(c, t, 3) == ref_cand[t]
+                ok = same_cands(cand_rows(c, t, 3), ref_cand[t])
             elif r < 0.9:
                 kind = "commit"
                 c.execute("BEGIN IMMEDIATE")
@@ -184,7 +230,8 @@ def verify(name, path, fp, ref, committed=()):
             rows += 1
             key, result = bytes(key), bytes(result)
             have.add(key)
-            if model != fp or key not in by_key or k != by_key[key][2] or result != by_key[key][1]:
+            if model != fp or key not in by_key or k != by_key[key][2] or \
+                    not same_result(result, by_key[key][1]):
                 torn.append((model, key[:16], k))
     lost = sorted({t for t in committed if ref[t][2] not in have})
     check(name + "_rows", not torn, "%d torn or misattributed rows of %d, e.g. %r" % (len(torn), rows, torn[:2]))
