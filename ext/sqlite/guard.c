@@ -10,6 +10,12 @@
 **   bertfill: busy: 2 encoder runs in progress, waited 2000 ms
 ** instead of piling up without limit.  Cache hits never take a slot.
 **
+** Slots go first come, first served: a caller that finds others waiting
+** queues behind them even when a slot has just come free.  Without that, a
+** column being filled (fill_rows, bert_prefill: one full run right after
+** another) took the slot back before the woken bert_fill callers could run,
+** and they waited several of its runs instead of one.
+**
 ** Each slot comes with a bf_run (the encoder's scratch memory for one
 ** thread); finished runs are kept in a pool of at most N for reuse, so
 ** scratch memory is bounded by N runs.
@@ -34,14 +40,20 @@ SQLITE_EXTENSION_INIT3
 #include "stats.h"
 #include "util.h"
 
+/* A caller waiting for a slot, in the queue of waiters (on its stack). */
+typedef struct waiter {
+  struct waiter *next;
+} waiter;
+
 static struct {
   pthread_once_t once;
   pthread_mutex_t mu;
-  pthread_cond_t cv;
-  int max; /* as set; 0: automatic (see eff_max) */
+  pthread_cond_t cv; /* broadcast: a slot came free, or the queue's head changed */
+  int max;           /* as set; 0: automatic (see eff_max) */
   int in_flight, timeout_ms;
-  int machine;       /* the machine-wide guard is on */
-  int machine_slots; /* as set; 0: automatic (see machine_max) */
+  waiter *head, *tail; /* callers waiting for a slot, first come first */
+  int machine;         /* the machine-wide guard is on */
+  int machine_slots;   /* as set; 0: automatic (see machine_max) */
   bf_run **pool;
   int npool, cap;
 } guard = {.once = PTHREAD_ONCE_INIT, .mu = PTHREAD_MUTEX_INITIALIZER};
@@ -89,9 +101,30 @@ static int machine_max(void) {
 static void give_back_slot(void) {
   pthread_mutex_lock(&guard.mu);
   guard.in_flight--;
-  pthread_cond_signal(&guard.cv);
+  pthread_cond_broadcast(&guard.cv);
   pthread_mutex_unlock(&guard.mu);
 }
+/* The queue of waiters (guard.mu held). */
+static void queue_join(waiter *w) {
+  w->next = NULL;
+  if (guard.tail) guard.tail->next = w;
+  else guard.head = w;
+  guard.tail = w;
+}
+static void queue_leave(waiter *w) {
+  waiter **p = &guard.head, *prev = NULL;
+  while (*p && *p != w) {
+    prev = *p;
+    p = &(*p)->next;
+  }
+  if (!*p) return;
+  *p = w->next;
+  if (guard.tail == w) guard.tail = prev;
+  pthread_cond_broadcast(&guard.cv); /* the next in the queue may take a slot still free */
+}
+
+/* A caller not in the queue may take a slot now (guard.mu held). */
+static int slot_free_for_newcomer(void) { return guard.in_flight < eff_max() && !guard.head; }
 
 /* A machine slot for a run that has its process slot: 1 when taken (or when
 ** the machine-wide guard is off or has no slot file), 0 when every slot
@@ -133,19 +166,23 @@ void bfx_guard_busy_error(bfx_err *e, int in_flight, uint64_t waited_ns) {
 bf_run *bfx_guard_acquire_until(uint64_t deadline_ns, uint64_t *waited_ns, bfx_err *e) {
   uint64_t t0 = bf_now_ns();
   guard_lock();
-  if (guard.in_flight >= eff_max()) {
+  if (!slot_free_for_newcomer()) { /* wait in the queue for a slot and our turn */
     struct timespec ts = {(time_t)(deadline_ns / 1000000000ull),
                           (long)(deadline_ns % 1000000000ull)};
-    while (guard.in_flight >= eff_max()) {
+    waiter me;
+    queue_join(&me);
+    while (guard.head != &me || guard.in_flight >= eff_max()) {
       int rc = pthread_cond_timedwait(&guard.cv, &guard.mu, &ts);
-      if (rc == ETIMEDOUT && guard.in_flight >= eff_max()) {
+      if (rc == ETIMEDOUT && (guard.head != &me || guard.in_flight >= eff_max())) {
         int n = guard.in_flight;
+        queue_leave(&me);
         guard_unlock();
         *waited_ns = bf_now_ns() - t0;
         bfx_guard_busy_error(e, n, *waited_ns);
         return NULL;
       }
     }
+    queue_leave(&me);
   }
   guard.in_flight++;
   guard_unlock();
@@ -168,7 +205,7 @@ bf_run *bfx_guard_acquire(uint64_t *waited_ns, bfx_err *e) {
 bf_run *bfx_guard_try_acquire(int *nomem) {
   *nomem = 0;
   guard_lock();
-  if (guard.in_flight >= eff_max()) {
+  if (!slot_free_for_newcomer()) {
     guard_unlock();
     return NULL;
   }
@@ -205,7 +242,7 @@ void bfx_guard_release(bf_run *r) {
       r = NULL;
     }
   }
-  pthread_cond_signal(&guard.cv);
+  pthread_cond_broadcast(&guard.cv);
   pthread_mutex_unlock(&guard.mu);
   if (r) bf_run_free(r);
 }
@@ -251,6 +288,14 @@ void bfx_guard_set_timeout_ms(int ms) {
 int bfx_guard_in_flight(void) {
   guard_lock();
   int n = guard.in_flight;
+  guard_unlock();
+  return n;
+}
+
+int bfx_guard_queued(void) {
+  guard_lock();
+  int n = 0;
+  for (const waiter *w = guard.head; w; w = w->next) n++;
   guard_unlock();
   return n;
 }

@@ -10,7 +10,8 @@
 #include "bertfill.h"
 #include "errors.h"
 
-/* Take an encoder slot, waiting at most the busy timeout.  On success
+/* Take an encoder slot, waiting at most the busy timeout, behind the
+** callers already waiting (first come, first served).  On success
 ** returns a scratch run to use (give it back with bfx_guard_release).  On
 ** timeout NULL with e = "bertfill: busy: ..." (SQLITE_ERROR, counted as
 ** busy); out of memory NULL with e = SQLITE_NOMEM.  The wait goes to
@@ -18,8 +19,8 @@
 bf_run *bfx_guard_acquire(uint64_t *waited_ns, bfx_err *e);
 /* The same, waiting at most until deadline_ns (CLOCK_MONOTONIC, bf_now_ns). */
 bf_run *bfx_guard_acquire_until(uint64_t deadline_ns, uint64_t *waited_ns, bfx_err *e);
-/* A slot only if one is free now: NULL when none (*nomem = 0) or out of
-** memory (*nomem = 1). */
+/* A slot only if one is free now and nobody waits for one: NULL when
+** none (*nomem = 0) or out of memory (*nomem = 1). */
 bf_run *bfx_guard_try_acquire(int *nomem);
 void bfx_guard_release(bf_run *r);
 /* from_ns + the busy timeout. */
@@ -33,6 +34,7 @@ int bfx_guard_max_auto(void);  /* 1 when the bound is the automatic one */
 int bfx_guard_timeout_ms(void);
 void bfx_guard_set_timeout_ms(int ms);
 int bfx_guard_in_flight(void);
+int bfx_guard_queued(void); /* callers waiting for a slot right now */
 /* Slots of the machine-wide guard in effect (machine_guard.c); 0: off. */
 int bfx_guard_machine_slots(void);
 

@@ -42,18 +42,19 @@
 ** How: rows are read from the query in batches: up to
 ** BFX_ROWS_BATCH_MAX_ROWS rows, and no more once the texts to compute
 ** fill one encoder run (BFX_BATCH_MAX_SEQS sequences / BFX_BATCH_MAX_TOKENS
-** tokens, bounds.h, as bert_prefill).  Each text is tokenized; a text found
+** tokens, bounds.h; the texts' side of a batch is column_batch.c, which
+** bert_prefill reads with too).  Each text is tokenized; a text found
 ** in the memo cache (the LRU, then the table in mode 'on') is answered from
 ** it, a repeat within the batch shares its sequence, and the rest go
 ** through the encoder in one run without padding (an encoder slot of the
 ** overload guard, guard.c).  Memory stays bounded by one batch.
-** Not through the batcher (batcher.c), as bert_prefill: the batcher takes
-** one sequence per caller and merges what concurrent callers queued, up
-** to the same BFX_BATCH_MAX_SEQS / _TOKENS; a batch of fill_rows already
-** fills such a run by itself, so it would share nothing, and fed to the
-** batcher one sequence at a time from its single thread it would run
-** one sequence per run.  It waits for the guard's slot as the batcher's
-** leader does, so concurrent callers queue behind its run, not beside it.
+** Not through the batcher (batcher.c), as bert_prefill: its runs are
+** already full (measured, docs/columns.md: 31.9 of 32 sequences per run on
+** 3,000 eval sentences), so a run has no room to share, and a bert_fill
+** caller merged into one would wait a whole run (80 ms there) instead of
+** running its own (3 ms) after it.  It takes the guard's slot as the
+** batcher's leader does; the guard serves in order (guard.c), so callers
+** that wait meanwhile run before its next batch, not after several.
 **
 ** What it computes goes to the cache as bert_rows_cache() says (settings.c):
 ** 'room' (default) to the LRU, and to the table only while the table has

@@ -75,7 +75,11 @@
 **      apply).  The lead is never held while waiting for that slot: when
 **      none is free it drops the lead, waits for a slot (at most RECHECK_NS)
 **      without it, and tries again, so that a process whose slots are busy
-**      with its own work never stalls the other processes.  The leader takes every
+**      with its own work never stalls the other processes.  A wait for a
+**      slot that came to nothing goes straight back into the guard's queue
+**      (first come, first served) rather than to sleep on the state word:
+**      asleep there it would let a fill_rows of its process, one run right
+**      after another, take the slot back each time.  The leader takes every
 **      POSTED slot (POSTED -> TAKEN; its own first, then in slot order from
 **      a rotating start, within BFX_BATCH_MAX_SEQS sequences and
 **      BFX_BATCH_MAX_TOKENS tokens, as batcher.c), copies their ids into its
@@ -652,29 +656,32 @@ static void lead(sbf *f, bf_model *m, int me, bf_run *run) {
 ** encoder slots are all busy (its other threads run fill_rows, say) would
 ** otherwise stall every process of the machine.  So: the lead and a slot
 ** free right now, or else, without the lead, wait for a slot at most until
-** until_ns and try the lead once more.  1: led (the own slot is DONE or
-** the batch ran out); 0: not the leader (another process is, or no slot
-** came); -1: out of memory. */
+** until_ns and try the lead once more.  LED: led (the own slot is DONE or
+** the batch ran out); NOT_LEADER: another thread or process leads (or took
+** the lead while this one waited); NO_SLOT: waited in the guard's queue
+** for a slot until until_ns, in vain; -1: out of memory. */
+enum { NOT_LEADER, LED, NO_SLOT };
 static int lead_if_possible(sbf *f, bf_model *m, int me, uint64_t until_ns) {
-  if (!try_lead(f)) return 0; /* another process leads: it will take the request */
+  if (!try_lead(f)) return NOT_LEADER; /* another leads: it will take the request */
   int nomem = 0;
   bf_run *run = bfx_guard_try_acquire(&nomem);
   if (run) {
     lead(f, m, me, run);
-    return 1;
+    return LED;
   }
   stop_leading(f);
   if (nomem) return -1;
   uint64_t waited = 0;
   bfx_err ignored = BFX_ERR_NONE;
   run = bfx_guard_acquire_until(until_ns, &waited, &ignored);
-  if (!run) return ignored.rc == SQLITE_NOMEM ? -1 : 0;
+  if (!run && ignored.rc == SQLITE_NOMEM) return -1;
+  if (!run) return waited >= RECHECK_NS / 2 ? NO_SLOT : NOT_LEADER;
   if (try_lead(f)) {
     lead(f, m, me, run);
-    return 1;
+    return LED;
   }
   bfx_guard_release(run);
-  return 0;
+  return NOT_LEADER;
 }
 
 /* ---- a call ---- */
@@ -717,10 +724,12 @@ int bfx_shared_encode(bf_model *m, const bf_tokens *t, int k, bf_cand *out, bfx_
     uint32_t st = atomic_load(&s->state);
     if (st == S_DONE) break;
     uint64_t now = bf_now_ns();
+    int queued = 0; /* this thread just waited in the guard's queue */
     if (st == S_POSTED || st == S_TAKEN) {
       uint64_t until = now + RECHECK_NS < deadline ? now + RECHECK_NS : deadline;
       int led = lead_if_possible(f, m, i, until);
-      if (led > 0) continue;
+      if (led == LED) continue;
+      queued = led == NO_SLOT;
       if (led < 0) { /* out of memory: take the request back if no leader has it */
         uint32_t expect = S_POSTED;
         if (atomic_compare_exchange_strong(&s->state, &expect, S_FILLING)) {
@@ -756,6 +765,9 @@ int bfx_shared_encode(bf_model *m, const bf_tokens *t, int k, bf_cand *out, bfx_
       bf_stats_add(BF_CT_SHARED_FALLBACK, 1);
       return 0;
     }
+    /* Back into the guard's queue at once when that is where it waited: a
+    ** sleep here would let a column's next run take the slot first. */
+    if (queued) continue;
     uint64_t ns = RECHECK_NS;
     if (st == S_POSTED && deadline - now < ns) ns = deadline - now;
     futex_wait(&s->state, st, ns ? ns : 1);

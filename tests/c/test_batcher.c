@@ -14,7 +14,10 @@
 **   - a call that finds the slot free and nobody queued runs alone at once
 **     (bit-identical), and so does every call with batching off;
 **   - a queued call gives up after the busy timeout with the busy error,
-**     with batching on and off.
+**     with batching on and off;
+**   - the guard's slots go first come, first served: a caller that comes
+**     when others wait gets a slot after them, even when it gave one back
+**     a moment ago (a column's runs one after another, guard.c).
 ** Links the SQLite layer's objects (see test_sqlite.h).
 **   usage: test_batcher TINY_MODEL_DIR SMALL_MODEL_DIR
 ** (the small model's 128 positions let a batch reach the token bound
@@ -24,6 +27,7 @@
 #define SQLITE_CORE 1
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <unistd.h>
 #include "testlib.h"
@@ -308,6 +312,48 @@ static void test_busy(bf_model *m) {
   CHECK("batcher_busy_none_queued", bfx_batch_queued() == 0 && bfx_guard_in_flight() == 0);
 }
 
+static atomic_int order_next;
+static int order_of[3];
+
+/* A caller that takes the guard's slot, notes when, and gives it back. */
+static void *slot_taker(void *arg) {
+  int who = (int)(intptr_t)arg;
+  bfx_err e = BFX_ERR_NONE;
+  uint64_t waited;
+  bf_run *r = bfx_guard_acquire(&waited, &e);
+  order_of[who] = r ? atomic_fetch_add(&order_next, 1) : -1;
+  if (r) bfx_guard_release(r);
+  return NULL;
+}
+
+static void test_guard_order(void) {
+  bfx_err e = BFX_ERR_NONE;
+  uint64_t waited;
+  bf_run *slot = bfx_guard_acquire(&waited, &e); /* the one slot */
+  if (!slot) {
+    printf("FAIL guard_order_slot: %s\n", e.msg);
+    return;
+  }
+  atomic_store(&order_next, 0);
+  pthread_t th[2];
+  int started = 0;
+  for (int i = 0; i < 2; i++) { /* two callers queue, one after the other */
+    if (pthread_create(&th[i], NULL, slot_taker, (void *)(intptr_t)i) != 0) break;
+    started++;
+    while (bfx_guard_queued() < i + 1) usleep(1000);
+  }
+  bfx_guard_release(slot);
+  slot = bfx_guard_acquire(&waited, &e); /* at once again, as fill_rows does */
+  order_of[2] = slot ? atomic_fetch_add(&order_next, 1) : -1;
+  if (slot) bfx_guard_release(slot);
+  for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
+  CHECKF("guard_first_come_first_served",
+         started == 2 && order_of[0] == 0 && order_of[1] == 1 && order_of[2] == 2,
+         "order: first waiter %d, second waiter %d, the one that gave the slot back %d",
+         order_of[0], order_of[1], order_of[2]);
+  CHECK("guard_order_none_left", bfx_guard_queued() == 0 && bfx_guard_in_flight() == 0);
+}
+
 int main(int argc, char **argv) {
   if (argc < 3) {
     fprintf(stderr, "usage: test_batcher TINY_MODEL_DIR SMALL_MODEL_DIR\n");
@@ -340,6 +386,7 @@ int main(int argc, char **argv) {
   test_two_models(tiny, small);
   test_alone(tiny);
   test_busy(tiny);
+  test_guard_order();
   for (int i = 0; i < MAX_CALLS; i++) bf_tokens_free(&calls[i].t);
   bf_model_release(tiny);
   bf_model_release(small);
