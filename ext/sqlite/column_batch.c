@@ -4,12 +4,14 @@
 ** use it: column_batch.h.
 */
 #include <string.h>
+#include <unistd.h>
 
 #include "sqlite3ext.h"
 SQLITE_EXTENSION_INIT3
 #include "column_batch.h"
 #include "encode.h"
 #include "text.h"
+#include "util.h"
 
 bfx_column_text bfx_column_batch_tokenize(bfx_column_batch *b, const char *fname, bf_model *m,
                                           const char *s, int n, bf_tokens **t, bfx_err *why) {
@@ -94,4 +96,18 @@ void bfx_column_batch_free(bfx_column_batch *b) {
   for (int i = 0; i <= BFX_BATCH_MAX_SEQS; i++) bf_tokens_free(&b->seqs[i]);
   sqlite3_free(b->out);
   memset(b, 0, sizeof *b);
+}
+
+void bfx_column_progress_start(bfx_column_progress *p) {
+  p->on = bf_env_flag("BERTFILL_PROGRESS", isatty(2));
+  p->t_start = p->t_last = bf_now_ns();
+}
+
+int bfx_column_progress_due(bfx_column_progress *p, int final, double *secs) {
+  if (!p->on) return 0;
+  uint64_t now = bf_now_ns();
+  if (!final && now - p->t_last < 1000000000ull) return 0;
+  p->t_last = now;
+  *secs = (double)(now - p->t_start) / 1e9;
+  return 1;
 }

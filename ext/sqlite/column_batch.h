@@ -86,4 +86,16 @@ int64_t bfx_column_batch_store(const bfx_column_batch *b, bfx_conn *c, bf_model 
 void bfx_column_batch_next(bfx_column_batch *b);
 void bfx_column_batch_free(bfx_column_batch *b);
 
+/* Progress lines on stderr while a column is read, at most one a second:
+** on when stderr is a terminal or BERTFILL_PROGRESS=1 (BERTFILL_PROGRESS=0
+** turns it off; read at bfx_column_progress_start).  The caller prints its
+** own line when bfx_column_progress_due says one is due (final: the last
+** line, always due when on), with the seconds since the start in *secs. */
+typedef struct bfx_column_progress {
+  int on;
+  uint64_t t_start, t_last;
+} bfx_column_progress;
+void bfx_column_progress_start(bfx_column_progress *p);
+int bfx_column_progress_due(bfx_column_progress *p, int final, double *secs);
+
 #endif

@@ -48,7 +48,6 @@
 */
 #include <stdio.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "sqlite3ext.h"
 SQLITE_EXTENSION_INIT3
@@ -65,21 +64,18 @@ SQLITE_EXTENSION_INIT3
 #include "util.h"
 
 typedef struct prefill {
-  int started, failed, progress;
+  int started, failed;
   bfx_conn *c;
   bf_model *m;                                           /* retained until the final step */
   int k;                                                 /* candidates per mask to compute */
   bfx_column_batch batch;                                /* the texts of the next encoder run */
   sqlite3_int64 read, computed, cached, nomask, skipped; /* read = the sum of the rest */
-  uint64_t t_start, t_progress;
+  bfx_column_progress progress;
 } prefill;
 
 static void progress(prefill *p, int final) {
-  if (!p->progress) return;
-  uint64_t now = bf_now_ns();
-  if (!final && now - p->t_progress < 1000000000ull) return;
-  p->t_progress = now;
-  double secs = (double)(now - p->t_start) / 1e9;
+  double secs;
+  if (!bfx_column_progress_due(&p->progress, final, &secs)) return;
   if (final)
     fprintf(stderr,
             "bert_prefill: done: %lld texts read, %lld computed, %lld cached or repeated, "
@@ -91,8 +87,6 @@ static void progress(prefill *p, int final) {
             (long long)p->read, (long long)p->computed,
             secs > 0 ? (double)p->computed / secs : 0.0);
 }
-
-static int progress_wanted(void) { return bf_env_flag("BERTFILL_PROGRESS", isatty(2)); }
 
 /* How many texts the cache keeps, and the setting that bounds it: the LRU
 ** (bert_cache_lru), or in mode 'on' on a writable database the table
@@ -189,8 +183,7 @@ void bfx_prefill_step(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
     p->m = m;
     int vocab = bf_model_config(m)->vocab_size;
     p->k = BFX_MIN_K < vocab ? BFX_MIN_K : vocab;
-    p->progress = progress_wanted();
-    p->t_start = p->t_progress = bf_now_ns();
+    bfx_column_progress_start(&p->progress);
   }
   int joint = argc == 2 ? bfx_arg_joint(argv[1], "bert_prefill", &e) : 0;
   if (joint < 0) {

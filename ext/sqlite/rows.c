@@ -75,7 +75,6 @@
 */
 #include <stdio.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "sqlite3ext.h"
 SQLITE_EXTENSION_INIT3
@@ -135,8 +134,7 @@ typedef struct rows_cursor {
   bfx_column_batch seqs; /* the sequences of the batch's encoder run */
   int64_t table_room;    /* rows the cache table may still take ('room') */
   sqlite3_int64 rowid;
-  int progress;
-  uint64_t t_start, t_progress;
+  bfx_column_progress progress;
   sqlite3_int64 read, computed, reused, errors;
 } rows_cursor;
 
@@ -238,11 +236,8 @@ static int rows_best_index(sqlite3_vtab *pVtab, sqlite3_index_info *info) {
 /* ---- progress on stderr ---- */
 
 static void progress(rows_cursor *cur, int final) {
-  if (!cur->progress) return;
-  uint64_t now = bf_now_ns();
-  if (!final && now - cur->t_progress < 1000000000ull) return;
-  cur->t_progress = now;
-  double secs = (double)(now - cur->t_start) / 1e9;
+  double secs;
+  if (!bfx_column_progress_due(&cur->progress, final, &secs)) return;
   if (final)
     fprintf(stderr,
             "fill_rows: done: %lld rows, %lld computed, %lld cached or repeated, %lld errors, "
@@ -598,8 +593,7 @@ static int rows_filter(sqlite3_vtab_cursor *cursor, int idxNum, const char *idxS
     int64_t have = bfc_table_rows(c->db);
     if (have >= 0 && have < cap) cur->table_room = cap - have;
   }
-  cur->progress = bf_env_flag("BERTFILL_PROGRESS", isatty(2));
-  cur->t_start = cur->t_progress = bf_now_ns();
+  bfx_column_progress_start(&cur->progress);
   cur->rowid = 0;
   cur->at = -1;
   cur->nrows = 0;
