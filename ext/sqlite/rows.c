@@ -261,6 +261,20 @@ static int row_error(rows_cursor *cur, row *r, bfx_err *why) {
   return 0;
 }
 
+/* r's filled text: each [MASK] replaced by the first of its candidates in c
+** (stride per mask).  SQLITE_OK or SQLITE_NOMEM. */
+static int set_filled(rows_cursor *cur, row *r, const bf_cand *c, size_t stride) {
+  sqlite3_str *o = sqlite3_str_new(NULL);
+  bfx_append_filled(o, cur->m, r->s, r->n, r->off, r->n_masks, c, stride);
+  r->filled_n = sqlite3_str_length(o);
+  if (sqlite3_str_errcode(o) != SQLITE_OK) {
+    sqlite3_free(sqlite3_str_finish(o));
+    return SQLITE_NOMEM;
+  }
+  r->filled = sqlite3_str_finish(o);
+  return r->filled ? SQLITE_OK : SQLITE_NOMEM;
+}
+
 /* 'joint': the best whole fill of r (tokens t, masks found), exactly what
 ** bert_fill(text, 'joint') gives with the default beam: one text at a time,
 ** through the memo cache as that function uses it.  0, or -1 out of memory. */
@@ -270,12 +284,7 @@ static int joint_row(rows_cursor *cur, row *r, const bf_tokens *t) {
   bfx_err why = BFX_ERR_NONE;
   int rc = bfx_joint_fill("fill_rows", cur->c, cur->m, t, cur->beam, BFX_JOINT_CALL, &res, &why);
   if (rc == SQLITE_OK) {
-    sqlite3_str *o = sqlite3_str_new(NULL); /* row 0: the best fill */
-    bfx_append_filled(o, cur->m, r->s, r->n, r->off, r->n_masks, res.c, (size_t)res.k);
-    r->filled_n = sqlite3_str_length(o);
-    if (sqlite3_str_errcode(o) != SQLITE_OK) rc = SQLITE_NOMEM;
-    r->filled = sqlite3_str_finish(o);
-    if (!r->filled) rc = SQLITE_NOMEM;
+    rc = set_filled(cur, r, res.c, (size_t)res.k); /* row 0: the best fill */
     cur->computed++;
   }
   bfx_result_clear(&res);
@@ -346,17 +355,9 @@ static void store_batch(rows_cursor *cur) {
 
 /* The answer of r from its candidates c (k per mask). */
 static int answer(rows_cursor *cur, row *r, const bf_cand *c, int k) {
-  sqlite3_str *o = sqlite3_str_new(NULL);
-  bfx_append_filled(o, cur->m, r->s, r->n, r->off, r->n_masks, c, k);
-  r->filled_n = sqlite3_str_length(o);
-  if (sqlite3_str_errcode(o) != SQLITE_OK) {
-    sqlite3_free(sqlite3_str_finish(o));
-    return SQLITE_NOMEM;
-  }
-  r->filled = sqlite3_str_finish(o);
-  if (!r->filled) return SQLITE_NOMEM;
+  if (set_filled(cur, r, c, (size_t)k) != SQLITE_OK) return SQLITE_NOMEM;
   if (cur->k == 0) return SQLITE_OK;
-  o = sqlite3_str_new(NULL);
+  sqlite3_str *o = sqlite3_str_new(NULL);
   sqlite3_str_appendchar(o, 1, '[');
   for (int i = 0; i < r->n_masks; i++) {
     sqlite3_str_appendall(o, i ? ",[" : "[");
