@@ -104,6 +104,7 @@ static void give_back_slot(void) {
   pthread_cond_broadcast(&guard.cv);
   pthread_mutex_unlock(&guard.mu);
 }
+
 /* The queue of waiters (guard.mu held). */
 static void queue_join(waiter *w) {
   w->next = NULL;
