@@ -39,7 +39,7 @@ TEST_BIN := $(patsubst tests/c/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 EXTENSION ?= bertfill.so
 
 # The dqlite node (examples/dqlite) is built, and tested by make test, only
-# where libdqlite-dev is installed; tests/t_cluster.sh skips without it.
+# where libdqlite-dev is installed; tests/cluster/t_cluster.sh skips without it.
 HAVE_DQLITE  := $(shell $(CC) -E -include dqlite.h -x c /dev/null >/dev/null 2>&1 && echo 1)
 CLUSTER_NODE := $(if $(HAVE_DQLITE),$(BUILD)/bfnode)
 
@@ -133,7 +133,7 @@ uninstall:
 
 # The /predict service and its WebUI (examples/web/README.md); Ctrl-C stops it.
 web: all
-	@bash tests/node/install.sh
+	@bash tests/clients/node/install.sh
 	node examples/web/server.js --port $(PORT)
 
 asan:
@@ -145,7 +145,7 @@ asan:
 valgrind: test-bins models
 	BUILD=$(BUILD) BF_ONLY_C=1 BF_WRAP="valgrind -q --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite" bash tests/run.sh
 
-# The C sources in the style of .clang-format (tests/t_format.sh checks the
+# The C sources in the style of .clang-format (tests/project/t_format.sh checks the
 # same files).
 CLANG_FORMAT ?= clang-format
 format:

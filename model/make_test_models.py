@@ -10,7 +10,7 @@ left alone.  Takes about a second in all; needs only numpy.
 
 The golden outputs in tests/golden/forward_NAME.json were computed from these
 models by model/reference.py; each golden records the sha256 of the
-model.safetensors it was made from, and tests/t_c.sh forward checks it.
+model.safetensors it was made from, and tests/c/t_c.sh forward checks it.
 """
 import hashlib
 import os

@@ -25,12 +25,12 @@ other side of a code boundary.  On tiny (2 layers) no code moves and the
 engine matches to ~4e-7.  Deeper random models amplify a moved code: on small
 (4 layers) scaling the word embeddings by 1 + 1e-7 moves this reference's own
 int8 probabilities by 0.02, so an exact int8 golden for it would test noise;
-its int8 mode is checked by agreement with fp32 instead (tests/t_int8.py).
+its int8 mode is checked by agreement with fp32 instead (tests/python/t_int8.py).
 
 --shipped writes the golden of the shipped model (tests/golden/shipped.json)
 for the texts given (the model card's examples): for each [MASK] its top-5
 tokens and probabilities, from the float64 pass below on the committed F16
-weights; tests/t_shipped.py checks the C engine's fill_candidates against it
+weights; tests/python/t_shipped.py checks the C engine's fill_candidates against it
 (|dp| <= 1e-4).  Texts are Han characters, full-width punctuation and [MASK],
 one token per character (text_ids).
 
@@ -38,7 +38,7 @@ one token per character (text_ids).
 
 --joint writes tests/golden/joint_NAME.json for tiny and small (or the NAMEs
 given): whole-word fills by the chain rule and the beam search (see "Joint
-decoding" below), checked by tests/t_joint.py.
+decoding" below), checked by tests/python/t_joint.py.
 
 For each test model build/models/NAME (every one made by make_test_models.py,
 or the NAMEs given) this runs a fixed set of token-id sequences through a

@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# Runs every test suite: tests/t_*.sh and tests/t_*.py (with /usr/bin/python3).
+# Runs every test suite: tests/*/t_*.sh and tests/*/t_*.py (with /usr/bin/python3),
+# those of tests/project (the checks of the project itself, cheap) first, then
+# the others sorted by path; tests/README.md is the map of the folders.  A suite
+# is named by its path under tests/ ("python/t_rows.py").
 # A suite prints one line per check: "ok NAME", "FAIL NAME: why" or "skip NAME: why".
 # A suite that exits non-zero without printing FAIL counts as one failure.
-# tests/t_c.sh holds the C tests: each of its units (t_c.sh --list) runs as
-# a suite of its own, "t_c.sh UNIT".
+# tests/c/t_c.sh holds the C tests: each of its units (t_c.sh --list) runs as
+# a suite of its own, "c/t_c.sh UNIT".
 # Ends with the line "N passed, N failed, N skipped"; exits 1 if anything failed.
-#   BF_ONLY_C=1   run only the C tests (the units of tests/t_c.sh)
+#   BF_ONLY_C=1   run only the C tests (the units of tests/c/t_c.sh)
 #   BF_WRAP=cmd   prefix for C test programs (valgrind); suites read it themselves
 set -u
 cd "$(dirname "$0")/.."
@@ -22,9 +25,12 @@ if [ -z "${BERTFILL_SHARED_BATCH_DIR:-}" ]; then
 fi
 trap 'rm -f "$log"; [ -n "${own_shared:-}" ] && rm -rf "$BERTFILL_SHARED_BATCH_DIR"' EXIT
 runs=()
-for suite in tests/t_*.sh tests/t_*.py; do
-  [ -e "$suite" ] || continue
-  if [ "$suite" = tests/t_c.sh ]; then
+suites=$(
+  ls tests/project/t_*.sh tests/project/t_*.py 2>/dev/null | LC_ALL=C sort
+  ls tests/*/t_*.sh tests/*/t_*.py 2>/dev/null | grep -v '^tests/project/' | LC_ALL=C sort
+)
+for suite in $suites; do
+  if [ "$suite" = tests/c/t_c.sh ]; then
     for unit in $(bash "$suite" --list); do runs+=("$suite $unit"); done
   elif [ -z "${BF_ONLY_C:-}" ]; then
     runs+=("$suite")
@@ -33,7 +39,7 @@ done
 for run in "${runs[@]}"; do
   suite=${run%% *}
   unit=${run#"$suite"}
-  name=$(basename "$suite")$unit
+  name=${suite#tests/}$unit
   start=$(date +%s.%N)
   case "$suite" in
     *.py) timeout 900 "$PYTHON" "$suite" >"$log" 2>&1 ;;
@@ -45,7 +51,7 @@ for run in "${runs[@]}"; do
     f=1; echo "FAIL $name: exited with status $rc" >>"$log"
   fi
   secs=$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
-  printf '== %-28s %4d passed %3d failed %3d skipped  (%ss)\n' "$name" "$p" "$f" "$s" "$secs"
+  printf '== %-30s %4d passed %3d failed %3d skipped  (%ss)\n' "$name" "$p" "$f" "$s" "$secs"
   grep -E '^(FAIL|skip) ' "$log" | sed 's/^/   /'
   if [ "$f" -ne 0 ]; then echo "   --- last output of $name:"; tail -n 30 "$log" | sed 's/^/   | /'; fi
   pass=$((pass+p)); fail=$((fail+f)); skip=$((skip+s))

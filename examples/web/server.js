@@ -31,8 +31,8 @@
 //
 // better-sqlite3 is synchronous: one process runs one request at a time, and
 // requests wait in the event loop meanwhile.  It comes from an npm install
-// next to this file or above it, or else from tests/node/node_modules, where
-// `make test` (tests/node/install.sh) builds it.
+// next to this file or above it, or else from tests/clients/node/node_modules, where
+// `make test` (tests/clients/node/install.sh) builds it.
 'use strict';
 const cluster = require('node:cluster');
 const fs = require('node:fs');
@@ -45,14 +45,14 @@ const MAX_BODY = 64 * 1024;
 const MAX_TOP_K = 50;
 
 function loadBetterSqlite3() {
-  for (const name of ['better-sqlite3', path.join(ROOT, 'tests/node/node_modules/better-sqlite3')]) {
+  for (const name of ['better-sqlite3', path.join(ROOT, 'tests/clients/node/node_modules/better-sqlite3')]) {
     try {
       return require(name);
     } catch (e) {
       if (e.code !== 'MODULE_NOT_FOUND') throw e;
     }
   }
-  throw new Error('better-sqlite3 is not installed: run `bash tests/node/install.sh` in the bertfill ' +
+  throw new Error('better-sqlite3 is not installed: run `bash tests/clients/node/install.sh` in the bertfill ' +
     'repository (or `npm install better-sqlite3@12` next to this file)');
 }
 

@@ -45,7 +45,7 @@
 ** 1e-6: matrix products over more rows take another kernel, as in
 ** bert_prefill's batches), not bit for bit; only two candidates that close
 ** could swap places.  With batching off, or with no concurrency, results are
-** bit-exact reproductions of a single-sentence run.  (tests/t_batching.sh)
+** bit-exact reproductions of a single-sentence run.  (tests/batching/t_batching.sh)
 **
 ** Settings (process-wide):
 **   SELECT bert_batching();      -- 1 (on, the default) or 0

@@ -120,7 +120,7 @@
 ** outlive the connection that loaded the library.
 **
 ** Inside: ext/README.md is the map of the files of ext/sqlite and ext/engine
-** and of the one way calls run (tests/t_structure.py checks it).
+** and of the one way calls run (tests/project/t_structure.py checks it).
 ** A new SQL function: write it in the file of its kind (or a new one that
 ** includes only what lies below it) and add a row to `functions`.
 */

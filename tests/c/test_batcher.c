@@ -362,7 +362,7 @@ int main(int argc, char **argv) {
   unsetenv("BERTFILL_BATCH_GATHER");
   unsetenv("BERTFILL_BATCHING");
   /* batcher.c's own queue (threads of one process), which the machine-wide
-  ** batcher (shared_batch.c, tests/t_shared_batch.py) is in front of */
+  ** batcher (shared_batch.c, tests/python/t_shared_batch.py) is in front of */
   setenv("BERTFILL_SHARED_BATCH", "0", 1);
   if (!test_sqlite_api()) {
     printf("FAIL batcher_setup: no SQLite routines\n");

@@ -5,7 +5,7 @@
 **
 ** GOLDEN_JSON is a tests/golden/forward_NAME.json written by model/reference.py
 ** (an independent float64 PyTorch forward pass) for the random model in
-** MODEL_DIR (model/make_test_models.py; tests/t_c.sh forward checks that its
+** MODEL_DIR (model/make_test_models.py; tests/c/t_c.sh forward checks that its
 ** sha256 is the one the golden was made from).  For each model:
 **   - the loaded config and dtype match the golden's;
 **   - every sequence run alone (one bf_fill per sequence), and all of them in

@@ -5,7 +5,7 @@
 ** GEMM_AVX2_DOT_MAX_T rows, panel kernel beyond; K and N not multiples of 8,
 ** 16 or 32; one to three outputs per job; 1, 2 and 3 threads), results
 ** independent of the thread count.  It checks the kernels gemm_kernels()
-** chose (tests/t_c.sh gemm runs it under each BERTFILL_KERNELS setting); where
+** chose (tests/c/t_c.sh gemm runs it under each BERTFILL_KERNELS setting); where
 ** that is GEMM_KERNELS_OPENBLAS gemm_xwt must say GEMM_NO_KERNEL (checked).
 ** The thread pool itself: test_pool.c.
 */

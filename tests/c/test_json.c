@@ -7,7 +7,7 @@
 ** error position; with SHARED_DATA_DIR, also parses bert-base-chinese's
 ** config.json and tokenizer.json and checks facts about them that were
 ** read with Python's json module (vocab entry "[MASK]" is 103, 21128
-** entries, entry 343 is U+2028).  Run by tests/t_c.sh model.
+** entries, entry 343 is U+2028).  Run by tests/c/t_c.sh model.
 */
 #include "json.h"
 #include "testlib.h"

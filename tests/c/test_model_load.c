@@ -4,10 +4,10 @@
 **
 **   test_model_load CASES_DIR
 **
-** CASES_DIR is made by tests/make_broken_models.py: good tiny models in every
+** CASES_DIR is made by tests/c/make_broken_models.py: good tiny models in every
 ** variant, broken copies, and cases.tsv (the expectations, computed by that
 ** script from the files, independently of this code).  Run by
-** tests/t_c.sh model.
+** tests/c/t_c.sh model.
 */
 #include "bertfill.h"
 #include "blas.h"

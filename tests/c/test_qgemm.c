@@ -176,7 +176,7 @@ static float *rand_mat(size_t n, float scale) {
 int main(void) {
   const char *off = getenv("BERTFILL_NO_AVX512");
   if (off && strcmp(off, "1") == 0) {
-    /* every kernel is checked in the run without it (tests/t_c.sh qgemm) */
+    /* every kernel is checked in the run without it (tests/c/t_c.sh qgemm) */
     CHECK("qgemm: BERTFILL_NO_AVX512=1 rules out the AVX-512 kernel",
           qg_best_path() != QG_AVX512VNNI && qg_path_supported(qg_best_path()));
     TL_EXIT();

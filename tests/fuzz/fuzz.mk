@@ -1,5 +1,5 @@
 # fuzz.mk — builds the fuzz targets of tests/fuzz/ (used by run.sh and
-# tests/t_fuzz_smoke.sh; run from the repository root):
+# tests/fuzz/t_fuzz_smoke.sh; run from the repository root):
 #   make -f tests/fuzz/fuzz.mk libfuzzer   clang -fsanitize=fuzzer,address,undefined
 #                                          -> $(BUILD)/fuzz/clang/fuzz_NAME
 #   make -f tests/fuzz/fuzz.mk replay      gcc -fsanitize=address,undefined + replay.c

@@ -10,7 +10,7 @@
 # corpus in $BUILD/fuzz/corpus/NAME (kept between runs, never committed),
 # findings (crash-*, leak-*, timeout-*, oom-*) to $BUILD/fuzz/findings/NAME/.
 # A finding: fix it, then copy the input to tests/fuzz/regressions/NAME/ so
-# that `make test` (tests/t_fuzz_smoke.sh) replays it from then on.
+# that `make test` (tests/fuzz/t_fuzz_smoke.sh) replays it from then on.
 # Prints per target the executions, exec/s, coverage and findings; exits 1
 # when anything was found.  Needs clang and its libFuzzer runtime (Debian 12:
 # apt-get install clang libclang-rt-14-dev).

@@ -25,7 +25,7 @@
 ** E errors" and, per round, the process RSS: scratch memory must stay bounded
 ** (the RSS after the last round may exceed the RSS after round 2 by at most
 ** 8 MB, or $BF_THREADS_RSS_SLACK_MB).  Exits 1 on any mismatch, error or growth.  Built by
-** tests/t_c.sh threads (plain; valgrind in make valgrind) and
+** tests/c/t_c.sh threads (plain; valgrind in make valgrind) and
 ** tests/reliability/tsan.sh (ThreadSanitizer).
 */
 #include <math.h>

@@ -7,7 +7,7 @@
 #   3. ThreadSanitizer: the thread test with the extension built with
 #      -fsanitize=thread (tests/reliability/tsan.sh)
 #   4. many processes x many cache writes, WAL and rollback journal, and
-#      SIGKILL mid-write (tests/t_multiprocess.py, larger)
+#      SIGKILL mid-write (tests/python/t_multiprocess.py, larger)
 #   5. out-of-memory: every allocation of a call failed in turn
 #      (tests/reliability/oom.sh; also in make test)
 #   6. a column of 200,000 rows (SOAK_ROWS) filled in one UPDATE ... FROM
@@ -18,7 +18,7 @@
 #   8. the machine-wide batcher: leaders SIGKILLed mid-batch for 10 minutes (SOAK_SHARED_SECONDS)
 #      with 4 processes on the tiny test model: 0 wrong answers, 0 errors, no call without an
 #      answer within the busy timeout, one shared file, and the RSS of a fifth process that is
-#      never killed flat (< 4 MB growth after its first tenth) (tests/t_shared_batch.py leader_kill)
+#      never killed flat (< 4 MB growth after its first tenth) (tests/python/t_shared_batch.py leader_kill)
 # Prints ok / FAIL / skip lines like a test suite; exits 1 on any FAIL.
 set -u
 cd "$(dirname "$0")/../.."
@@ -56,11 +56,11 @@ threads_base() {
 }
 step threads_bert_base threads_base
 step tsan bash tests/reliability/tsan.sh small "${SOAK_TSAN_THREADS:-8}" "${SOAK_TSAN_CALLS:-100}"
-step multiprocess env MP_PROCS=${SOAK_PROCS:-8} MP_CALLS=${SOAK_PROC_CALLS:-1000} MP_TEXTS=3000 $PY tests/t_multiprocess.py
+step multiprocess env MP_PROCS=${SOAK_PROCS:-8} MP_CALLS=${SOAK_PROC_CALLS:-1000} MP_TEXTS=3000 $PY tests/python/t_multiprocess.py
 step oom env OOM_THREADS_SECONDS=60 bash tests/reliability/oom.sh
 step rows $PY tests/soak/rows.py --rows "${SOAK_ROWS:-200000}"
 step first_call $PY tests/soak/first_call.py "$base"
 step shared_batch env SB_KILL_ROUNDS=1000000 SB_KILL_SECONDS=${SOAK_SHARED_SECONDS:-600} \
-  $PY tests/t_shared_batch.py leader_kill requester_kill
+  $PY tests/python/t_shared_batch.py leader_kill requester_kill
 echo "soak: $fails step(s) failed"
 [ "$fails" -eq 0 ]

@@ -1,6 +1,6 @@
 -- bert_fill and bert_tokenize on the random test model build/models/tiny.
 -- Checks are consistency checks (they hold for any model): exact tokens are
--- checked against the reference implementation in tests/t_python.py.
+-- checked against the reference implementation in tests/python/t_python.py.
 -- model: tiny
 
 -- NULL, numbers, blobs, texts without a mask

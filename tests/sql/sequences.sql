@@ -1,6 +1,6 @@
 -- Whole-word fills: fill_sequences, bert_fill(text, 'joint'), bert_score, bert_prefill(text,
 -- 'joint') — the SQL surface, the rules of issue 12 and the exact error messages.  The
--- numbers against the reference are in tests/t_joint.py.
+-- numbers against the reference are in tests/python/t_joint.py.
 -- model: tiny
 
 -- fill_sequences: rows, columns, k
