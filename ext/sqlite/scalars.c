@@ -232,9 +232,9 @@ static void debug_cache_guard_batching(sqlite3_str *o, bfx_conn *c) {
                       (long long)bfc_lru_max_bytes(), BFX_MIN_K);
   sqlite3_str_appendf(o,
                       ",\"guard\":{\"max_concurrent\":%d,\"max_concurrent_auto\":%s,"
-                      "\"in_flight\":%d,\"busy_timeout_ms\":%d",
+                      "\"in_flight\":%d,\"waiting\":%d,\"busy_timeout_ms\":%d",
                       bfx_guard_max(), bfx_guard_max_auto() ? "true" : "false",
-                      bfx_guard_in_flight(), bfx_guard_timeout_ms());
+                      bfx_guard_in_flight(), bfx_guard_queued(), bfx_guard_timeout_ms());
   int machine = bfx_guard_machine_slots(); /* the machine-wide guard, when on */
   sqlite3_str_appendf(o, ",\"machine_slots\":%d", machine);
   if (machine) {

@@ -54,6 +54,7 @@ select 'threads_default_cores', bert_threads() = json_extract(bert_debug(), '$.c
 select 'threads_set', bert_threads(1) = 1 and json_extract(bert_debug(), '$.threads') = 1;
 select 'threads_reset', bert_threads(0) = json_extract(bert_debug(), '$.cores');
 select 'max_concurrent_set', bert_max_concurrent(3) = 3 and json_extract(bert_debug(), '$.guard.max_concurrent') = 3;
+select 'guard_nobody_waiting', json_extract(bert_debug(), '$.guard.waiting') = 0 and json_extract(bert_debug(), '$.guard.in_flight') = 0;
 select 'max_concurrent_default', bert_max_concurrent(0) = max(1, json_extract(bert_debug(), '$.cores') / bert_threads()) and json_extract(bert_debug(), '$.guard.max_concurrent_auto') = 1;
 select 'max_concurrent_follows_threads', bert_threads(1) = 1 and bert_max_concurrent() = json_extract(bert_debug(), '$.cores') and bert_threads(0) > 0 and bert_max_concurrent() * bert_threads() <= json_extract(bert_debug(), '$.cores');
 select 'batching_default_on', bert_batching() = 1 and json_extract(bert_debug(), '$.batching.on') = 1;
