@@ -56,5 +56,14 @@ for run in "${runs[@]}"; do
   if [ "$f" -ne 0 ]; then echo "   --- last output of $name:"; tail -n 30 "$log" | sed 's/^/   | /'; fi
   pass=$((pass+p)); fail=$((fail+f)); skip=$((skip+s))
 done
+# A suite where this script does not look (tests/ itself, or a folder
+# inside a folder) would never run: that is a failure, not a silence.
+stray=$(find tests \( -name 't_*.sh' -o -name 't_*.py' \) -not -path '*/node_modules/*' |
+        grep -v -E '^tests/[^/]+/t_[^/]+$' | LC_ALL=C sort)
+if [ -n "$stray" ]; then
+  echo "== run.sh: suites that would never run"
+  for f in $stray; do echo "   FAIL layout: $f is not in a folder of tests/ (tests/KIND/t_*), so it never runs"; done
+  fail=$((fail + $(echo "$stray" | wc -l)))
+fi
 echo "$pass passed, $fail failed, $skip skipped"
 [ "$fail" -eq 0 ]
