@@ -51,8 +51,8 @@
 ** Not through the batcher (batcher.c), as bert_prefill: its runs are
 ** already full (measured, docs/columns.md: 31.9 of 32 sequences per run on
 ** 3,000 eval sentences), so a run has no room to share, and a bert_fill
-** caller merged into one would wait a whole run (80 ms there) instead of
-** running its own (3 ms) after it.  It takes the guard's slot as the
+** caller merged into one would wait a whole run (50 ms there) instead of
+** running its own (2 ms) after it.  It takes the guard's slot as the
 ** batcher's leader does; the guard serves in order (guard.c), so callers
 ** that wait meanwhile run before its next batch, not after several.
 **

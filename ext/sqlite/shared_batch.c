@@ -675,6 +675,8 @@ static int lead_if_possible(sbf *f, bf_model *m, int me, uint64_t until_ns) {
   bfx_err ignored = BFX_ERR_NONE;
   run = bfx_guard_acquire_until(until_ns, &waited, &ignored);
   if (!run && ignored.rc == SQLITE_NOMEM) return -1;
+  /* NO_SLOT only after a real wait: a deadline already past returns at
+  ** once, and its caller, going straight back, would spin. */
   if (!run) return waited >= RECHECK_NS / 2 ? NO_SLOT : NOT_LEADER;
   if (try_lead(f)) {
     lead(f, m, me, run);
