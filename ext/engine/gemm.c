@@ -115,27 +115,38 @@ INLINE AVX512 void dot_tile(float *y, int ldy, const float *x, const float *w, i
     for (int j = 0; j < J; j++) y[(size_t)j * ldy + i] = _mm512_reduce_add_ps(acc[i][j]);
 }
 
-/* Columns [o0, o1) of y[T,N] = x[T,K] W[N,K]^T. */
+/* Tokens [t, t + J) against rows [o, o + R) of W, J (1..TILE_J) and R (1 or
+** TILE_R) made constants by the switch. */
+INLINE AVX512 void dot_tile_any(float *y, int N, const float *x, const float *w, int K, int J,
+                                const int R) {
+  switch (J) {
+#define J_(j) \
+  case j: dot_tile(y, N, x, w, K, R, j); break;
+    J_(1) J_(2) J_(3) J_(4) J_(5) J_(6) J_(7) J_(8)
+#undef J_
+  }
+}
+
+/* Columns [o0, o1) of y[T,N] = x[T,K] W[N,K]^T.  The T tokens are cut into
+** ceil(T / TILE_J) tiles of nearly equal size (17 tokens: 6 + 6 + 5, not
+** 8 + 8 + 1): a tile of few tokens has too few accumulators to hide the
+** FMA latency. */
 AVX512 static void dot_cols(float *y, const float *x, const float *W, int T, int N, int K, int o0,
                             int o1) {
+  const int nt = (T + TILE_J - 1) / TILE_J;
   int o = o0;
-  for (; o + TILE_R <= o1; o += TILE_R) {
-    const float *w = W + (size_t)o * K;
-    int t = 0;
-    for (; t + TILE_J <= T; t += TILE_J)
-      dot_tile(y + (size_t)t * N + o, N, x + (size_t)t * K, w, K, TILE_R, TILE_J);
-    for (; t + 4 <= T; t += 4)
-      dot_tile(y + (size_t)t * N + o, N, x + (size_t)t * K, w, K, TILE_R, 4);
-    for (; t < T; t++) dot_tile(y + (size_t)t * N + o, N, x + (size_t)t * K, w, K, TILE_R, 1);
-  }
-  for (; o < o1; o++) {
-    const float *w = W + (size_t)o * K;
-    int t = 0;
-    for (; t + TILE_J <= T; t += TILE_J)
-      dot_tile(y + (size_t)t * N + o, N, x + (size_t)t * K, w, K, 1, TILE_J);
-    for (; t + 4 <= T; t += 4) dot_tile(y + (size_t)t * N + o, N, x + (size_t)t * K, w, K, 1, 4);
-    for (; t < T; t++) dot_tile(y + (size_t)t * N + o, N, x + (size_t)t * K, w, K, 1, 1);
-  }
+  for (; o + TILE_R <= o1; o += TILE_R)
+    for (int i = 0, t = 0; i < nt; i++) {
+      int J = (T - t + (nt - i) - 1) / (nt - i);
+      dot_tile_any(y + (size_t)t * N + o, N, x + (size_t)t * K, W + (size_t)o * K, K, J, TILE_R);
+      t += J;
+    }
+  for (; o < o1; o++)
+    for (int i = 0, t = 0; i < nt; i++) {
+      int J = (T - t + (nt - i) - 1) / (nt - i);
+      dot_tile_any(y + (size_t)t * N + o, N, x + (size_t)t * K, W + (size_t)o * K, K, J, 1);
+      t += J;
+    }
 }
 
 /* ---- panel kernel ---- */

@@ -44,7 +44,9 @@
 #include <stddef.h>
 #include "pool.h"
 
-#define GEMM_DOT_MAX_T 16      /* up to this many rows of x: the dot kernel (AVX-512) */
+#ifndef GEMM_DOT_MAX_T
+#define GEMM_DOT_MAX_T 16 /* up to this many rows of x: the dot kernel (AVX-512) */
+#endif
 #define GEMM_AVX2_DOT_MAX_T 80 /* the same for the AVX2 kernels */
 #define GEMM_MAX_OUT 3         /* outputs sharing one x in one gemm_xwt call (q, k, v) */
 

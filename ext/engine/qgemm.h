@@ -25,20 +25,33 @@
 ** k <= QG_MAX_K, with no saturating step on any path), so every kernel gives
 ** the same int32 sums and, with one shared epilogue, bit-identical y.
 **
-** Kernels (chosen once per quantized activation matrix, see qg_path):
+** How W is laid out (one layout for every kernel, in memory and in the
+** int8 file, so that processes share it): packed for vpdpbusd, in panels of
+** 64 outputs, each output's 4 values of k side by side.  For panel p (rows
+** 64p to 64p + 63 of W) and group g of 4 columns (k = 4g to 4g + 3):
+**     q[((p * KG + g) * 64 + c) * 4 + e] = W[64p + c][4g + e]
+** with KG = ceil(k / 4); rows past n and columns past k are 0
+** (qg_weights_bytes(n, k) bytes in all; qg_weight_code reads one code).
+** The whole matrix is then one stream, panel after panel, and each 64
+** bytes hold 16 outputs' next four weights: one vpdpbusd with four bytes of
+** x broadcast adds 64 products into 16 sums, with no horizontal reduction.
+**
+** Kernels (chosen once per quantized activation matrix, see qg_path); all
+** read the packed W in place, with no copy per call:
 **   QG_PORTABLE    plain C;
-**   QG_AVX2        vpmaddwd on int16: x is widened to int16 when quantized.
-**                  Below 12 rows of x, dot products with W read in place
-**                  (sign-extended on load, vpmovsxbw); from 12 rows on (k
-**                  even), panels of 16 rows of W packed as int16 pairs per
-**                  unit of work, times broadcast pairs of x.  (vpmaddubsw
-**                  would saturate: u8*s8 pairs reach 64770.)
-**   QG_AVX512VNNI  vpdpbusd on u8 x and s8 W as they are in memory.
-** W stays row-major in memory (what is packed is a unit's scratch copy).
+**   QG_AVX2        vpmaddwd on int16: x is widened to int16 when quantized
+**                  and four of its codes broadcast; each 16 bytes of W (4
+**                  outputs x 4 values of k) sign-extended to int16, so that
+**                  one vpmaddwd gives two partial sums per output (added
+**                  at the end of the row).  (vpmaddubsw would saturate:
+**                  u8*s8 pairs reach 64770.)
+**   QG_AVX512VNNI  vpdpbusd on u8 x and s8 W: register tiles of up to
+**                  QG_VNNI_MR rows of x by QG_VNNI_NR blocks of 16 outputs.
 ** BERTFILL_NO_AVX512=1 rules out the AVX-512 kernel.
 **
 ** Usage:
 **     // at load (or once, into a file that is mmapped later)
+**     int8_t *wq = aligned_alloc(64, qg_weights_bytes(n, k));
 **     qg_quantize_weights(w, n, k, wq, wscale, wsum);
 **     qg_weights W = { n, k, wq, wscale, wsum };
 **     // per product: quantize x, then multiply (x may serve several W)
@@ -73,15 +86,26 @@ const char *qg_path_name(qg_path path); /* "portable", "avx2", "avx512vnni" */
 
 typedef struct qg_weights {
   int n, k;           /* W is [n][k]; 1 <= k <= QG_MAX_K */
-  const int8_t *q;    /* [n][k] row-major, values in [-127, 127] */
-  const float *scale; /* [n] W[i][j] ~ scale[i] * q[i*k + j] */
-  const int32_t *sum; /* [n] sum over j of q[i*k + j] */
+  const int8_t *q;    /* packed (see the top), values in [-127, 127] */
+  const float *scale; /* [n] W[i][j] ~ scale[i] * qg_weight_code(w, i, j) */
+  const int32_t *sum; /* [n] sum over j of qg_weight_code(w, i, j) */
 } qg_weights;
 
-/* Quantize w [n][k] (row-major fp32) into q [n*k], scale [n], sum [n]:
-** scale[i] = max_j |w[i][j]| / 127, q = round(w / scale) (a row of zeros
-** gets scale 0 and q 0).  Returns 0; -1 if w holds a NaN or infinity (the
-** outputs are then unspecified) or k is not in 1..QG_MAX_K (nothing written). */
+/* Bytes of the packed codes of W [n][k]: ceil(n/64)*64 * ceil(k/4)*4. */
+size_t qg_weights_bytes(int n, int k);
+
+/* The code of W[i][j] in the packed layout. */
+static inline int qg_weight_code(const qg_weights *w, int i, int j) {
+  size_t kg = ((size_t)w->k + 3) / 4;
+  return w
+    ->q[(((size_t)(i / 64) * kg + (size_t)(j / 4)) * 64 + (size_t)(i % 64)) * 4 + (size_t)(j % 4)];
+}
+
+/* Quantize w [n][k] (row-major fp32) into q (qg_weights_bytes(n, k) bytes,
+** packed), scale [n], sum [n]: scale[i] = max_j |w[i][j]| / 127, code =
+** round(w / scale) (a row of zeros gets scale 0 and codes 0).  Returns 0;
+** -1 if w holds a NaN or infinity (the outputs are then unspecified) or k
+** is not in 1..QG_MAX_K (nothing written). */
 int qg_quantize_weights(const float *w, int n, int k, int8_t *q, float *scale, int32_t *sum);
 
 /* ------------------------------------------------------------ activations */
@@ -89,7 +113,8 @@ int qg_quantize_weights(const float *w, int n, int k, int8_t *q, float *scale, i
 typedef struct qg_rows {
   int t, k;            /* t rows of k values */
   qg_path path;        /* the kernel that will multiply them */
-  const void *q;       /* [t][k]: uint8_t, or for QG_AVX2 int16_t (same values) */
+  int ldq;             /* codes per row of q: k rounded up to 4 (the extra codes are 0) */
+  const void *q;       /* [t][ldq]: uint8_t, or for QG_AVX2 int16_t (same values) */
   const float *scale;  /* [t] */
   const int32_t *zero; /* [t] */
 } qg_rows;

@@ -14,7 +14,10 @@
 **                                       from}
 **     "<matrix>.scale"        F32 [n]
 **     "<matrix>.sum"          I32 [n]
-**     "<matrix>.int8"         I8  [n, k]   (row-major, like the fp32 weight)
+**     "<matrix>.int8"         I8  [ceil(n/64), ceil(k/4), 64, 4]  (the codes
+**                                       packed for the kernels, qgemm.h:
+**                                       panels of 64 outputs, 4 values of k
+**                                       side by side; 64-byte aligned)
 **   with <matrix> "encoder.layer.L.attention.self.query", ...,
 **   "cls.predictions.transform.dense", "cls.predictions.decoder".
 **
@@ -40,7 +43,7 @@
 #include "util.h"
 
 #define INT8_FILE "model.int8.safetensors"
-#define INT8_FORMAT 1 /* bump when the quantization or the layout changes */
+#define INT8_FORMAT 2 /* bump when the quantization or the layout changes (2: packed codes) */
 #define SOURCE_TENSOR "bertfill.int8.source"
 
 /* One matrix to quantize: its fp32 weight [n][k], where its int8 copy goes,
@@ -92,8 +95,11 @@ static void source_id(const bf_model *m, int64_t id[3]) {
 /* ------------------------------------------------------ the file's layout */
 
 /* Byte offsets of everything in the data area: the source entry (24 bytes),
-** then scale and sum of every matrix (4-byte aligned), then the int8
-** matrices.  off[3*i + 0/1/2]: scale, sum, int8 of matrix i; off[3*nm]: end. */
+** then scale and sum of every matrix (4-byte aligned), then the packed
+** int8 codes of every matrix, each 64-byte aligned (the header is padded so
+** that the data area starts on a multiple of 64 too: mapped, a block of 16
+** outputs' four values is one cache line).  off[3*i + 0/1/2]: scale, sum,
+** int8 of matrix i; off[3*nm]: end. */
 static size_t *layout(bf_model *m, int nm) {
   size_t *off = malloc((3 * (size_t)nm + 1) * sizeof *off);
   if (!off) return NULL;
@@ -108,8 +114,9 @@ static size_t *layout(bf_model *m, int nm) {
   }
   for (int i = 0; i < nm; i++) {
     matrix_at(m, i, &q);
+    o = (o + 63) & ~(size_t)63;
     off[3 * i + 2] = o;
-    o += (size_t)q.n * (size_t)q.k;
+    o += qg_weights_bytes(q.n, q.k);
   }
   off[3 * nm] = o;
   return off;
@@ -147,9 +154,11 @@ static int file_matches(bf_model *m, const st_file *f, int nm, const size_t *off
     for (int p = 0; p < 3; p++) {
       snprintf(name, sizeof name, "%s.%s", q.name, part[p]);
       t = st_find(f, name);
-      int ndim = p == 2 ? 2 : 1;
-      if (!t || t->dtype != dt[p] || t->ndim != ndim || t->shape[0] != q.n ||
-          (ndim == 2 && t->shape[1] != q.k) || t->begin != off[3 * i + p])
+      int ndim = p == 2 ? 4 : 1;
+      if (!t || t->dtype != dt[p] || t->ndim != ndim || t->begin != off[3 * i + p]) return 0;
+      if (p < 2 ? t->shape[0] != q.n
+                : t->shape[0] != (q.n + 63) / 64 || t->shape[1] != (q.k + 3) / 4 ||
+                    t->shape[2] != 64 || t->shape[3] != 4)
         return 0;
     }
   }
@@ -203,8 +212,10 @@ static int quantize_all(bf_model *m, int nm, const size_t *off, unsigned char *d
   return 0;
 }
 
-/* The safetensors header for the layout off (JSON padded with spaces to a
-** multiple of 8 bytes), malloc'd, length in *len; NULL when out of memory. */
+/* The safetensors header for the layout off (JSON padded with spaces so
+** that the 8-byte length and the header end on a multiple of 64 bytes: the
+** data area, and so every int8 matrix, is 64-byte aligned in the file and
+** in its mapping), malloc'd, length in *len; NULL when out of memory. */
 static char *make_header(bf_model *m, int nm, const size_t *off, size_t *len) {
   size_t cap = 256 + (size_t)nm * 3 * 200, n = 0;
   char *h = malloc(cap);
@@ -222,14 +233,14 @@ static char *make_header(bf_model *m, int nm, const size_t *off, size_t *len) {
       snprintf(h + n, cap - n,
                ",\"%s.scale\":{\"dtype\":\"F32\",\"shape\":[%d],\"data_offsets\":[%zu,%zu]}"
                ",\"%s.sum\":{\"dtype\":\"I32\",\"shape\":[%d],\"data_offsets\":[%zu,%zu]}"
-               ",\"%s.int8\":{\"dtype\":\"I8\",\"shape\":[%d,%d],"
+               ",\"%s.int8\":{\"dtype\":\"I8\",\"shape\":[%d,%d,64,4],"
                "\"data_offsets\":[%zu,%zu]}",
                q.name, q.n, off[3 * i], off[3 * i + 1], q.name, q.n, off[3 * i + 1],
-               off[3 * i + 1] + (size_t)q.n * 4, q.name, q.n, q.k, off[3 * i + 2],
-               off[3 * i + 2] + (size_t)q.n * (size_t)q.k);
+               off[3 * i + 1] + (size_t)q.n * 4, q.name, (q.n + 63) / 64, (q.k + 3) / 4,
+               off[3 * i + 2], off[3 * i + 2] + qg_weights_bytes(q.n, q.k));
   }
   n += (size_t)snprintf(h + n, cap - n, "}");
-  while (n % 8) h[n++] = ' ';
+  while ((8 + n) % 64) h[n++] = ' ';
   *len = n;
   return h;
 }

@@ -40,7 +40,7 @@ typedef struct wq {
 } wq;
 
 static int wq_make(wq *m, const float *w, int n, int k) {
-  m->q = malloc((size_t)n * k);
+  m->q = malloc(qg_weights_bytes(n, k > 0 && k <= QG_MAX_K ? k : 1));
   m->scale = malloc(sizeof(float) * n);
   m->sum = malloc(sizeof(int32_t) * n);
   int rc = qg_quantize_weights(w, n, k, m->q, m->scale, m->sum);
@@ -55,7 +55,7 @@ static void wq_free(wq *m) {
 
 /* code j of row r of x, whatever the path's storage */
 static int xcode(const qg_rows *x, int r, int j) {
-  size_t at = (size_t)r * x->k + j;
+  size_t at = (size_t)r * x->ldq + j;
   return x->path == QG_AVX2 ? ((const int16_t *)x->q)[at] : ((const uint8_t *)x->q)[at];
 }
 
@@ -83,7 +83,7 @@ static int check_shape(const float *x, size_t ldx, const float *W, const float *
       int64_t s = 0;
       double d = 0, a = 0, f = 0;
       for (int j = 0; j < K; j++) {
-        int xq = xcode(&X, r, j) - X.zero[r], wqv = m.q[(size_t)i * K + j];
+        int xq = xcode(&X, r, j) - X.zero[r], wqv = qg_weight_code(&m.w, i, j);
         s += (int64_t)xq * wqv;
         double t = (X.scale[r] * (double)xq) * (m.scale[i] * (double)wqv);
         d += t;
@@ -203,7 +203,7 @@ int main(void) {
     for (int i = 0; i < n; i++) {
       int32_t s = 0, amax = 0;
       for (int j = 0; j < k; j++) {
-        int q = m.q[i * k + j];
+        int q = qg_weight_code(&m.w, i, j);
         s += q;
         if (abs(q) > amax) amax = abs(q);
         if (q < -127 || fabsf(w[i * k + j] - m.scale[i] * q) > m.scale[i] * 0.5001f) bad++;
@@ -212,8 +212,21 @@ int main(void) {
     }
     CHECK("qgemm: weights within half a step, sums right, 127 reached", rc == 0 && bad == 0);
     CHECK("qgemm: a row of zero weights has scale 0 and codes 0",
-          m.scale[2] == 0 && m.sum[2] == 0 && m.q[2 * k] == 0);
-    CHECK("qgemm: the large weight is -127", m.q[3 * k + 4] == -127);
+          m.scale[2] == 0 && m.sum[2] == 0 && qg_weight_code(&m.w, 2, 0) == 0);
+    CHECK("qgemm: the large weight is -127", qg_weight_code(&m.w, 3, 4) == -127);
+    /* the packed layout: every code once, the padding (rows 5-63, k 37-39) 0 */
+    {
+      size_t bytes = qg_weights_bytes(n, k), nonpad = 0, zeros_pad = 0;
+      for (size_t e = 0; e < bytes; e++) {
+        size_t c = (e / 4) % 64, g = e / 256, j = g * 4 + e % 4; /* one panel: n <= 64 */
+        if ((int)c < n && (int)j < k) nonpad++;
+        else zeros_pad += m.q[e] == 0;
+      }
+      CHECKF("qgemm: packed codes: panels of 64 outputs x 4 values, padding 0",
+             bytes == 64 * 40 && nonpad == (size_t)n * k && zeros_pad == bytes - nonpad &&
+               m.q[(1 * 64 + 3) * 4 + 2] == qg_weight_code(&m.w, 3, 6),
+             "bytes %zu, codes %zu, zero padding %zu", bytes, nonpad, zeros_pad);
+    }
     wq_free(&m);
     w[7] = NAN;
     rc = wq_make(&m, w, n, k);
@@ -372,13 +385,13 @@ int main(void) {
     free(x);
     free(W);
   }
-  /* ---- many rows: the AVX2 panel kernel's long blocks (480 rows), a
-  ** partial last panel of columns and a partial last tile of rows ---- */
+  /* ---- many rows: several blocks of rows, a partial last block of 16
+  ** outputs and a partial last tile of rows ---- */
   {
     int T = 1000, N = 100, K = 322;
     float *x = rand_mat((size_t)T * K, 1.0f), *W = rand_mat((size_t)N * K, 0.05f);
     int bad = check_shape(x, (size_t)K, W, NULL, T, N, K, (size_t)N, NULL);
-    CHECKF("qgemm: 1000 rows of 322 into 100 (panel kernel blocks)", !bad, "%s", why);
+    CHECKF("qgemm: 1000 rows of 322 into 100 (blocks of rows, partial tiles)", !bad, "%s", why);
     free(x);
     free(W);
   }
