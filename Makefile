@@ -10,6 +10,7 @@
 #   make valgrind   the C tests under valgrind
 #   make format     format the C sources with clang-format (.clang-format)
 #   make bench / fuzz / soak / load   long runs, never part of `make test`
+#   make bench-gemm  the matrix-product kernels alone, against oneDNN
 #   make cluster    a three-node dqlite cluster with bertfill (examples/dqlite)
 
 CC      ?= cc
@@ -66,7 +67,7 @@ MODEL_FILES   := $(strip $(or $(MODEL_TRACKED),$(foreach f,$(wildcard model/$(SH
                    $(if $(filter $(INT8_FILE) $(FP_FILE),$(notdir $(f)))$(findstring .tmp.,$(notdir $(f))),,$(f)))))
 PORT ?= 8000
 
-.PHONY: all deps demo test test-bins models install uninstall web asan valgrind bench fuzz soak \
+.PHONY: all deps demo test test-bins models install uninstall web asan valgrind bench bench-gemm fuzz soak \
         load format cluster clean
 all: $(EXTENSION)
 
@@ -153,6 +154,17 @@ format:
 
 bench: all
 	@bash tests/bench/run.sh
+
+# The kernels alone against oneDNN (tests/bench/bench_gemm.c): oneDNN only
+# where libdnnl-dev is installed (apt-get install libdnnl-dev; not a
+# dependency of bertfill).  BENCH_THREADS (2), BENCH_M, BENCH_REPS.
+HAVE_DNNL := $(shell $(CC) -E -include oneapi/dnnl/dnnl.h -x c /dev/null >/dev/null 2>&1 && echo 1)
+$(BUILD)/bench_gemm: tests/bench/bench_gemm.c $(BUILD)/libbfengine.a
+	$(CC) $(CFLAGS) $(ENGINE_INC) $(if $(HAVE_DNNL),-DWITH_DNNL) -o $@ $< $(BUILD)/libbfengine.a \
+	  $(if $(HAVE_DNNL),-ldnnl) $(LDFLAGS) $(LDLIBS)
+bench-gemm: $(BUILD)/bench_gemm
+	@$(if $(HAVE_DNNL),,echo "make bench-gemm: oneDNN is not installed (apt-get install libdnnl-dev): bertfill's kernels only";)
+	OMP_NUM_THREADS=$${BENCH_THREADS:-2} $(BUILD)/bench_gemm
 
 fuzz:
 	@bash tests/fuzz/run.sh 60
