@@ -267,8 +267,9 @@ const char *bf_blas_core(void);   /* e.g. "SkylakeX"; "" before init */
 const char *bf_blas_config(void); /* openblas_get_config() */
 int bf_blas_threads(void);
 /* Which code does the encoder's matrix products: "avx512" or "avx2"
-** (bertfill's own kernels, ext/engine/gemm.c and gemm_avx2.c: the best the
-** CPU has, capped by BERTFILL_KERNELS; see gemm.h) or "openblas". */
+** (bertfill's own kernels, ext/engine/kernels/avx512.c and avx2.c: the best
+** the CPU has, capped by BERTFILL_KERNELS; see kernels/kernels.h) or
+** "openblas" (then the loops over rows are plain C too). */
 const char *bf_gemm_kernels(void);
 /* Which code does an int8 model's products: "avx512vnni", "avx2" or
 ** "portable" (qgemm.h; capped like bf_gemm_kernels). */

@@ -1,6 +1,7 @@
 /*
-** test_gemm.c — the matrix kernels of ext/engine/gemm.c (AVX-512) and
-** gemm_avx2.c (AVX2) against a plain double loop: y[T,N] = x[T,K] W[N,K]^T
+** test_gemm.c — the matrix kernels of ext/engine/kernels/avx512.c and
+** kernels/avx2.c, run by gemm.c's job splitter (gemm_xwt), against a plain
+** double loop: y[T,N] = x[T,K] W[N,K]^T
 ** for shapes that hit every path (dot kernel up to GEMM_DOT_MAX_T or
 ** GEMM_AVX2_DOT_MAX_T rows, panel kernel beyond; K and N not multiples of 8,
 ** 16 or 32; one to three outputs per job; 1, 2 and 3 threads), results
