@@ -141,10 +141,10 @@ static void softmax(float *p, int n) {
   for (int i = 0; i < n; i++) p[i] *= inv;
 }
 
-/* Threads for the run's parallel loops: bf_blas_threads() (the thread
-** setting, bf_blas_set_threads), at most BF_POOL_MAX_THREADS. */
+/* Threads for the run's parallel loops: the engine's thread setting
+** (bf_pool_threads, pool.h), at most BF_POOL_MAX_THREADS. */
 static int run_threads(void) {
-  int n = bf_blas_threads();
+  int n = bf_pool_threads();
   return n < 1 ? 1 : n > BF_POOL_MAX_THREADS ? BF_POOL_MAX_THREADS : n;
 }
 

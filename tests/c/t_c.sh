@@ -161,10 +161,21 @@ unit_model() (
   exit $rc
 )
 
-# The engine's thread pool (ext/engine/pool.c): tests/c/test_pool.c.
+# The engine's thread pool (ext/engine/pool.c): tests/c/test_pool.c; its
+# thread setting's default without the variables OpenBLAS reads, then with
+# each of them (BF_TEST_THREADS: what the test expects, capped at the cores).
 unit_pool() (
   built test_pool || exit 1
-  ${BF_WRAP:-} "$bin"
+  rc=0
+  env -u OPENBLAS_NUM_THREADS -u GOTO_NUM_THREADS -u OMP_NUM_THREADS ${BF_WRAP:-} "$bin" || rc=1
+  for setting in "OPENBLAS_NUM_THREADS=1 BF_TEST_THREADS=1" "GOTO_NUM_THREADS=1 BF_TEST_THREADS=1" \
+                 "OPENBLAS_NUM_THREADS=x OMP_NUM_THREADS=1,2 BF_TEST_THREADS=1" \
+                 "OPENBLAS_NUM_THREADS=4096 BF_TEST_THREADS=4096"; do
+    env -u OPENBLAS_NUM_THREADS -u GOTO_NUM_THREADS -u OMP_NUM_THREADS $setting ${BF_WRAP:-} "$bin" |
+      grep -E '^(FAIL|skip)|thread setting' | sed -E "s/^(ok|FAIL|skip) /\1 [$setting] /"
+    [ "${PIPESTATUS[0]}" -ne 0 ] && rc=1
+  done
+  exit $rc
 )
 
 # The int8 products of ext/engine/qgemm.c: tests/c/test_qgemm.c (every
