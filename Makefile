@@ -26,11 +26,14 @@ LDLIBS  += -lutf8proc -ldl -lm -lpthread
 # the engine's public headers.
 ENGINE_INC := -Iext/engine/no_sqlite -Iext/engine
 SQLITE_INC := -Iext/sqlite -Iext/engine
-ENGINE_SRC := $(wildcard ext/engine/*.c)
+# The engine's kernels, one file per instruction set, are in ext/engine/kernels
+# (kernels/kernels.h): built with the same flags as the rest (-march=x86-64-v2);
+# the AVX2 and AVX-512 functions say their instruction set in a target attribute.
+ENGINE_SRC := $(wildcard ext/engine/*.c ext/engine/kernels/*.c)
 EXT_SRC    := $(wildcard ext/sqlite/*.c)
 ENGINE_OBJ := $(patsubst ext/engine/%.c,$(BUILD)/obj/engine/%.o,$(ENGINE_SRC))
 EXT_OBJ    := $(patsubst ext/sqlite/%.c,$(BUILD)/obj/sqlite/%.o,$(EXT_SRC))
-ENGINE_HDR := $(wildcard ext/engine/*.h)
+ENGINE_HDR := $(wildcard ext/engine/*.h ext/engine/kernels/*.h)
 HEADERS    := $(ENGINE_HDR) $(wildcard ext/sqlite/*.h)
 
 # C test programs: every tests/c/*.c becomes $(BUILD)/tests/NAME.

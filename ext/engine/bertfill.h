@@ -265,18 +265,29 @@ int bf_fill_scored(const bf_model *m, bf_run *r, int nseq, const bf_tokens *seqs
 int bf_blas_init(char *err, size_t errlen);
 const char *bf_blas_core(void);   /* e.g. "SkylakeX"; "" before init */
 const char *bf_blas_config(void); /* openblas_get_config() */
-int bf_blas_threads(void);
 /* Which code does the encoder's matrix products: "avx512" or "avx2"
-** (bertfill's own kernels, ext/engine/gemm.c and gemm_avx2.c: the best the
-** CPU has, capped by BERTFILL_KERNELS; see gemm.h) or "openblas". */
+** (bertfill's own kernels, ext/engine/kernels/avx512.c and avx2.c: the best
+** the CPU has, capped by BERTFILL_KERNELS; see kernels/kernels.h) or
+** "openblas" (then the loops over rows are plain C too). */
 const char *bf_gemm_kernels(void);
 /* Which code does an int8 model's products: "avx512vnni", "avx2" or
 ** "portable" (qgemm.h; capped like bf_gemm_kernels). */
 const char *bf_int8_kernels(void);
-void bf_blas_set_threads(int n); /* <= 0: number of cores */
+
+/* ---- threads ---- */
+/* The engine's thread setting: the threads of one encoder run (bertfill's
+** own kernels use at most 16 of them, OpenBLAS all).  It is the engine's
+** own (pool.h), and OpenBLAS is given it (blas.c), not the reverse; the
+** names say "blas" for history.  Default: OPENBLAS_NUM_THREADS, else
+** GOTO_NUM_THREADS, else OMP_NUM_THREADS, read as OpenBLAS reads them and at
+** most the cores; else one per core. */
+int bf_blas_threads(void);
+/* Set it, for the engine and OpenBLAS (a number set wins over the
+** environment): n <= 0: one per core. */
+void bf_blas_set_threads(int n);
 /* The most threads OpenBLAS accepts (MAX_THREADS in openblas_get_config(),
-** 64 in Debian's build); 0 when it does not say.  OpenBLAS cuts a larger
-** value given to bf_blas_set_threads down to it. */
+** 64 in Debian's build); 0 when it does not say.  A larger value given to
+** bf_blas_set_threads is cut down to it (once OpenBLAS is loaded). */
 int bf_blas_max_threads(void);
 
 #ifdef __cplusplus

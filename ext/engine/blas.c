@@ -18,14 +18,21 @@
 **      On other CPUs (Haswell-class AVX2, AMD without AVX-512) OpenBLAS
 **      decides alone.
 **   3. dlsym cblas_sgemm and the openblas_* helpers.
-**   4. Threads: the cores this process may run on (bf_ncores), unless
-**      OPENBLAS_NUM_THREADS (or GOTO_NUM_THREADS / OMP_NUM_THREADS, which
-**      OpenBLAS also reads) is set.
+**   4. Threads: the engine's own setting (bf_pool_threads, pool.h), given to
+**      OpenBLAS (openblas_set_num_threads), not taken from it.  Its default
+**      reads OPENBLAS_NUM_THREADS, GOTO_NUM_THREADS and OMP_NUM_THREADS as
+**      OpenBLAS does (so they still set the number of both), else the cores
+**      this process may run on; bf_blas_set_threads (bert_threads) sets it
+**      for both.  What wins: a number set with bf_blas_set_threads, else
+**      those variables, else the cores.  A number above what OpenBLAS
+**      accepts (its MAX_THREADS, 64 in Debian's build) is cut down to it for
+**      the engine too, as OpenBLAS does.
 **
 ** bf_blas_init runs this once (pthread_once) and reports failure in words.
 */
 #include "bertfill.h"
 #include "blas.h"
+#include "pool.h"
 #include "util.h"
 
 #include <dlfcn.h>
@@ -71,6 +78,16 @@ static int cpu_has_avx512_skx(void) {
 static int cpu_has_avx512_skx(void) { return 0; } /* not x86: OpenBLAS decides */
 #endif
 
+/* OpenBLAS to the engine's thread setting; a number OpenBLAS cuts down (above
+** its MAX_THREADS) is cut down for the engine too, so that both agree. */
+static void threads_to_blas(void) {
+  if (!p_set_threads) return; /* not loaded (yet): blas_load gives it the setting */
+  int n = bf_pool_threads();
+  p_set_threads(n);
+  int got = p_get_threads ? p_get_threads() : n;
+  if (got > 0 && got < n) bf_pool_set_threads(got);
+}
+
 static void blas_load(void) {
   static const char *names[] = {"libopenblas.so.0", "libopenblas.so"};
   int n = (int)(sizeof names / sizeof names[0]);
@@ -110,8 +127,7 @@ static void blas_load(void) {
     const char *s = p_config();
     snprintf(config, sizeof config, "%s", s ? s : "");
   }
-  if (!getenv("OPENBLAS_NUM_THREADS") && !getenv("GOTO_NUM_THREADS") && !getenv("OMP_NUM_THREADS"))
-    bf_blas_set_threads(0);
+  threads_to_blas();
 }
 
 int bf_blas_init(char *err, size_t errlen) {
@@ -132,11 +148,12 @@ int bf_blas_max_threads(void) {
   return at ? atoi(at + strlen("MAX_THREADS=")) : 0;
 }
 
-int bf_blas_threads(void) { return (p_sgemm && p_get_threads) ? p_get_threads() : 0; }
+/* The engine's thread setting (pool.h), which OpenBLAS has too. */
+int bf_blas_threads(void) { return bf_pool_threads(); }
 
 void bf_blas_set_threads(int n) {
-  if (n <= 0) n = bf_ncores();
-  if (p_set_threads) p_set_threads(n);
+  bf_pool_set_threads(n);
+  threads_to_blas();
 }
 
 void bf_sgemm(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,

@@ -19,10 +19,12 @@
 **
 ** The weights are used as PyTorch stores them ([out, in], so y = x W^T).
 ** The matrix products with the weights run on the AVX-512 or AVX2 kernels of
-** gemm.c and gemm_avx2.c (q, k and v as one job), shared with the run's
-** helper threads (pool.c); on CPUs with neither they go to OpenBLAS
-** (bf_sgemm, blas.h).  The rest is loops over rows (AVX-512 or AVX2 when the
-** kernels are, rows_avx2.c; plain C otherwise), shared by the same threads.
+** kernels/ through gemm.c's job splitter (q, k and v as one job), shared
+** with the run's helper threads (pool.c); on CPUs with neither they go to
+** OpenBLAS (bf_sgemm, blas.h).  Each product goes to one or the other, never
+** both, so that the two thread pools do not run at once.  The rest is loops
+** over rows, through the row operations of the same kernel set
+** (kernels/kernels.h: AVX-512, AVX2, or plain C), shared by the same threads.
 ** A bf_run holds the scratch buffers (grown on demand, kept for the next call),
 ** the helper threads and the stage timings of the last call.
 */
@@ -31,8 +33,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "avx2.h"
-#include "avx512.h"
 #include "bertfill.h"
 #include "blas.h"
 #include "gemm.h"
@@ -94,191 +94,19 @@ static void *buf_reserve(buf *b, size_t n, size_t sz) {
   return p;
 }
 
-/* ------------------------------------------------------- AVX-512 kernels */
-
-/* The CPU-specific part: when the CPU has AVX-512 (checked at run time; the
-** rest of the file is plain C), the loops that dominate once the GEMMs are
-** fast run 16 floats at a time:
-**   - exp16: e^x by range reduction (x = n ln2 + r) and a degree-7 Taylor
-**     polynomial on |r| <= ln2/2 (error below 1 ulp of float).
-**   - gelu: erf by Abramowitz & Stegun 7.1.26 (absolute error < 1.5e-7), the
-**     formula PyTorch's own vectorized CPU erf uses.
-** The scalar fallbacks (expf, erff from libm) give the same results to ~1e-7. */
-#ifdef BF_HAVE_AVX512
-/* gemm_kernels() chose AVX-512 (the CPU has it; see gemm.h). */
-static int have_avx512(void) { return gemm_have_avx512(); }
-
-static inline AVX512 __m512 exp16(__m512 x) {
-  x = _mm512_max_ps(_mm512_set1_ps(-87.0f), x); /* NaN stays NaN (2nd operand) */
-  x = _mm512_min_ps(_mm512_set1_ps(88.0f), x);
-  __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)),
-                                  _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x); /* x - n ln2, ln2 in */
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);     /* two parts */
-  __m512 p = _mm512_set1_ps(1.0f / 5040);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  return _mm512_scalef_ps(p, n); /* p * 2^n */
-}
-
-/* y[i] = gelu(y[i] + bias[i]) = z/2 (1 + erf(z/sqrt 2)) for i < n. */
-AVX512 static void gelu_row_avx512(float *y, const float *bias, int n) {
-  const __m512 one = _mm512_set1_ps(1.0f);
-  for (int i = 0; i < n; i += 16) {
-    __mmask16 m = tail16(n - i);
-    __m512 z = _mm512_add_ps(_mm512_maskz_loadu_ps(m, y + i), _mm512_maskz_loadu_ps(m, bias + i));
-    __m512 u = _mm512_mul_ps(z, _mm512_set1_ps((float)M_SQRT1_2));
-    __m512 a = _mm512_abs_ps(u);
-    __m512 t = _mm512_div_ps(one, _mm512_fmadd_ps(_mm512_set1_ps(0.3275911f), a, one));
-    __m512 q = _mm512_set1_ps(1.061405429f);
-    q = _mm512_fmadd_ps(q, t, _mm512_set1_ps(-1.453152027f));
-    q = _mm512_fmadd_ps(q, t, _mm512_set1_ps(1.421413741f));
-    q = _mm512_fmadd_ps(q, t, _mm512_set1_ps(-0.284496736f));
-    q = _mm512_fmadd_ps(q, t, _mm512_set1_ps(0.254829592f));
-    q = _mm512_mul_ps(q, t);
-    __m512 e = exp16(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_mul_ps(a, a)));
-    __m512 erf_a = _mm512_fnmadd_ps(q, e, one); /* erf(|u|) */
-    __m512i sign = _mm512_and_epi32(_mm512_castps_si512(u), _mm512_set1_epi32(INT32_MIN));
-    __m512 erf_u = _mm512_castsi512_ps(_mm512_or_epi32(_mm512_castps_si512(erf_a), sign));
-    __m512 g = _mm512_mul_ps(_mm512_mul_ps(z, _mm512_set1_ps(0.5f)), _mm512_add_ps(one, erf_u));
-    _mm512_mask_storeu_ps(y + i, m, g);
-  }
-}
-
-/* Largest of x[0..n); returns 0 if some x[i] is NaN or infinite. */
-AVX512 static int max_finite_avx512(const float *x, int n, float *max) {
-  __m512 mx = _mm512_set1_ps(-INFINITY);
-  __mmask16 bad = 0;
-  for (int i = 0; i < n; i += 16) {
-    __mmask16 m = tail16(n - i);
-    __m512 v = _mm512_mask_loadu_ps(mx, m, x + i);
-    __m512 d = _mm512_sub_ps(v, v); /* 0 if finite, NaN if not */
-    bad |= _mm512_cmp_ps_mask(d, d, _CMP_UNORD_Q) & m;
-    mx = _mm512_max_ps(mx, v);
-  }
-  *max = _mm512_reduce_max_ps(mx);
-  return bad == 0;
-}
-
-/* sum of e^(x[i] - mx) in double; stored into dst too unless dst is NULL. */
-AVX512 static double exp_sum_avx512(float *dst, const float *x, int n, float mx) {
-  __m512d s0 = _mm512_setzero_pd(), s1 = _mm512_setzero_pd();
-  __m512 vmx = _mm512_set1_ps(mx);
-  for (int i = 0; i < n; i += 16) {
-    __mmask16 m = tail16(n - i);
-    __m512 e = _mm512_maskz_mov_ps(m, exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), vmx)));
-    if (dst) _mm512_mask_storeu_ps(dst + i, m, e);
-    s0 = _mm512_add_pd(s0, _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
-    s1 = _mm512_add_pd(s1, _mm512_cvtps_pd(
-                             _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1))));
-  }
-  return _mm512_reduce_add_pd(_mm512_add_pd(s0, s1));
-}
-
-/* In place: x = LayerNorm(x) * g + b over n floats, mean and variance in double. */
-AVX512 static void layernorm_avx512(float *x, const float *g, const float *b, int n, float eps) {
-  __m512d s0 = _mm512_setzero_pd(), s1 = _mm512_setzero_pd();
-  for (int i = 0; i < n; i += 16) {
-    __m512 v = _mm512_maskz_loadu_ps(tail16(n - i), x + i);
-    s0 = _mm512_add_pd(s0, _mm512_cvtps_pd(_mm512_castps512_ps256(v)));
-    s1 = _mm512_add_pd(s1, _mm512_cvtps_pd(
-                             _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))));
-  }
-  double mean = _mm512_reduce_add_pd(_mm512_add_pd(s0, s1)) / n;
-  __m512d vm = _mm512_set1_pd(mean);
-  s0 = _mm512_setzero_pd();
-  s1 = _mm512_setzero_pd();
-  for (int i = 0; i < n; i += 16) {
-    __mmask16 m = tail16(n - i);
-    __m512 v = _mm512_maskz_loadu_ps(m, x + i);
-    __m512d d0 = _mm512_maskz_sub_pd((__mmask8)m, _mm512_cvtps_pd(_mm512_castps512_ps256(v)), vm);
-    __m512d d1 = _mm512_maskz_sub_pd((__mmask8)(m >> 8),
-                                     _mm512_cvtps_pd(_mm256_castpd_ps(
-                                       _mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))),
-                                     vm);
-    s0 = _mm512_fmadd_pd(d0, d0, s0);
-    s1 = _mm512_fmadd_pd(d1, d1, s1);
-  }
-  double var = _mm512_reduce_add_pd(_mm512_add_pd(s0, s1)) / n;
-  __m512 mf = _mm512_set1_ps((float)mean), rstd = _mm512_set1_ps((float)(1.0 / sqrt(var + eps)));
-  for (int i = 0; i < n; i += 16) {
-    __mmask16 m = tail16(n - i);
-    __m512 v = _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), mf), rstd);
-    v = _mm512_fmadd_ps(v, _mm512_maskz_loadu_ps(m, g + i), _mm512_maskz_loadu_ps(m, b + i));
-    _mm512_mask_storeu_ps(x + i, m, v);
-  }
-}
-
-/* x[i] += a[i] + b[i] (b may be NULL) for i < n. */
-AVX512 static void add_avx512(float *x, const float *a, const float *b, int n) {
-  for (int i = 0; i < n; i += 16) {
-    __mmask16 m = tail16(n - i);
-    __m512 v = _mm512_maskz_loadu_ps(m, a + i);
-    if (b) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, b + i));
-    _mm512_mask_storeu_ps(x + i, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, x + i), v));
-  }
-}
-#endif /* BF_HAVE_AVX512 */
-
-/* On CPUs with AVX2 and FMA but no AVX-512 the same loops run 8 floats at a
-** time (rows_avx2.c, the same math). */
-#ifdef BF_HAVE_AVX2
-/* gemm_kernels() chose AVX2 (see gemm.h). */
-static int have_avx2(void) { return gemm_kernels() == GEMM_KERNELS_AVX2; }
-#endif
-
 /* ------------------------------------------------------------ the layers */
+
+/* The row operations of the kernel set dispatch.c chose (kernels/kernels.h,
+** where each one's meaning is written). */
+static const row_kernel_table *row_ops(void) { return &kernels_chosen()->rows; }
 
 /* In place: x[n] = LayerNorm(x[n]) * g + b, mean and variance in double. */
 static void layernorm(float *x, const float *g, const float *b, int n, float eps) {
-#ifdef BF_HAVE_AVX512
-  if (have_avx512()) {
-    layernorm_avx512(x, g, b, n, eps);
-    return;
-  }
-#endif
-#ifdef BF_HAVE_AVX2
-  if (have_avx2()) {
-    layernorm_avx2(x, g, b, n, eps);
-    return;
-  }
-#endif
-  double mean = 0, var = 0;
-  for (int i = 0; i < n; i++) mean += x[i];
-  mean /= n;
-  for (int i = 0; i < n; i++) {
-    double d = x[i] - mean;
-    var += d * d;
-  }
-  var /= n;
-  float m = (float)mean, rstd = (float)(1.0 / sqrt(var + eps));
-  for (int i = 0; i < n; i++) x[i] = (x[i] - m) * rstd * g[i] + b[i];
+  row_ops()->layernorm(x, g, b, n, eps);
 }
 
 /* x[i] += a[i] + b[i] for i < n; b may be NULL. */
-static void add(float *x, const float *a, const float *b, int n) {
-#ifdef BF_HAVE_AVX512
-  if (have_avx512()) {
-    add_avx512(x, a, b, n);
-    return;
-  }
-#endif
-#ifdef BF_HAVE_AVX2
-  if (have_avx2()) {
-    add_avx2(x, a, b, n);
-    return;
-  }
-#endif
-  if (b)
-    for (int i = 0; i < n; i++) x[i] += a[i] + b[i];
-  else
-    for (int i = 0; i < n; i++) x[i] += a[i];
-}
+static void add(float *x, const float *a, const float *b, int n) { row_ops()->add(x, a, b, n); }
 
 /* y[t] += bias for each of T rows of width n. */
 static void add_bias(float *y, const float *bias, int T, int n) {
@@ -286,24 +114,7 @@ static void add_bias(float *y, const float *bias, int T, int n) {
 }
 
 /* y[i] = gelu(y[i] + bias[i]) = z/2 (1 + erf(z/sqrt 2)), the exact (erf) form, for i < n. */
-static void gelu_row(float *y, const float *bias, int n) {
-#ifdef BF_HAVE_AVX512
-  if (have_avx512()) {
-    gelu_row_avx512(y, bias, n);
-    return;
-  }
-#endif
-#ifdef BF_HAVE_AVX2
-  if (have_avx2()) {
-    gelu_row_avx2(y, bias, n);
-    return;
-  }
-#endif
-  for (int i = 0; i < n; i++) {
-    float z = y[i] + bias[i];
-    y[i] = 0.5f * z * (1.0f + erff(z * (float)M_SQRT1_2));
-  }
-}
+static void gelu_row(float *y, const float *bias, int n) { row_ops()->gelu_row(y, bias, n); }
 
 static void add_bias_gelu(float *y, const float *bias, int T, int n) {
   for (int t = 0; t < T; t++) gelu_row(y + (size_t)t * n, bias, n);
@@ -311,59 +122,29 @@ static void add_bias_gelu(float *y, const float *bias, int T, int n) {
 
 /* The largest of x[0..n) into *max; returns 0 if some x[i] is NaN or infinite. */
 static int max_finite(const float *x, int n, float *max) {
-#ifdef BF_HAVE_AVX512
-  if (have_avx512()) return max_finite_avx512(x, n, max);
-#endif
-#ifdef BF_HAVE_AVX2
-  if (have_avx2()) return max_finite_avx2(x, n, max);
-#endif
-  float mx = -INFINITY;
-  for (int i = 0; i < n; i++) {
-    if (!isfinite(x[i])) return 0;
-    if (x[i] > mx) mx = x[i];
-  }
-  *max = mx;
-  return 1;
+  return row_ops()->max_finite(x, n, max);
 }
 
 /* Sum of e^(x[i] - mx), in double; each term is stored in dst unless dst is NULL. */
 static double exp_sum(float *dst, const float *x, int n, float mx) {
-#ifdef BF_HAVE_AVX512
-  if (have_avx512()) return exp_sum_avx512(dst, x, n, mx);
-#endif
-#ifdef BF_HAVE_AVX2
-  if (have_avx2()) return exp_sum_avx2(dst, x, n, mx);
-#endif
-  double sum = 0;
-  for (int i = 0; i < n; i++) {
-    float e = expf(x[i] - mx);
-    if (dst) dst[i] = e;
-    sum += e;
-  }
-  return sum;
+  return row_ops()->exp_sum(dst, x, n, mx);
 }
 
 /* In place: p[i] = e^(p[i] - max) / sum, for one row of n scores. */
 static void softmax(float *p, int n) {
   float mx = p[0];
-  int found = 0; /* mx is the largest and every p[i] is finite */
-#ifdef BF_HAVE_AVX512
-  if (have_avx512()) found = max_finite_avx512(p, n, &mx);
-#endif
-#ifdef BF_HAVE_AVX2
-  if (have_avx2()) found = max_finite_avx2(p, n, &mx);
-#endif
-  if (!found) /* NaN/Inf, or no vector code: the plain loop */
+  int found = max_finite(p, n, &mx); /* mx is the largest and every p[i] is finite */
+  if (!found)                        /* NaN/Inf: the plain loop */
     for (int i = 1; i < n; i++)
       if (p[i] > mx) mx = p[i];
   float inv = (float)(1.0 / exp_sum(p, p, n, mx));
   for (int i = 0; i < n; i++) p[i] *= inv;
 }
 
-/* Threads for the run's parallel loops: bf_blas_threads() (the thread
-** setting, bf_blas_set_threads), at most BF_POOL_MAX_THREADS. */
+/* Threads for the run's parallel loops: the engine's thread setting
+** (bf_pool_threads, pool.h), at most BF_POOL_MAX_THREADS. */
 static int run_threads(void) {
-  int n = bf_blas_threads();
+  int n = bf_pool_threads();
   return n < 1 ? 1 : n > BF_POOL_MAX_THREADS ? BF_POOL_MAX_THREADS : n;
 }
 
@@ -383,8 +164,8 @@ typedef struct product {
   int n;
 } product;
 
-/* fp32: the kernels of gemm.c, or OpenBLAS on CPUs without AVX-512 or AVX2
-** (or if the kernels' panel buffers cannot be allocated). */
+/* fp32: bertfill's kernels through gemm.c, or OpenBLAS on CPUs without
+** AVX-512 or AVX2 (or if the kernels' panel buffers cannot be allocated). */
 static void products_fp32(bf_run *r, const float *x, int T, int in, int np, const product *p) {
   gemm_out o[3];
   for (int i = 0; i < np; i++) o[i] = (gemm_out){p[i].y, p[i].w, p[i].n};
@@ -394,7 +175,7 @@ static void products_fp32(bf_run *r, const float *x, int T, int in, int np, cons
 }
 
 /* The int8 kernels (qgemm.h), under the same cap as the fp32 ones
-** (BERTFILL_KERNELS, BERTFILL_NO_AVX512; gemm.h): with AVX-512 allowed the
+** (BERTFILL_KERNELS, BERTFILL_NO_AVX512; kernels/kernels.h): with AVX-512 allowed the
 ** best the CPU has (AVX512-VNNI, else AVX2), with "avx2" the AVX2 kernel,
 ** with "openblas" (no kernels of bertfill's own) the portable C one. */
 static qg_path int8_path(void) {

@@ -7,6 +7,9 @@
 ** for the helpers to report done.  A helper that finds no new job spins for
 ** up to SPIN_NS, yielding now and then, and then sleeps on the condition
 ** variable until the next job (or bf_pool_free) wakes it.
+**
+** Also the engine's thread setting (bf_pool_threads, at the end): a number
+** of the process, not of a pool.
 */
 #include <pthread.h>
 #include <sched.h>
@@ -149,3 +152,33 @@ void bf_pool_run(bf_pool *p, int nthreads, int nunits, bf_unit_fn fn, void *arg)
     if (spins % 64 == 0) sched_yield(); /* a helper may be waiting for this core */
   }
 }
+
+/* ------------------------------------------------------ the thread setting */
+
+static atomic_int threads_setting; /* 0: not set yet */
+
+/* The default (pool.h): the environment variables OpenBLAS reads, in its
+** order, each as OpenBLAS reads it (atoi; 0 or less: not set), at most the
+** cores (as OpenBLAS caps them at its count of the processors). */
+static int default_threads(void) {
+  static const char *const names[] = {"OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS",
+                                      "OMP_NUM_THREADS"};
+  int cores = bf_ncores();
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+    const char *v = getenv(names[i]);
+    int n = v ? atoi(v) : 0;
+    if (n > 0) return n < cores ? n : cores;
+  }
+  return cores;
+}
+
+int bf_pool_threads(void) {
+  int n = atomic_load(&threads_setting);
+  if (n > 0) return n;
+  n = default_threads();
+  int unset = 0; /* a setting made meanwhile wins */
+  if (!atomic_compare_exchange_strong(&threads_setting, &unset, n)) n = unset;
+  return n;
+}
+
+void bf_pool_set_threads(int n) { atomic_store(&threads_setting, n > 0 ? n : bf_ncores()); }

@@ -46,7 +46,7 @@ unit_errors() (
 # Needs `make test-bins models`.  First checks that each test model is the one
 # its golden was computed from (sha256 of model.safetensors), then runs
 # $BUILD/tests/test_forward over every (model, golden) pair, under $BF_WRAP,
-# once per kernel setting (gemm.h): as the CPU allows (its best kernels), with
+# once per kernel setting (kernels/kernels.h): as the CPU allows (its best kernels), with
 # BERTFILL_KERNELS=avx2 (the AVX2 kernels on an AVX-512 CPU; skipped where the
 # default run used them already) and with BERTFILL_KERNELS=openblas
 # (the portable path: plain C loops and OpenBLAS).
@@ -103,12 +103,12 @@ unit_forward() (
   exit "$bad"
 )
 
-# The matrix kernels of ext/engine/gemm.c (AVX-512) and gemm_avx2.c (AVX2)
-# against a plain double loop: tests/c/test_gemm.c, once per setting of
-# BERTFILL_KERNELS (gemm.h), so that every kernel this CPU has is checked:
-# the best it has (default), AVX2 (on an AVX-512 CPU; skipped where the
-# default run checked AVX2 already), and none (gemm_xwt must hand the work
-# back: GEMM_NO_KERNEL), also through the older BERTFILL_NO_AVX512=1.
+# The matrix kernels of ext/engine/kernels/avx512.c and kernels/avx2.c, run by
+# gemm.c's job splitter, against a plain double loop: tests/c/test_gemm.c, once
+# per setting of BERTFILL_KERNELS (kernels/kernels.h), so that every kernel this
+# CPU has is checked: the best it has (default), AVX2 (on an AVX-512 CPU;
+# skipped where the default run checked AVX2 already), and none (gemm_xwt must
+# hand the work back: GEMM_NO_KERNEL), also through the older BERTFILL_NO_AVX512=1.
 unit_gemm() (
   built test_gemm || exit 1
   out=$(${BF_WRAP:-} "$bin")
@@ -161,10 +161,21 @@ unit_model() (
   exit $rc
 )
 
-# The engine's thread pool (ext/engine/pool.c): tests/c/test_pool.c.
+# The engine's thread pool (ext/engine/pool.c): tests/c/test_pool.c; its
+# thread setting's default without the variables OpenBLAS reads, then with
+# each of them (BF_TEST_THREADS: what the test expects, capped at the cores).
 unit_pool() (
   built test_pool || exit 1
-  ${BF_WRAP:-} "$bin"
+  rc=0
+  env -u OPENBLAS_NUM_THREADS -u GOTO_NUM_THREADS -u OMP_NUM_THREADS ${BF_WRAP:-} "$bin" || rc=1
+  for setting in "OPENBLAS_NUM_THREADS=1 BF_TEST_THREADS=1" "GOTO_NUM_THREADS=1 BF_TEST_THREADS=1" \
+                 "OPENBLAS_NUM_THREADS=x OMP_NUM_THREADS=1,2 BF_TEST_THREADS=1" \
+                 "OPENBLAS_NUM_THREADS=4096 BF_TEST_THREADS=4096"; do
+    env -u OPENBLAS_NUM_THREADS -u GOTO_NUM_THREADS -u OMP_NUM_THREADS $setting ${BF_WRAP:-} "$bin" |
+      grep -E '^(FAIL|skip)|thread setting' | sed -E "s/^(ok|FAIL|skip) /\1 [$setting] /"
+    [ "${PIPESTATUS[0]}" -ne 0 ] && rc=1
+  done
+  exit $rc
 )
 
 # The int8 products of ext/engine/qgemm.c: tests/c/test_qgemm.c (every

@@ -13,6 +13,7 @@
 #include "blas.h"
 #include "model.h"
 #include "safetensors.h"
+#include "util.h"
 #include "testlib.h"
 
 #include <math.h>
@@ -559,7 +560,9 @@ static void test_blas(void) {
   bf_blas_set_threads(1);
   CHECK("blas_set_threads_1", bf_blas_threads() == 1);
   bf_blas_set_threads(0);
-  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  /* the cores this process may run on (sched_getaffinity), not all the
+  ** machine's: a process pinned to fewer (taskset) gets that many */
+  long cores = bf_ncores();
   CHECKF("blas_set_threads_default_cores", bf_blas_threads() == (int)(cores < 64 ? cores : 64),
          "%d threads, %ld cores", bf_blas_threads(), cores);
   bf_blas_set_threads(t0);

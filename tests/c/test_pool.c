@@ -3,10 +3,14 @@
 ** runs every unit exactly once, on 1 to BF_POOL_MAX_THREADS + 4 threads
 ** (more than the pool has are capped), with thread ids below the threads
 ** asked for; jobs one after the other on the same pool; no pool (NULL) and
-** empty jobs.
+** empty jobs.  The engine's thread setting (bf_pool_threads): its default
+** (the cores, or OPENBLAS_NUM_THREADS / GOTO_NUM_THREADS / OMP_NUM_THREADS
+** as OpenBLAS reads them: tests/c/t_c.sh pool runs it with each), and set.
 */
 #include <stdatomic.h>
+#include <stdlib.h>
 #include "pool.h"
+#include "util.h"
 #include "testlib.h"
 
 #define UNITS 1000
@@ -56,5 +60,22 @@ int main(void) {
   bf_pool_free(p);
   bf_pool_free(NULL);
   CHECK("pool: freed (and NULL freed)", 1);
+
+  /* the thread setting: BF_TEST_THREADS says what the environment should
+  ** give (t_c.sh sets both); without it, none of the variables is set */
+  int cores = bf_ncores();
+  const char *want_env = getenv("BF_TEST_THREADS");
+  int want = want_env ? atoi(want_env) : cores;
+  if (want > cores) want = cores;
+  CHECKF("pool: default thread setting (the environment, at most the cores)",
+         bf_pool_threads() == want, "%d, expected %d (%d cores)", bf_pool_threads(), want, cores);
+  bf_pool_set_threads(3);
+  CHECKF("pool: thread setting 3", bf_pool_threads() == 3, "%d", bf_pool_threads());
+  bf_pool_set_threads(0);
+  CHECKF("pool: thread setting 0 is the cores", bf_pool_threads() == cores, "%d, %d cores",
+         bf_pool_threads(), cores);
+  bf_pool_set_threads(-2);
+  CHECKF("pool: thread setting -2 is the cores", bf_pool_threads() == cores, "%d, %d cores",
+         bf_pool_threads(), cores);
   TL_EXIT();
 }

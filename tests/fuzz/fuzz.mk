@@ -17,11 +17,12 @@ LIBS    := -lsqlite3 -lutf8proc -ldl -lm -lpthread
 CLANG   ?= clang
 GCC     ?= gcc
 
-ENG     := $(wildcard ext/engine/*.c)
+ENG     := $(wildcard ext/engine/*.c ext/engine/kernels/*.c)
 SRC     := $(ENG) $(wildcard ext/sqlite/*.c)
-HDRS    := $(wildcard ext/engine/*.h ext/sqlite/*.h) tests/fuzz/fuzz_common.h
+HDRS    := $(wildcard ext/engine/*.h ext/engine/kernels/*.h ext/sqlite/*.h) tests/fuzz/fuzz_common.h
 
-# ext/engine/x.c -> obj/engine/x.o, ext/sqlite/x.c -> obj/sqlite/x.o
+# ext/engine/x.c -> obj/engine/x.o (ext/engine/kernels/x.c -> obj/engine/kernels/x.o),
+# ext/sqlite/x.c -> obj/sqlite/x.o
 clang_objs = $(patsubst ext/%.c,$(FB)/clang/obj/%.o,$(1))
 gcc_objs   = $(patsubst ext/%.c,$(FB)/gcc/obj/%.o,$(1))
 # which sources each target links

@@ -1,7 +1,9 @@
 #!/usr/bin/python3
 """t_structure.py — the shape of ext/, checked on the compiled objects.
 
-The graph: one node per source file of ext/engine/*.c and ext/sqlite/*.c; an
+The graph: one node per source file of ext/engine/**/*.c and ext/sqlite/**/*.c
+(a file in a folder of a layer, ext/engine/kernels/avx2.c, is named by its
+path in the layer: kernels/avx2); an
 edge A -> B when A's object ($BUILD/obj/LAYER/A.o, made by `make all`) uses
 a global symbol (nm type U) that B's object defines (T, D, B, R, ...).  Calls,
 and uses of global data, are what the edges count; headers do not matter.
@@ -58,8 +60,9 @@ def load(build):
     """Source files, and for each one (defined symbols, used symbols)."""
     srcs, objs = [], []
     for layer in LAYERS:
-        for src in sorted(glob.glob("ext/%s/*.c" % layer)):
-            name = os.path.splitext(os.path.basename(src))[0]
+        base = "ext/%s/" % layer
+        for src in sorted(glob.glob(base + "**/*.c", recursive=True)):
+            name = os.path.splitext(src[len(base):])[0]
             srcs.append("%s/%s.c" % (layer, name))
             objs.append(os.path.join(build, "obj", layer, name + ".o"))
     stale = []
@@ -152,7 +155,7 @@ def call_direction(srcs, edges, comps):
             names = []
             for i in mine:
                 if height[i] == h:
-                    c = sorted(os.path.splitext(s.split("/")[1])[0] for s in comps[i])
+                    c = sorted(os.path.splitext(s.split("/", 1)[1])[0] for s in comps[i])
                     names.append("{%s}" % " ".join(c) if len(c) > 1 else c[0])
             if names:
                 steps.append(" ".join(sorted(names, key=lambda n: n.strip("{"))))

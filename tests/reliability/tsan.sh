@@ -16,7 +16,7 @@ mkdir -p "$out/obj"
 CC=${TSAN_CC:-gcc}
 flags="-O1 -g -march=x86-64-v2 -std=c11 -D_GNU_SOURCE -fPIC -Iext/sqlite -Iext/engine -fsanitize=thread"
 objs=""
-for src in ext/engine/*.c ext/sqlite/*.c; do
+for src in ext/engine/*.c ext/engine/kernels/*.c ext/sqlite/*.c; do
   o=$out/obj/$(basename "$(dirname "$src")")_$(basename "$src" .c).o
   if [ ! -e "$o" ] || [ "$src" -nt "$o" ] || [ -n "$(find ext -name '*.h' -newer "$o")" ]; then
     $CC $flags -c "$src" -o "$o" || { echo "FAIL tsan_threads: $src does not build with -fsanitize=thread"; exit 1; }

@@ -70,7 +70,7 @@ check good_values "$([ "$(cat "$tmp/good.out")" = "memory|5|3|0|0" ] && echo 1 |
   "got $(cat "$tmp/good.out")"
 check good_silent "$([ ! -s "$tmp/good.err" ] && echo 1 || echo 0)" "stderr: $(cat "$tmp/good.err")"
 
-# BERTFILL_KERNELS caps the matrix kernels (gemm.h): openblas is always
+# BERTFILL_KERNELS caps the kernels (ext/engine/kernels/kernels.h): openblas is always
 # possible; a bad value is ignored (the CPU's best, as without it) with a warning
 run kernels_default "" "select json_extract(bert_debug(), '\$.gemm');"
 run kernels_openblas "BERTFILL_KERNELS=openblas" "select json_extract(bert_debug(), '\$.gemm');"

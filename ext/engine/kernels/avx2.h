@@ -1,12 +1,11 @@
 /*
-** avx2.h — what the engine's AVX2 code shares (gemm_avx2.c, rows_avx2.c,
-** forward.c).
+** avx2.h — what the engine's AVX2 code shares (kernels/avx2.c).
 ** Engine-internal.
 **
 ** Like the AVX-512 code (avx512.h), the AVX2 code is compiled into every
 ** x86-64 build made with gcc or clang through target attributes (the rest of
-** the engine stays x86-64-v2), and runs only where gemm_kernels() (gemm.h)
-** chose GEMM_KERNELS_AVX2: a CPU with AVX2 and FMA but no AVX-512 (or
+** the engine stays x86-64-v2), and runs only where dispatch.c chose
+** GEMM_KERNELS_AVX2 (kernels.h): a CPU with AVX2 and FMA but no AVX-512 (or
 ** BERTFILL_KERNELS=avx2).
 ** Building with -DBF_NO_AVX2 leaves it out.
 **
@@ -50,14 +49,6 @@ static inline __attribute__((always_inline)) AVX2 float hsum8(__m256 v) {
   s = _mm_add_ss(s, _mm_movehdup_ps(s));
   return _mm_cvtss_f32(s);
 }
-
-/* forward.c's loops over rows on AVX2 (rows_avx2.c): the same meaning as
-** its AVX-512 versions and plain C versions of the same names. */
-void gelu_row_avx2(float *y, const float *bias, int n); /* y = gelu(y + bias) */
-int max_finite_avx2(const float *x, int n, float *max); /* 0 if a NaN/Inf */
-double exp_sum_avx2(float *dst, const float *x, int n, float mx);
-void layernorm_avx2(float *x, const float *g, const float *b, int n, float eps);
-void add_avx2(float *x, const float *a, const float *b, int n); /* x += a + b */
 #endif
 
 #endif

@@ -1,10 +1,11 @@
 /*
-** avx512.h — what the engine's AVX-512 code shares (gemm.c, forward.c).
+** avx512.h — what the engine's AVX-512 code shares (kernels/avx512.c).
 ** Engine-internal.
 **
 ** The AVX-512 code is compiled into every x86-64 build made with gcc or
-** clang, through target attributes (the rest of the engine stays baseline
-** x86-64), and runs only where gemm_have_avx512() says the CPU has it.
+** clang, through target attributes (the rest of the engine stays
+** x86-64-v2), and runs only where dispatch.c chose GEMM_KERNELS_AVX512
+** (kernels.h): the CPU has it and the environment does not turn it off.
 ** Building with -DBF_NO_AVX512 leaves it out.
 **
 **   #include "avx512.h"

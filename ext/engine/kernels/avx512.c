@@ -1,0 +1,387 @@
+/*
+** avx512.c — the AVX-512 kernel set (kernels.h): y = x W^T and forward.c's
+** loops over rows with AVX-512F, 16 floats at a time.  gemm.c's job splitter
+** runs the products (cutting the work into units for the threads), forward.c
+** the row operations, both through kernels_avx512.
+**
+** The products: the weights stay as PyTorch stores them ([out, in], read in
+** place from the mmap).  Two kernels cover every size the encoder meets:
+**
+** Dot kernel (rows of x <= GEMM_DOT_MAX_T: one short sentence, a few masks):
+** a tile of 3 rows of W x 8 tokens keeps 24 accumulators of 16 lanes; sums
+** run over K and are reduced at the end.  Each row of W comes from memory
+** once and is reused from L1 for every token.
+**
+** Panel kernel (more rows): for each strip of PANEL = 48 output columns,
+**   1. pack: Wp[k][j] = W[n0 + j][k] (16x16 transposes in registers; rows past
+**      the end of W and k past K are zero), 48*K floats, stays in L2;
+**   2. for every MR = 8 rows of x: c[i][0..48) += x[i][k] * Wp[k][0..48) over
+**      k, 24 accumulators, one broadcast of x and three loads of Wp per 3 FMAs;
+**   while the strip this thread will likely take next is prefetched, spread
+**   over the arithmetic.  (Strips of 32 or 64 columns, 12 or 6 rows, measured
+**   3-7% slower on a bert-base layer.)  The classic blocked-GEMM inner loop:
+**   it replaces OpenBLAS, which repacks all of W on every call and is 20-30%
+**   slower here for the sizes of one sentence.
+** Float accumulation in a fixed order per output element (any order is as
+** exact as a BLAS; results do not depend on the number of threads).
+**
+** The row operations (what dominates once the products are fast):
+**   - exp16: e^x by range reduction (x = n ln2 + r) and a degree-7 Taylor
+**     polynomial on |r| <= ln2/2 (error below 1 ulp of float).
+**   - gelu: erf by Abramowitz & Stegun 7.1.26 (absolute error < 1.5e-7), the
+**     formula PyTorch's own vectorized CPU erf uses.
+**   - LayerNorm: mean and variance summed in double.
+** The portable set's expf and erff (libm) give the same results to ~1e-7.
+*/
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "avx512.h"
+#include "kernels.h"
+
+#ifdef BF_HAVE_AVX512
+#define INLINE static inline __attribute__((always_inline))
+
+/* ---- dot kernel ---- */
+#define TILE_R 3 /* rows of W per tile */
+#define TILE_J 8 /* tokens per tile: 24 accumulators + 3 rows of W + 1 token in registers */
+#define DOT_UNIT (8 * TILE_R) /* least columns per unit of work */
+
+/* y[j*ldy + i] = dot(w[i*K ...], x[j*K ...]) for i < R rows of W, j < J tokens
+** (R and J are constants after inlining, so acc[][] lives in registers). */
+INLINE AVX512 void dot_tile(float *y, int ldy, const float *x, const float *w, int K, const int R,
+                            const int J) {
+  __m512 acc[TILE_R][TILE_J], wv[TILE_R];
+#pragma GCC unroll 8
+  for (int i = 0; i < R; i++)
+#pragma GCC unroll 8
+    for (int j = 0; j < J; j++) acc[i][j] = _mm512_setzero_ps();
+  for (int k = 0; k < K; k += 16) {
+    __mmask16 m = tail16(K - k);
+#pragma GCC unroll 8
+    for (int i = 0; i < R; i++) wv[i] = _mm512_maskz_loadu_ps(m, w + (size_t)i * K + k);
+#pragma GCC unroll 8 /* the next tile's rows of W, which follow these in memory */
+    for (int i = 0; i < R; i++)
+      _mm_prefetch((const char *)(w + (size_t)(R + i) * K + k), _MM_HINT_T0);
+#pragma GCC unroll 8
+    for (int j = 0; j < J; j++) {
+      __m512 xv = _mm512_maskz_loadu_ps(m, x + (size_t)j * K + k);
+#pragma GCC unroll 8
+      for (int i = 0; i < R; i++) acc[i][j] = _mm512_fmadd_ps(wv[i], xv, acc[i][j]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < R; i++)
+#pragma GCC unroll 8
+    for (int j = 0; j < J; j++) y[(size_t)j * ldy + i] = _mm512_reduce_add_ps(acc[i][j]);
+}
+
+/* Tokens [t, t + J) against rows [o, o + R) of W, J (1..TILE_J) and R (1 or
+** TILE_R) made constants by the switch. */
+INLINE AVX512 void dot_tile_any(float *y, int N, const float *x, const float *w, int K, int J,
+                                const int R) {
+  switch (J) {
+#define J_(j) \
+  case j: dot_tile(y, N, x, w, K, R, j); break;
+    J_(1) J_(2) J_(3) J_(4) J_(5) J_(6) J_(7) J_(8)
+#undef J_
+  }
+}
+
+/* Columns [o0, o1) of y[T,N] = x[T,K] W[N,K]^T.  The T tokens are cut into
+** ceil(T / TILE_J) tiles of nearly equal size (17 tokens: 6 + 6 + 5, not
+** 8 + 8 + 1): a tile of few tokens has too few accumulators to hide the
+** FMA latency.  Measured (AMD Zen 5, 2 cores, a bert-base-shaped model, one
+** sentence, fp32): with the panel kernel from 17 rows on, 16 -> 17 tokens
+** cost +36% (19.0 -> 25.9 ms); with this kernel up to 32 rows, 18.9 ms at
+** 17, and 20-32 tokens 7-9% faster than on the panel kernel; at 40 tokens
+** the panel kernel is 5% faster (hence GEMM_DOT_MAX_T 32). */
+AVX512 static void dot_cols(float *y, const float *x, const float *W, int T, int N, int K, int o0,
+                            int o1) {
+  const int nt = (T + TILE_J - 1) / TILE_J;
+  int o = o0;
+  for (; o + TILE_R <= o1; o += TILE_R)
+    for (int i = 0, t = 0; i < nt; i++) {
+      int J = (T - t + (nt - i) - 1) / (nt - i);
+      dot_tile_any(y + (size_t)t * N + o, N, x + (size_t)t * K, W + (size_t)o * K, K, J, TILE_R);
+      t += J;
+    }
+  for (; o < o1; o++)
+    for (int i = 0, t = 0; i < nt; i++) {
+      int J = (T - t + (nt - i) - 1) / (nt - i);
+      dot_tile_any(y + (size_t)t * N + o, N, x + (size_t)t * K, W + (size_t)o * K, K, J, 1);
+      t += J;
+    }
+}
+
+/* ---- panel kernel ---- */
+#define PANEL_NZ \
+  3 /* zmm of output columns per strip (48 columns, 8 rows of x per tile: measured best of 2, 3, 4) */
+#define PANEL (16 * PANEL_NZ) /* output columns per strip */
+#define MR (24 / PANEL_NZ)    /* rows of x per register tile: 24 accumulators */
+_Static_assert(MR == 8, "panel_strip's switch lists tiles of 1..8 rows");
+
+/* In place: r[i] (row i of a 16x16 block) becomes column i. */
+INLINE AVX512 void transpose16(__m512 r[16]) {
+  __m512 t[16];
+  for (int i = 0; i < 8; i++) {
+    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 4; i++) {
+    r[4 * i + 0] = _mm512_shuffle_ps(t[4 * i + 0], t[4 * i + 2], 0x44);
+    r[4 * i + 1] = _mm512_shuffle_ps(t[4 * i + 0], t[4 * i + 2], 0xEE);
+    r[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+    r[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
+  }
+  for (int i = 0; i < 4; i++) {
+    t[i] = _mm512_shuffle_f32x4(r[i], r[4 + i], 0x88);
+    t[4 + i] = _mm512_shuffle_f32x4(r[i], r[4 + i], 0xDD);
+    t[8 + i] = _mm512_shuffle_f32x4(r[8 + i], r[12 + i], 0x88);
+    t[12 + i] = _mm512_shuffle_f32x4(r[8 + i], r[12 + i], 0xDD);
+  }
+  for (int i = 0; i < 4; i++) {
+    r[i] = _mm512_shuffle_f32x4(t[i], t[8 + i], 0x88);
+    r[8 + i] = _mm512_shuffle_f32x4(t[i], t[8 + i], 0xDD);
+    r[4 + i] = _mm512_shuffle_f32x4(t[4 + i], t[12 + i], 0x88);
+    r[12 + i] = _mm512_shuffle_f32x4(t[4 + i], t[12 + i], 0xDD);
+  }
+}
+
+/* Wp[k*PANEL + j] = W[(n0 + j)*K + k] for j < nr (<= PANEL), k < K; 0 for j >= nr. */
+AVX512 static void pack_panel(float *Wp, const float *W, int K, int n0, int nr) {
+  for (int h = 0; h < PANEL / 16; h++) {
+    for (int k = 0; k < K; k += 16) {
+      __mmask16 m = tail16(K - k);
+      __m512 r[16];
+#pragma GCC unroll 16
+      for (int j = 0; j < 16; j++) {
+        int row = h * 16 + j;
+        r[j] = row < nr ? _mm512_maskz_loadu_ps(m, W + (size_t)(n0 + row) * K + k)
+                        : _mm512_setzero_ps();
+      }
+      transpose16(r);
+      int kn = K - k < 16 ? K - k : 16;
+      for (int i = 0; i < kn; i++) _mm512_store_ps(Wp + (size_t)(k + i) * PANEL + 16 * h, r[i]);
+    }
+  }
+}
+
+/* Prefetching the rows of W that this thread will most likely pack next (they
+** are contiguous), spread over the arithmetic of the current strip so that
+** memory and arithmetic overlap: one cache line every (mask + 1) steps of k. */
+typedef struct prefetch {
+  const char *next; /* next line */
+  long left;        /* lines still to prefetch */
+  int mask;
+} prefetch;
+
+INLINE void prefetch_step(prefetch *p, int k) {
+  if (p->left > 0 && (k & p->mask) == 0) {
+    _mm_prefetch(p->next, _MM_HINT_T0);
+    p->next += 64;
+    p->left--;
+  }
+}
+
+/* y[i*ldy + 0..PANEL) = sum_k x[i*ldx + k] * Wp[k][0..PANEL) for i < R (a
+** constant after inlining); lanes outside m[z] (columns 16z..16z+15) are not stored. */
+INLINE AVX512 void panel_tile(const int R, const float *x, int ldx, const float *Wp, int K,
+                              float *y, int ldy, const __mmask16 *m, prefetch *pf) {
+  __m512 c[MR][PANEL_NZ];
+#pragma GCC unroll 8
+  for (int i = 0; i < R; i++)
+#pragma GCC unroll 4
+    for (int z = 0; z < PANEL_NZ; z++) c[i][z] = _mm512_setzero_ps();
+  for (int k = 0; k < K; k++) {
+    prefetch_step(pf, k);
+    __m512 b[PANEL_NZ];
+#pragma GCC unroll 4
+    for (int z = 0; z < PANEL_NZ; z++) b[z] = _mm512_load_ps(Wp + (size_t)k * PANEL + 16 * z);
+#pragma GCC unroll 8
+    for (int i = 0; i < R; i++) {
+      __m512 a = _mm512_set1_ps(x[(size_t)i * ldx + k]);
+#pragma GCC unroll 4
+      for (int z = 0; z < PANEL_NZ; z++) c[i][z] = _mm512_fmadd_ps(a, b[z], c[i][z]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < R; i++)
+#pragma GCC unroll 4
+    for (int z = 0; z < PANEL_NZ; z++)
+      _mm512_mask_storeu_ps(y + (size_t)i * ldy + 16 * z, m[z], c[i][z]);
+}
+
+/* Strip [n0, n0 + nr) of y[T,N] = x[T,K] W[N,K]^T, through the panel Wp;
+** meanwhile rows [next, next + PANEL) of W (if next < N) are prefetched. */
+AVX512 static void panel_strip(float *Wp, float *y, const float *x, const float *W, int T, int N,
+                               int K, int n0, int nr, int next) {
+  pack_panel(Wp, W, K, n0, nr);
+  __mmask16 m[PANEL_NZ];
+  for (int z = 0; z < PANEL_NZ; z++) m[z] = tail16(nr - 16 * z);
+  prefetch pf = {0};
+  if (next < N) {
+    int rows = N - next < PANEL ? N - next : PANEL, tiles = (T + MR - 1) / MR;
+    pf.next = (const char *)(W + (size_t)next * K);
+    pf.left = ((long)rows * K * (long)sizeof(float) + 63) / 64;
+    long steps = (long)tiles * K; /* steps of k in this strip: one line every 2^s of them */
+    for (int s = 0; s < 4 && (steps >> (s + 1)) >= pf.left; s++) pf.mask = (pf.mask << 1) | 1;
+  }
+  for (int t = 0; t < T; t += MR) {
+    const float *xt = x + (size_t)t * K;
+    float *yt = y + (size_t)t * N + n0;
+    switch (T - t < MR ? T - t : MR) {
+#define TILE(r) \
+  case r: panel_tile(r, xt, K, Wp, K, yt, N, m, &pf); break;
+      TILE(1) TILE(2) TILE(3) TILE(4) TILE(5) TILE(6) TILE(7) TILE(8)
+#undef TILE
+    }
+  }
+}
+
+/* ---- row operations ---- */
+
+/* e^x for x in [-87, 88] (clamped; NaN stays NaN). */
+static inline AVX512 __m512 exp16(__m512 x) {
+  x = _mm512_max_ps(_mm512_set1_ps(-87.0f), x); /* NaN stays NaN (2nd operand) */
+  x = _mm512_min_ps(_mm512_set1_ps(88.0f), x);
+  __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)),
+                                  _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x); /* x - n ln2, ln2 in */
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);     /* two parts */
+  __m512 p = _mm512_set1_ps(1.0f / 5040);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  return _mm512_scalef_ps(p, n); /* p * 2^n */
+}
+
+/* y[i] = gelu(y[i] + bias[i]) = z/2 (1 + erf(z/sqrt 2)) for i < n. */
+AVX512 static void gelu_row_avx512(float *y, const float *bias, int n) {
+  const __m512 one = _mm512_set1_ps(1.0f);
+  for (int i = 0; i < n; i += 16) {
+    __mmask16 m = tail16(n - i);
+    __m512 z = _mm512_add_ps(_mm512_maskz_loadu_ps(m, y + i), _mm512_maskz_loadu_ps(m, bias + i));
+    __m512 u = _mm512_mul_ps(z, _mm512_set1_ps((float)M_SQRT1_2));
+    __m512 a = _mm512_abs_ps(u);
+    __m512 t = _mm512_div_ps(one, _mm512_fmadd_ps(_mm512_set1_ps(0.3275911f), a, one));
+    __m512 q = _mm512_set1_ps(1.061405429f);
+    q = _mm512_fmadd_ps(q, t, _mm512_set1_ps(-1.453152027f));
+    q = _mm512_fmadd_ps(q, t, _mm512_set1_ps(1.421413741f));
+    q = _mm512_fmadd_ps(q, t, _mm512_set1_ps(-0.284496736f));
+    q = _mm512_fmadd_ps(q, t, _mm512_set1_ps(0.254829592f));
+    q = _mm512_mul_ps(q, t);
+    __m512 e = exp16(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_mul_ps(a, a)));
+    __m512 erf_a = _mm512_fnmadd_ps(q, e, one); /* erf(|u|) */
+    __m512i sign = _mm512_and_epi32(_mm512_castps_si512(u), _mm512_set1_epi32(INT32_MIN));
+    __m512 erf_u = _mm512_castsi512_ps(_mm512_or_epi32(_mm512_castps_si512(erf_a), sign));
+    __m512 g = _mm512_mul_ps(_mm512_mul_ps(z, _mm512_set1_ps(0.5f)), _mm512_add_ps(one, erf_u));
+    _mm512_mask_storeu_ps(y + i, m, g);
+  }
+}
+
+/* Largest of x[0..n); returns 0 if some x[i] is NaN or infinite. */
+AVX512 static int max_finite_avx512(const float *x, int n, float *max) {
+  __m512 mx = _mm512_set1_ps(-INFINITY);
+  __mmask16 bad = 0;
+  for (int i = 0; i < n; i += 16) {
+    __mmask16 m = tail16(n - i);
+    __m512 v = _mm512_mask_loadu_ps(mx, m, x + i);
+    __m512 d = _mm512_sub_ps(v, v); /* 0 if finite, NaN if not */
+    bad |= _mm512_cmp_ps_mask(d, d, _CMP_UNORD_Q) & m;
+    mx = _mm512_max_ps(mx, v);
+  }
+  *max = _mm512_reduce_max_ps(mx);
+  return bad == 0;
+}
+
+/* sum of e^(x[i] - mx) in double; stored into dst too unless dst is NULL. */
+AVX512 static double exp_sum_avx512(float *dst, const float *x, int n, float mx) {
+  __m512d s0 = _mm512_setzero_pd(), s1 = _mm512_setzero_pd();
+  __m512 vmx = _mm512_set1_ps(mx);
+  for (int i = 0; i < n; i += 16) {
+    __mmask16 m = tail16(n - i);
+    __m512 e = _mm512_maskz_mov_ps(m, exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), vmx)));
+    if (dst) _mm512_mask_storeu_ps(dst + i, m, e);
+    s0 = _mm512_add_pd(s0, _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
+    s1 = _mm512_add_pd(s1, _mm512_cvtps_pd(
+                             _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1))));
+  }
+  return _mm512_reduce_add_pd(_mm512_add_pd(s0, s1));
+}
+
+/* In place: x = LayerNorm(x) * g + b over n floats, mean and variance in double. */
+AVX512 static void layernorm_avx512(float *x, const float *g, const float *b, int n, float eps) {
+  __m512d s0 = _mm512_setzero_pd(), s1 = _mm512_setzero_pd();
+  for (int i = 0; i < n; i += 16) {
+    __m512 v = _mm512_maskz_loadu_ps(tail16(n - i), x + i);
+    s0 = _mm512_add_pd(s0, _mm512_cvtps_pd(_mm512_castps512_ps256(v)));
+    s1 = _mm512_add_pd(s1, _mm512_cvtps_pd(
+                             _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))));
+  }
+  double mean = _mm512_reduce_add_pd(_mm512_add_pd(s0, s1)) / n;
+  __m512d vm = _mm512_set1_pd(mean);
+  s0 = _mm512_setzero_pd();
+  s1 = _mm512_setzero_pd();
+  for (int i = 0; i < n; i += 16) {
+    __mmask16 m = tail16(n - i);
+    __m512 v = _mm512_maskz_loadu_ps(m, x + i);
+    __m512d d0 = _mm512_maskz_sub_pd((__mmask8)m, _mm512_cvtps_pd(_mm512_castps512_ps256(v)), vm);
+    __m512d d1 = _mm512_maskz_sub_pd((__mmask8)(m >> 8),
+                                     _mm512_cvtps_pd(_mm256_castpd_ps(
+                                       _mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))),
+                                     vm);
+    s0 = _mm512_fmadd_pd(d0, d0, s0);
+    s1 = _mm512_fmadd_pd(d1, d1, s1);
+  }
+  double var = _mm512_reduce_add_pd(_mm512_add_pd(s0, s1)) / n;
+  __m512 mf = _mm512_set1_ps((float)mean), rstd = _mm512_set1_ps((float)(1.0 / sqrt(var + eps)));
+  for (int i = 0; i < n; i += 16) {
+    __mmask16 m = tail16(n - i);
+    __m512 v = _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), mf), rstd);
+    v = _mm512_fmadd_ps(v, _mm512_maskz_loadu_ps(m, g + i), _mm512_maskz_loadu_ps(m, b + i));
+    _mm512_mask_storeu_ps(x + i, m, v);
+  }
+}
+
+/* x[i] += a[i] + b[i] (b may be NULL) for i < n. */
+AVX512 static void add_avx512(float *x, const float *a, const float *b, int n) {
+  for (int i = 0; i < n; i += 16) {
+    __mmask16 m = tail16(n - i);
+    __m512 v = _mm512_maskz_loadu_ps(m, a + i);
+    if (b) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, b + i));
+    _mm512_mask_storeu_ps(x + i, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, x + i), v));
+  }
+}
+
+/* The set: gemm.c's job splitter runs the products, forward.c the rows. */
+static const gemm_kernel_table gemm_avx512 = {
+  .dot_max_t = GEMM_DOT_MAX_T,
+  .dot_tile = TILE_R,
+  .dot_unit = DOT_UNIT,
+  .panel = PANEL,
+  .panel_rows = MR,
+  .lanes = 16,
+  .dot_cols = dot_cols,
+  .panel_strip = panel_strip,
+};
+
+const kernel_set kernels_avx512 = {
+  .id = GEMM_KERNELS_AVX512,
+  .name = "avx512",
+  .gemm = &gemm_avx512,
+  .rows =
+    {
+      .layernorm = layernorm_avx512,
+      .add = add_avx512,
+      .gelu_row = gelu_row_avx512,
+      .max_finite = max_finite_avx512,
+      .exp_sum = exp_sum_avx512,
+    },
+};
+#endif /* BF_HAVE_AVX512 */

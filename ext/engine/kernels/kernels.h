@@ -1,0 +1,116 @@
+/*
+** kernels.h — the engine's kernels, one set per instruction set, and the one
+** place that chooses among them.  Engine-internal.
+**
+**   kernels/portable.c  plain C: the row operations; no products of its own
+**                       (OpenBLAS does them, blas.h)
+**   kernels/avx2.c      AVX2 and FMA, 8 floats at a time: the fp32 products
+**                       and the row operations (CPUs without AVX-512: AMD
+**                       Zen 2/3, Intel Haswell to Alder Lake)
+**   kernels/avx512.c    AVX-512F, 16 floats at a time: the same
+**   kernels/dispatch.c  which set runs: cpuid and the environment, read once
+**                       per process (kernels_chosen, gemm_kernels)
+**
+** Each file fills one kernel_set.  Who runs them: gemm.c's job splitter
+** (gemm_xwt) cuts a product into units for the threads and runs the set's
+** gemm_kernel_table; forward.c calls the set's row operations.
+**
+**   const kernel_set *k = kernels_chosen();
+**   k->rows.layernorm(x, g, b, n, eps);
+**   if (!k->gemm) ...the products go to OpenBLAS...
+**
+** Which set runs (decided at the first call, never from the CPU's name):
+**   - the best the CPU has: GEMM_KERNELS_AVX512 (AVX-512F), else
+**     GEMM_KERNELS_AVX2 (AVX2 and FMA), else GEMM_KERNELS_OPENBLAS (the
+**     portable set: plain C row operations, OpenBLAS for the products);
+**   - BERTFILL_KERNELS=avx512|avx2|openblas (util.h's bf_env_choice) caps
+**     that choice: the set that runs is the best one the CPU has and the
+**     setting allows (so "avx2" gives AVX2 on an AVX-512 CPU and the portable
+**     set on a CPU without AVX2; "avx512" is the default).  For tests and
+**     debugging.
+**   - BERTFILL_NO_AVX512=1, the older setting, means BERTFILL_KERNELS=openblas:
+**     the portable code (plain C and OpenBLAS), as it always did.
+** The AVX2 and AVX-512 code is compiled into every x86-64 build made with gcc
+** or clang, through target attributes (the rest of the engine stays
+** x86-64-v2; avx2.h, avx512.h); -DBF_NO_AVX2 / -DBF_NO_AVX512 leave it out.
+**
+** The sets agree to about 1e-6, not to every bit (vector sums run in another
+** order, exp and erf are polynomials); each one's results do not depend on
+** the number of threads or on how the work is split.
+*/
+#ifndef BERTFILL_KERNELS_H
+#define BERTFILL_KERNELS_H
+
+#define GEMM_DOT_MAX_T 32 /* up to this many rows of x: the dot kernel (AVX-512; see dot_cols) */
+#define GEMM_AVX2_DOT_MAX_T 80 /* the same for the AVX2 kernels */
+
+/* The two fp32 product kernels of one instruction set, y[T,N] = x[T,K]
+** W[N,K]^T with W as PyTorch stores it, and their shapes: what gemm_xwt's job
+** splitter (gemm.c) needs to cut a job into units for them. */
+typedef struct gemm_kernel_table {
+  int dot_max_t;  /* up to this many rows of x: the dot kernel; more: the panel kernel */
+  int dot_tile;   /* columns of W per tile of the dot kernel */
+  int dot_unit;   /* least columns per unit of work of the dot kernel */
+  int panel;      /* output columns per strip of the panel kernel */
+  int panel_rows; /* rows of x per register tile of the panel kernel */
+  int lanes;      /* floats per vector: a panel buffer holds (K + lanes) * panel floats */
+  /* columns [o0, o1) of y[T,N] = x[T,K] W[N,K]^T */
+  void (*dot_cols)(float *y, const float *x, const float *W, int T, int N, int K, int o0, int o1);
+  /* strip [n0, n0 + nr) of the same, through the panel buffer Wp (64-byte
+  ** aligned); meanwhile rows [next, next + panel) of W (if next < N) are
+  ** prefetched */
+  void (*panel_strip)(float *Wp, float *y, const float *x, const float *W, int T, int N, int K,
+                      int n0, int nr, int next);
+} gemm_kernel_table;
+
+/* The loops over one row of n floats that forward.c runs (LayerNorm, the
+** residual and bias additions, bias + GELU, the softmax's max and
+** exponentials). */
+typedef struct row_kernel_table {
+  /* in place: x = LayerNorm(x) * g + b, mean and variance summed in double */
+  void (*layernorm)(float *x, const float *g, const float *b, int n, float eps);
+  /* x[i] += a[i] + b[i]; b may be NULL (then x[i] += a[i]) */
+  void (*add)(float *x, const float *a, const float *b, int n);
+  /* y[i] = gelu(y[i] + bias[i]) = z/2 (1 + erf(z/sqrt 2)), the exact (erf) form */
+  void (*gelu_row)(float *y, const float *bias, int n);
+  /* the largest of x[0..n) into *max; returns 0 if some x[i] is NaN or
+  ** infinite (*max is then unspecified: the portable one leaves it alone) */
+  int (*max_finite)(const float *x, int n, float *max);
+  /* the sum of e^(x[i] - mx), in double; each term stored in dst unless dst is NULL */
+  double (*exp_sum)(float *dst, const float *x, int n, float mx);
+} row_kernel_table;
+
+/* Which set: GEMM_KERNELS_* (the names say "gemm" for history: they choose
+** the row operations too). */
+enum { GEMM_KERNELS_OPENBLAS = 0, GEMM_KERNELS_AVX2 = 1, GEMM_KERNELS_AVX512 = 2 };
+
+/* The kernels of one instruction set. */
+typedef struct kernel_set {
+  int id;                        /* GEMM_KERNELS_* */
+  const char *name;              /* "openblas", "avx2", "avx512" */
+  const gemm_kernel_table *gemm; /* fp32 products; NULL: none of bertfill's own (OpenBLAS) */
+  row_kernel_table rows;         /* row operations */
+  /* int8 products: this instruction set's int8 table goes here.  Until
+  ** then qgemm.c chooses its own path (qg_best_path, qg_path_supported) and
+  ** forward.c's int8_path caps it like these sets. */
+} kernel_set;
+
+extern const kernel_set kernels_portable; /* portable.c */
+extern const kernel_set kernels_avx2;     /* avx2.c: only in builds with avx2.h's BF_HAVE_AVX2 */
+extern const kernel_set kernels_avx512;   /* avx512.c: only with avx512.h's BF_HAVE_AVX512 */
+
+/* ---- dispatch.c ---- */
+
+/* The set that runs (see the top of this file); never NULL. */
+const kernel_set *kernels_chosen(void);
+
+/* kernels_chosen()->id, and the name of an id ("openblas", "avx2", "avx512";
+** "?" for another number). */
+int gemm_kernels(void);
+const char *gemm_kernels_name(int kernels);
+
+/* gemm_kernels() == GEMM_KERNELS_AVX512: the CPU has AVX-512 (and the OS
+** keeps its registers) and the environment does not turn it off. */
+int gemm_have_avx512(void);
+
+#endif
