@@ -174,43 +174,19 @@ static void products_fp32(bf_run *r, const float *x, int T, int in, int np, cons
     bf_sgemm(0, 1, T, p[i].n, in, 1.0f, x, in, p[i].w, in, 0.0f, p[i].y, p[i].n);
 }
 
-/* The int8 kernels (qgemm.h), under the same cap as the fp32 ones
-** (BERTFILL_KERNELS, BERTFILL_NO_AVX512; kernels/kernels.h): with AVX-512 allowed the
-** best the CPU has (AVX512-VNNI, else AVX2), with "avx2" the AVX2 kernel,
-** with "openblas" (no kernels of bertfill's own) the portable C one. */
-static qg_path int8_path(void) {
-  switch (gemm_kernels()) {
-    case GEMM_KERNELS_AVX512: return qg_best_path();
-    case GEMM_KERNELS_AVX2: return qg_path_supported(QG_AVX2) ? QG_AVX2 : QG_PORTABLE;
-    default: return QG_PORTABLE;
-  }
-}
+const char *bf_int8_kernels(void) { return qg_path_name((qg_path)kernels_int8_chosen()); }
 
-const char *bf_int8_kernels(void) { return qg_path_name(int8_path()); }
-
-/* int8: x quantized once per row into r->qx (reserve_scratch sized it),
-** then the units of all np products shared by the pool. */
-typedef struct qjobs {
-  qg_job job[3];
-} qjobs;
-
-static void qjobs_unit(void *arg, int u, int tid) {
-  qjobs *j = arg;
-  int i = 0;
-  while (u >= j->job[i].nunits) u -= j->job[i++].nunits;
-  qg_job_unit(&j->job[i], u, tid);
-}
-
+/* int8: x quantized once per row into r->qx (reserve_scratch sized it) for
+** the int8 kernel dispatch.c chose (kernels_int8_chosen: capped like the
+** fp32 set), then all np products as one job of the pool (gemm_xwt_int8);
+** without memory for its table of units, on this thread alone. */
 static void products_int8(bf_run *r, const float *x, int T, int in, int np, const product *p) {
   qg_rows X;
-  qg_quantize_rows(&X, r->qx.p, x, T, in, in, int8_path());
-  qjobs j;
-  int units = 0;
-  for (int i = 0; i < np; i++) {
-    qg_job_init(&j.job[i], p[i].y, p[i].n, &X, p[i].w8, NULL);
-    units += j.job[i].nunits;
-  }
-  bf_pool_run(run_pool(r), run_threads(), units, qjobs_unit, &j);
+  qg_quantize_rows(&X, r->qx.p, x, T, in, in, (qg_path)kernels_int8_chosen());
+  gemm_out8 o[3];
+  for (int i = 0; i < np; i++) o[i] = (gemm_out8){p[i].y, p[i].w8, NULL};
+  if (gemm_xwt_int8(run_pool(r), &r->gemm, run_threads(), &X, np, o) == GEMM_OK) return;
+  for (int i = 0; i < np; i++) qg_matmul(p[i].y, (size_t)p[i].n, &X, p[i].w8, NULL);
 }
 
 /* The np (at most 3) products of one x[T,in], in the model's precision. */

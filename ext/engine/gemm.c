@@ -2,7 +2,8 @@
 ** gemm.c — y = x W^T: the one job splitter that cuts a product into units of
 ** work for the threads of a pool (pool.c) and runs the fp32 kernels of the
 ** set dispatch.c chose (kernels/kernels.h: AVX-512 or AVX2) through its
-** gemm_kernel_table.  See gemm.h for what is computed and when each kernel
+** gemm_kernel_table, or the int8 kernel x was quantized for (qgemm.h)
+** through its int8_kernel_table.  See gemm.h for what is computed and when each kernel
 ** is used; the kernels themselves are in kernels/avx512.c and kernels/avx2.c.
 */
 #include <stdint.h>
@@ -10,6 +11,7 @@
 #include <string.h>
 
 #include "gemm.h"
+#include "kernels/int8.h"
 
 void gemm_scratch_free(gemm_scratch *s) {
   if (!s) return;
@@ -24,6 +26,91 @@ void gemm_scratch_free(gemm_scratch *s) {
 typedef struct gemm_unit {
   int o, c0, c1, t0, t1;
 } gemm_unit;
+
+/* How a kernel wants its work cut (the one job splitter, fp32 and int8). */
+typedef struct split_rule {
+  int col_step;   /* a unit's columns are a multiple of this (but an output's last) */
+  int col_min;    /* and at least this many (a multiple of col_step) */
+  int shrink;     /* 1: runs of columns shrinking towards the end; 0: col_min each */
+  int row_block;  /* at most this many rows per unit (0: all rows) */
+  int row_step;   /* rows are cut at multiples of this (a register tile) */
+  int split_tail; /* 1: the last nt runs of columns cut into two halves of the rows */
+} split_rule;
+
+/* The units of a job, in the order they are taken, into units (at most
+** max_units; returns how many, or -1 if more were needed).  The threads take
+** them dynamically, so that the last unit of each thread ends at nearly the
+** same time they shrink towards the end:
+**   - shrink: runs of columns, each a 1/(2 nt) share of what is left (at
+**     least col_min, a multiple of col_step), long runs first for the
+**     hardware prefetchers (the fp32 dot kernel; int8 for a few rows);
+**   - else runs of col_min columns (a panel kernel's strip), the last nt of
+**     them cut into two halves of the rows with split_tail (each half packs
+**     the strip again, which costs far less than a thread waiting);
+**   - row_block: each run of columns for every block of rows in turn (int8
+**     from many rows on: neighbouring units share W, each keeps its rows of
+**     x in L2). */
+static int plan_units(const split_rule *rule, gemm_unit *units, int max_units, const int *n,
+                      int nout, int T, int nt) {
+  int k = 0, rb = rule->row_block > 0 && rule->row_block < T ? rule->row_block : T;
+  long total = 0, done = 0;
+  int runs = 0;
+  for (int o = 0; o < nout; o++) {
+    total += n[o];
+    runs += (n[o] + rule->col_min - 1) / rule->col_min;
+  }
+  /* runs from this index on (counted over the whole job) are split in rows */
+  int split_from = rule->split_tail && nt > 1 && rb == T && T >= 2 * rule->row_step
+                     ? (runs - nt < 0 ? 0 : runs - nt)
+                     : runs;
+  int run = 0;
+  for (int o = 0; o < nout; o++)
+    for (int c0 = 0; c0 < n[o]; run++) {
+      long size = rule->col_min;
+      if (rule->shrink) {
+        size = (total - done + 2L * nt - 1) / (2L * nt);
+        size = (size + rule->col_step - 1) / rule->col_step * rule->col_step;
+        if (size < rule->col_min) size = rule->col_min;
+      }
+      int c1 = n[o] - c0 <= size ? n[o] : c0 + (int)size;
+      if (run >= split_from) {
+        int mid = (T / 2 + rule->row_step - 1) / rule->row_step * rule->row_step;
+        if (k + 2 > max_units) return -1;
+        units[k++] = (gemm_unit){o, c0, c1, 0, mid};
+        units[k++] = (gemm_unit){o, c0, c1, mid, T};
+      } else {
+        for (int t0 = 0; t0 < T; t0 += rb) {
+          if (k >= max_units) return -1;
+          units[k++] = (gemm_unit){o, c0, c1, t0, t0 + rb < T ? t0 + rb : T};
+        }
+      }
+      done += c1 - c0;
+      c0 = c1;
+    }
+  return k;
+}
+
+/* Room for the units of a job in s (an upper bound of what plan_units
+** makes); 0, or -1 when out of memory. */
+static int reserve_units(gemm_scratch *s, const split_rule *rule, const int *n, int nout, int T,
+                         int nt, int *most) {
+  long runs = 0;
+  for (int o = 0; o < nout; o++) runs += n[o] / rule->col_min + 1;
+  int rb = rule->row_block > 0 && rule->row_block < T ? rule->row_block : T;
+  long m = (runs + 2L * nt) * ((T + rb - 1) / rb) * 2 + 16;
+  if (m > INT32_MAX / (long)sizeof(gemm_unit)) return -1;
+  if ((size_t)m > s->units_cap) {
+    gemm_unit *units = malloc((size_t)m * sizeof *units);
+    if (!units) return -1;
+    free(s->units);
+    s->units = units;
+    s->units_cap = (size_t)m;
+  }
+  *most = (int)m;
+  return 0;
+}
+
+/* ---- fp32 ---- */
 
 typedef struct gemm_job {
   const gemm_kernel_table *kt;
@@ -55,57 +142,6 @@ static void run_unit(void *arg, int u, int tid) {
   }
 }
 
-/* The units of a job, in the order they are taken, into units (at most
-** max_units; returns how many, or -1 if more were needed).  The threads take
-** them dynamically, so that the last unit of each thread ends at nearly the
-** same time they shrink towards the end:
-**   - dot kernel: runs of columns, each a 1/(2 nt) share of what is left (at
-**     least kt->dot_unit, a multiple of kt->dot_tile), long runs first for
-**     the hardware prefetchers;
-**   - panel kernel: one strip of kt->panel columns each, but the last nt
-**     strips of the job are cut into two halves of the rows (each half packs
-**     the strip again, which costs far less than a thread waiting). */
-static int plan_units(const gemm_kernel_table *kt, gemm_unit *units, int max_units,
-                      const gemm_out *out, int nout, int T, int panel, int nt) {
-  int n = 0;
-  if (panel) {
-    const int strip = kt->panel, mr = kt->panel_rows;
-    int strips = 0;
-    for (int o = 0; o < nout; o++) strips += (out[o].n + strip - 1) / strip;
-    /* strips from this index on (counted over the whole job) are split */
-    int split_from = nt > 1 && T >= 2 * mr ? (strips - nt < 0 ? 0 : strips - nt) : strips;
-    int s = 0;
-    for (int o = 0; o < nout; o++)
-      for (int c0 = 0; c0 < out[o].n; c0 += strip, s++) {
-        int c1 = c0 + strip < out[o].n ? c0 + strip : out[o].n;
-        if (s < split_from) {
-          if (n >= max_units) return -1;
-          units[n++] = (gemm_unit){o, c0, c1, 0, T};
-        } else {
-          int mid = (T / 2 + mr - 1) / mr * mr; /* a multiple of the register tile */
-          if (n + 2 > max_units) return -1;
-          units[n++] = (gemm_unit){o, c0, c1, 0, mid};
-          units[n++] = (gemm_unit){o, c0, c1, mid, T};
-        }
-      }
-    return n;
-  }
-  long total = 0, done = 0;
-  for (int o = 0; o < nout; o++) total += out[o].n;
-  for (int o = 0; o < nout; o++)
-    for (int c0 = 0; c0 < out[o].n;) {
-      long left = total - done, size = (left + 2L * nt - 1) / (2L * nt);
-      size = (size + kt->dot_tile - 1) / kt->dot_tile * kt->dot_tile;
-      if (size < kt->dot_unit) size = kt->dot_unit;
-      int c1 = out[o].n - c0 <= size ? out[o].n : c0 + (int)size;
-      if (n >= max_units) return -1;
-      units[n++] = (gemm_unit){o, c0, c1, 0, T};
-      done += c1 - c0;
-      c0 = c1;
-    }
-  return n;
-}
-
 int gemm_xwt(bf_pool *p, gemm_scratch *s, int nthreads, const float *x, int T, int K, int nout,
              const gemm_out *out) {
   const gemm_kernel_table *kt = kernels_chosen()->gemm; /* NULL: none of our own (OpenBLAS) */
@@ -113,11 +149,8 @@ int gemm_xwt(bf_pool *p, gemm_scratch *s, int nthreads, const float *x, int T, i
   if (nout < 1 || nout > GEMM_MAX_OUT || T < 1 || K < 1) return GEMM_NO_KERNEL;
   if (nthreads < 1) nthreads = 1;
   if (nthreads > BF_POOL_MAX_THREADS) nthreads = BF_POOL_MAX_THREADS;
-  long work = 0, cols = 0;
-  for (int o = 0; o < nout; o++) {
-    work += (long)out[o].n * K;
-    cols += out[o].n;
-  }
+  long work = 0;
+  for (int o = 0; o < nout; o++) work += (long)out[o].n * K;
   if (work < 65536 || !p || !s) nthreads = 1; /* too little to be worth waking anyone */
   int panel = T > kt->dot_max_t;
 
@@ -156,15 +189,11 @@ int gemm_xwt(bf_pool *p, gemm_scratch *s, int nthreads, const float *x, int T, i
   }
 
   /* more threads (and so a pool and s): the units, planned into s's table */
-  long most = 2 * (cols / (panel ? kt->panel : kt->dot_unit) + 2L * nout + nthreads) + 16;
-  if (most > INT32_MAX / (long)sizeof(gemm_unit)) return GEMM_NOMEM;
-  if ((size_t)most > s->units_cap) {
-    gemm_unit *units = malloc((size_t)most * sizeof *units);
-    if (!units) return GEMM_NOMEM;
-    free(s->units);
-    s->units = units;
-    s->units_cap = (size_t)most;
-  }
+  split_rule rule = {kt->dot_tile, kt->dot_unit, 1, 0, 1, 0};
+  if (panel) rule = (split_rule){kt->panel, kt->panel, 0, 0, kt->panel_rows, 1};
+  int n[GEMM_MAX_OUT], most;
+  for (int o = 0; o < nout; o++) n[o] = out[o].n;
+  if (reserve_units(s, &rule, n, nout, T, nthreads, &most) != 0) return GEMM_NOMEM;
   gemm_job j;
   memset(&j, 0, sizeof j);
   j.kt = kt;
@@ -177,8 +206,55 @@ int gemm_xwt(bf_pool *p, gemm_scratch *s, int nthreads, const float *x, int T, i
   j.panel = panel;
   for (int o = 0; o < nout; o++) j.out[o] = out[o];
   j.units = s->units;
-  j.nunits = plan_units(kt, s->units, (int)most, out, nout, T, panel, nthreads);
+  j.nunits = plan_units(&rule, s->units, most, n, nout, T, nthreads);
   if (j.nunits < 0) return GEMM_NOMEM;
   bf_pool_run(p, nthreads, j.nunits, run_unit, &j);
+  return GEMM_OK;
+}
+
+/* ---- int8 ---- */
+
+typedef struct int8_job {
+  const int8_kernel_table *kt;
+  const qg_rows *x;
+  int8_out out[GEMM_MAX_OUT];
+  const gemm_unit *units;
+} int8_job;
+
+static void run_unit_int8(void *arg, int u, int tid) {
+  (void)tid;
+  const int8_job *j = arg;
+  const gemm_unit *w = &j->units[u];
+  j->kt->unit(&j->out[w->o], w->t0, w->t1, w->c0, w->c1);
+}
+
+int gemm_xwt_int8(bf_pool *p, gemm_scratch *s, int nthreads, const qg_rows *x, int nout,
+                  const gemm_out8 *out) {
+  const int8_kernel_table *kt = kernels_int8(x->path);
+  if (!kt || nout < 1 || nout > GEMM_MAX_OUT || x->t < 1) return GEMM_NO_KERNEL;
+  if (nthreads < 1) nthreads = 1;
+  if (nthreads > BF_POOL_MAX_THREADS) nthreads = BF_POOL_MAX_THREADS;
+  int8_job j = {kt, x, {{0}}, NULL};
+  int n[GEMM_MAX_OUT], most;
+  long work = 0;
+  for (int o = 0; o < nout; o++) {
+    j.out[o] = (int8_out){out[o].y, (size_t)out[o].w->n, NULL, 0, x, out[o].w, out[o].bias};
+    n[o] = out[o].w->n;
+    work += (long)n[o] * x->k;
+  }
+  /* runs of whole panels of the packed W; for a few rows (one block) they
+  ** shrink towards the end, for many rows each panel for every block of rows */
+  int rb = qg_row_block(x);
+  split_rule rule = {INT8_PANEL, INT8_PANEL, x->t <= rb, rb, kt->row_tile, 0};
+  if (work < 65536 || !p || !s) nthreads = 1;
+  if (nthreads == 1) {
+    for (int o = 0; o < nout; o++) qg_matmul(out[o].y, (size_t)n[o], x, out[o].w, out[o].bias);
+    return GEMM_OK;
+  }
+  if (reserve_units(s, &rule, n, nout, x->t, nthreads, &most) != 0) return GEMM_NOMEM;
+  int nunits = plan_units(&rule, s->units, most, n, nout, x->t, nthreads);
+  if (nunits < 0) return GEMM_NOMEM;
+  j.units = s->units;
+  bf_pool_run(p, nthreads, nunits, run_unit_int8, &j);
   return GEMM_OK;
 }

@@ -38,6 +38,7 @@
 #include <stddef.h>
 #include "kernels/kernels.h"
 #include "pool.h"
+#include "qgemm.h"
 
 #define GEMM_MAX_OUT 3 /* outputs sharing one x in one gemm_xwt call (q, k, v) */
 
@@ -67,5 +68,21 @@ void gemm_scratch_free(gemm_scratch *s); /* frees the buffers; s itself stays */
 ** buffers could not be allocated: use BLAS). */
 int gemm_xwt(bf_pool *p, gemm_scratch *s, int nthreads, const float *x, int T, int K, int nout,
              const gemm_out *out);
+
+/* One output of gemm_xwt_int8: y[T, w->n] = x W^T + bias (bias may be NULL). */
+typedef struct gemm_out8 {
+  float *y;
+  const qg_weights *w;
+  const float *bias;
+} gemm_out8;
+
+/* The same for int8 (qgemm.h): all nout products of one quantized x (its
+** kernel is x->path's), cut into units by the same job splitter as
+** gemm_xwt, on up to nthreads threads of p (p and s may be NULL: the
+** calling thread does it all).  y does not depend on how the units are
+** shared (bit for bit).  GEMM_OK, GEMM_NO_KERNEL (no kernel for x->path in
+** this build) or GEMM_NOMEM (nothing was computed). */
+int gemm_xwt_int8(bf_pool *p, gemm_scratch *s, int nthreads, const qg_rows *x, int nout,
+                  const gemm_out8 *out);
 
 #endif

@@ -36,17 +36,12 @@
 ** bytes hold 16 outputs' next four weights: one vpdpbusd with four bytes of
 ** x broadcast adds 64 products into 16 sums, with no horizontal reduction.
 **
-** Kernels (chosen once per quantized activation matrix, see qg_path); all
-** read the packed W in place, with no copy per call:
+** Kernels (chosen once per quantized activation matrix, see qg_path; in
+** kernels/portable.c, avx2.c, avx512.c); all read the packed W in place,
+** with no copy per call:
 **   QG_PORTABLE    plain C;
-**   QG_AVX2        vpmaddwd on int16: x is widened to int16 when quantized
-**                  and four of its codes broadcast; each 16 bytes of W (4
-**                  outputs x 4 values of k) sign-extended to int16, so that
-**                  one vpmaddwd gives two partial sums per output (added
-**                  at the end of the row).  (vpmaddubsw would saturate:
-**                  u8*s8 pairs reach 64770.)
-**   QG_AVX512VNNI  vpdpbusd on u8 x and s8 W: register tiles of up to
-**                  QG_VNNI_MR rows of x by QG_VNNI_NR blocks of 16 outputs.
+**   QG_AVX2        vpmaddwd on int16 (x is widened to int16 when quantized);
+**   QG_AVX512VNNI  vpdpbusd on u8 x and s8 W.
 ** BERTFILL_NO_AVX512=1 rules out the AVX-512 kernel.
 **
 ** Usage:
@@ -59,11 +54,9 @@
 **     void *buf = malloc(qg_rows_bytes(t, k));
 **     qg_quantize_rows(&X, buf, x, t, k, ldx, qg_best_path());
 **     qg_matmul(y, ldy, &X, &W, bias);                 // one thread
-** In parallel: qg_job_init(&job, y, ldy, &X, &W, bias), then run
-** qg_job_unit(&job, u, tid) for every u < job.nunits, on any threads and in
-** any order (the shape of bf_pool_run's unit function).  The units are
-** blocks of rows of x times strips of columns of W; they write disjoint
-** parts of y, and y does not depend on how they are shared.
+** On the threads of a pool: gemm_xwt_int8 (gemm.h), which cuts the product
+** into units (blocks of rows of x by runs of outputs) with the same job
+** splitter as the fp32 products; y does not depend on how they are shared.
 */
 #ifndef BERTFILL_QGEMM_H
 #define BERTFILL_QGEMM_H
@@ -140,23 +133,9 @@ void qg_matmul(float *y, size_t ldy, const qg_rows *x, const qg_weights *w, cons
 ** (for tests and for callers that dequantize themselves). */
 void qg_matmul_i32(int32_t *c, size_t ldc, const qg_rows *x, const qg_weights *w);
 
-/* One product split into units for a thread pool. */
-typedef struct qg_job {
-  float *y;
-  size_t ldy; /* output (or c/ldc for the int32 form) */
-  int32_t *c;
-  size_t ldc;
-  const qg_rows *x;
-  const qg_weights *w;
-  const float *bias;
-  int row_block, col_strip; /* rows of x and columns of y per unit */
-  int nrb, ncs;             /* blocks of rows, strips of columns */
-  int nunits;               /* nrb * ncs */
-} qg_job;
-
-void qg_job_init(qg_job *job, float *y, size_t ldy, const qg_rows *x, const qg_weights *w,
-                 const float *bias);
-/* Unit u of job (0 <= u < job->nunits); tid is unused (the pool's shape). */
-void qg_job_unit(void *job, int u, int tid);
+/* Rows of x per block of a product: as many as keep the block's codes in
+** L2 while W passes (a multiple of 24, at least 24); gemm_xwt_int8 cuts
+** its units with it too. */
+int qg_row_block(const qg_rows *x);
 
 #endif

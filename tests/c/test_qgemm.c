@@ -12,11 +12,14 @@
 **     vector, 1..200 rows of x, strides, several blocks of rows per job;
 **   - the largest sums (k = QG_MAX_K at full scale: no overflow or
 **     saturation on any path);
-**   - units of a job run in any order give the same y;
+**   - the product on 3 threads (gemm_xwt_int8, the job splitter shared
+**     with fp32) gives the same y, bit for bit;
 **   - how far int8 is from fp32 on random data ("#" lines, and a bound).
 */
 #include <math.h>
 #include <stdint.h>
+#include "gemm.h"
+#include "pool.h"
 #include "qgemm.h"
 #include "testlib.h"
 
@@ -28,6 +31,8 @@ static float frand(void) { /* uniform in [-1, 1) */
 static float gauss(void) { return (frand() + frand() + frand() + frand()) * 0.866f; }
 static float gelu(float v) { return 0.5f * v * (1 + erff(v / sqrtf(2))); }
 
+static bf_pool *pool;
+static gemm_scratch scratch;
 static int npaths;
 static qg_path paths[3]; /* the SIMD paths this CPU has */
 static char why[512];
@@ -144,15 +149,18 @@ static int check_shape(const float *x, size_t ldx, const float *W, const float *
       snprintf(why, sizeof why, "%s: y not bit-identical to the portable y", pn);
       bad = 1;
     }
-    /* the units of a job, last first, give the same y */
+    /* on the threads of a pool (gemm_xwt_int8: the job splitter's units,
+    ** taken in any order by 3 threads), the same y */
     if (!bad) {
-      qg_job job;
       memset(y2, 0, sizeof(float) * T * ldy);
-      qg_job_init(&job, y2, ldy, &X2, &m.w, bias);
-      for (int u = job.nunits - 1; u >= 0; u--) qg_job_unit(&job, u, u % 3);
-      if (memcmp(y, y2, sizeof(float) * T * ldy) != 0) {
-        snprintf(why, sizeof why, "%s: units run last first (%d units) give another y", pn,
-                 job.nunits);
+      float *yp = ldy == (size_t)N ? y2 : malloc(sizeof(float) * T * N);
+      gemm_out8 o = {yp, &m.w, bias};
+      int rc = gemm_xwt_int8(pool, &scratch, 3, &X2, 1, &o);
+      for (int r = 0; r < T && yp != y2; r++)
+        memcpy(y2 + (size_t)r * ldy, yp + (size_t)r * N, sizeof(float) * N);
+      if (yp != y2) free(yp);
+      if (rc != GEMM_OK || memcmp(y, y2, sizeof(float) * T * ldy) != 0) {
+        snprintf(why, sizeof why, "%s: on 3 threads (gemm_xwt_int8 %d) another y", pn, rc);
         bad = 1;
       }
     }
@@ -182,6 +190,7 @@ int main(void) {
     TL_EXIT();
   }
   CHECK("qgemm: best path is supported", qg_path_supported(qg_best_path()));
+  pool = bf_pool_new();
   for (qg_path p = QG_AVX2; p <= QG_AVX512VNNI; p++) {
     char name[96];
     snprintf(name, sizeof name, "qgemm %s kernel", qg_path_name(p));
@@ -433,5 +442,7 @@ int main(void) {
       free(bias);
     }
   }
+  bf_pool_free(pool);
+  gemm_scratch_free(&scratch);
   TL_EXIT();
 }

@@ -42,9 +42,11 @@
 */
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "avx2.h"
 #include "gemm.h"
+#include "int8.h"
 #include "kernels.h"
 
 #ifdef BF_HAVE_AVX2
@@ -394,4 +396,96 @@ const kernel_set kernels_avx2 = {
       .exp_sum = exp_sum_avx2,
     },
 };
+/* ---- int8 products (kernels/int8.h) ----
+** vpmaddwd on int16: x's codes were widened to int16 when quantized and
+** four of them are broadcast; each 16 bytes of W (4 outputs x 4 values of
+** k) sign-extended to int16, so that one vpmaddwd gives two partial sums
+** per output, added at the end of the row.  (vpmaddubsw would saturate:
+** u8*s8 pairs reach 64770.)  No FMA in the target: the epilogue's multiply
+** and add must stay two roundings, as in int8_finish_one. */
+#define INT8_AVX2 __attribute__((target("avx2")))
+#define INT8_AVX2_MR 3 /* rows of x per tile, by one block of 16 outputs (12 accumulators) */
+
+/* finish_one for 8 outputs [i, i + 8) of row r, all inside W: the same
+** operations in the same order (the target has no FMA to contract them). */
+INLINE INT8_AVX2 void finish8_avx2(const int8_out *o, int r, int i, __m256i acc) {
+  __m256i a = _mm256_sub_epi32(acc, _mm256_mullo_epi32(_mm256_set1_epi32(o->x->zero[r]),
+                                                       _mm256_loadu_si256(
+                                                         (const __m256i *)(o->w->sum + i))));
+  if (o->c) {
+    _mm256_storeu_si256((__m256i *)(o->c + (size_t)r * o->ldc + i), a);
+    return;
+  }
+  __m256 s = _mm256_mul_ps(_mm256_set1_ps(o->x->scale[r]), _mm256_loadu_ps(o->w->scale + i));
+  __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(a), s);
+  if (o->bias) v = _mm256_add_ps(v, _mm256_loadu_ps(o->bias + i));
+  _mm256_storeu_ps(o->y + (size_t)r * o->ldy + i, v);
+}
+
+/* TR rows of x (from row r) by the block of 16 outputs at wb: four codes of
+** each row broadcast (as int16), W's 64 bytes of a group as four vectors of
+** 4 outputs x 4 values (sign-extended), vpmaddwd giving two partial sums
+** per output, added at the end. */
+INLINE INT8_AVX2 void tile_avx2(const int8_out *o, const int16_t *x, size_t ldq, const int8_t *wb,
+                                int r, int i0, int nc, const int TR) {
+  __m256i acc[INT8_AVX2_MR][4];
+#pragma GCC unroll 4
+  for (int m = 0; m < TR; m++)
+#pragma GCC unroll 4
+    for (int p = 0; p < 4; p++) acc[m][p] = _mm256_setzero_si256();
+  const size_t KG = ldq / 4;
+  for (size_t g = 0; g < KG; g++) {
+    __m256i xb[INT8_AVX2_MR];
+#pragma GCC unroll 4
+    for (int m = 0; m < TR; m++) {
+      int64_t quad;
+      memcpy(&quad, x + (size_t)m * ldq + g * 4, 8);
+      xb[m] = _mm256_set1_epi64x(quad);
+    }
+#pragma GCC unroll 4
+    for (int p = 0; p < 4; p++) {
+      __m256i w = _mm256_cvtepi8_epi16(
+        _mm_loadu_si128((const __m128i *)(wb + g * INT8_GROUP_BYTES + p * 16)));
+#pragma GCC unroll 4
+      for (int m = 0; m < TR; m++)
+        acc[m][p] = _mm256_add_epi32(acc[m][p], _mm256_madd_epi16(w, xb[m]));
+    }
+  }
+#pragma GCC unroll 4
+  for (int m = 0; m < TR; m++) {
+    /* hadd: [c0 c1 c4 c5 | c2 c3 c6 c7]; the permute puts them in order */
+    __m256i lo = _mm256_permute4x64_epi64(_mm256_hadd_epi32(acc[m][0], acc[m][1]), 0xD8);
+    __m256i hi = _mm256_permute4x64_epi64(_mm256_hadd_epi32(acc[m][2], acc[m][3]), 0xD8);
+    if (nc == 16) {
+      finish8_avx2(o, r + m, i0, lo);
+      finish8_avx2(o, r + m, i0 + 8, hi);
+    } else {
+      int32_t s[16];
+      _mm256_storeu_si256((__m256i *)s, lo);
+      _mm256_storeu_si256((__m256i *)(s + 8), hi);
+      for (int c = 0; c < nc; c++) int8_finish_one(o, r + m, i0 + c, s[c]);
+    }
+  }
+}
+
+INT8_AVX2 static void int8_unit_avx2(const int8_out *o, int r0, int r1, int i0, int i1) {
+  const int16_t *x = o->x->q;
+  const size_t ldq = (size_t)o->x->ldq;
+  for (int b = i0 / 16; b * 16 < i1; b++) {
+    const int8_t *wb = int8_block_at(o->w, b);
+    int nc = i1 - b * 16 < 16 ? i1 - b * 16 : 16;
+    /* tiles of nearly equal height (4 rows: 2 + 2, not 3 + 1) */
+    const int nt = (r1 - r0 + INT8_AVX2_MR - 1) / INT8_AVX2_MR;
+    for (int i = 0, r = r0, mr; i < nt; i++, r += mr) {
+      mr = (r1 - r + (nt - i) - 1) / (nt - i);
+      const int16_t *xr = x + (size_t)r * ldq;
+      if (mr == 3) tile_avx2(o, xr, ldq, wb, r, b * 16, nc, 3);
+      else if (mr == 2) tile_avx2(o, xr, ldq, wb, r, b * 16, nc, 2);
+      else tile_avx2(o, xr, ldq, wb, r, b * 16, nc, 1);
+    }
+  }
+  _mm256_zeroupper();
+}
+
+const int8_kernel_table int8_avx2 = {QG_AVX2, INT8_AVX2_MR, int8_unit_avx2};
 #endif /* BF_HAVE_AVX2 */

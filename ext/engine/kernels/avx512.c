@@ -36,8 +36,10 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "avx512.h"
+#include "int8.h"
 #include "kernels.h"
 
 #ifdef BF_HAVE_AVX512
@@ -384,4 +386,110 @@ const kernel_set kernels_avx512 = {
       .exp_sum = exp_sum_avx512,
     },
 };
+/* ---- int8 products on AVX512-VNNI (kernels/int8.h) ----
+** vpdpbusd on u8 x and s8 W: register tiles of up to INT8_VNNI_MR rows of x
+** by INT8_VNNI_NR blocks of 16 outputs (one panel of the packed W), per
+** group of four values of k TB loads of W and TR broadcasts of four bytes of
+** x, TR * TB vpdpbusd, no horizontal reduction.  Measured on AMD Zen 5 (one
+** core, W warm in cache): 675-835 GOP/s, about the 813 GOP/s that
+** vpdpbusd peaks at there.  The first pass over a panel prefetches W
+** INT8_PF_GROUPS groups (4 KB) ahead: from memory, a few rows of x run 3-8%
+** faster with it (measured 0, 2, 4 and 8 KB). */
+#define VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
+#define RN (_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC) /* explicit rounding: never an FMA */
+#define INT8_VNNI_MR 6                                     /* rows of x ... */
+#define INT8_VNNI_NR 4 /* ... by blocks of 16 outputs per tile (24 accumulators) */
+#define INT8_PF_GROUPS 16
+
+/* finish_one for the outputs [i, i + 16) of row r inside mask m: the same
+** operations in the same order (explicit rounding: no FMA). */
+INLINE VNNI void finish16_vnni(const int8_out *o, int r, int i, __mmask16 m, __m512i acc) {
+  __m512i a = _mm512_sub_epi32(acc, _mm512_mullo_epi32(_mm512_set1_epi32(o->x->zero[r]),
+                                                       _mm512_maskz_loadu_epi32(m, o->w->sum + i)));
+  if (o->c) {
+    _mm512_mask_storeu_epi32(o->c + (size_t)r * o->ldc + i, m, a);
+    return;
+  }
+  __m512 s = _mm512_mul_round_ps(_mm512_set1_ps(o->x->scale[r]),
+                                 _mm512_maskz_loadu_ps(m, o->w->scale + i), RN);
+  __m512 v = _mm512_mul_round_ps(_mm512_cvt_roundepi32_ps(a, RN), s, RN);
+  if (o->bias) v = _mm512_add_round_ps(v, _mm512_maskz_loadu_ps(m, o->bias + i), RN);
+  _mm512_mask_storeu_ps(o->y + (size_t)r * o->ldy + i, m, v);
+}
+
+/* acc += u8 x s8 in groups of four (vpdpbusd).  Written as asm so that the
+** compiler sees the accumulator as one in-out register: with the intrinsic,
+** GCC 12 copies every accumulator through another register (and the stack)
+** on each step, which halved the kernel's speed. */
+INLINE VNNI __m512i dpbusd(__m512i acc, __m512i u8, __m512i s8) {
+  __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(u8), "v"(s8));
+  return acc;
+}
+
+/* TR rows of x (from row r) by TB blocks of 16 outputs (from block b, the
+** first at wb, KG * 64 bytes apart): per group of four values of k, TB
+** loads of W and TR broadcasts of four bytes of x, TR * TB vpdpbusd. */
+INLINE VNNI void tile_vnni(const int8_out *o, const uint8_t *x, size_t ldq, const int8_t *wb, int r,
+                           int b, int i1, int pf, const int TR, const int TB) {
+  __m512i acc[INT8_VNNI_MR][INT8_VNNI_NR];
+#pragma GCC unroll 8
+  for (int m = 0; m < TR; m++)
+#pragma GCC unroll 4
+    for (int z = 0; z < TB; z++) acc[m][z] = _mm512_setzero_si512();
+  const size_t KG = ldq / 4;
+  for (size_t g = 0; g < KG; g++) {
+    __m512i w[INT8_VNNI_NR];
+    if (pf) /* the first pass over these columns: W ahead, from memory */
+#pragma GCC unroll 4
+      for (int z = 0; z < 4; z++)
+        _mm_prefetch((const char *)(wb + (g + INT8_PF_GROUPS) * INT8_GROUP_BYTES + z * 64),
+                     _MM_HINT_T0);
+#pragma GCC unroll 4
+    for (int z = 0; z < TB; z++)
+      w[z] = _mm512_loadu_si512((const void *)(wb + g * INT8_GROUP_BYTES + z * 64));
+#pragma GCC unroll 8
+    for (int m = 0; m < TR; m++) {
+      int32_t quad;
+      memcpy(&quad, x + (size_t)m * ldq + g * 4, 4);
+      __m512i xb = _mm512_set1_epi32(quad);
+#pragma GCC unroll 4
+      for (int z = 0; z < TB; z++) acc[m][z] = dpbusd(acc[m][z], xb, w[z]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int m = 0; m < TR; m++)
+#pragma GCC unroll 4
+    for (int z = 0; z < TB; z++) {
+      int i = (b + z) * 16, n = i1 - i < 16 ? i1 - i : 16;
+      finish16_vnni(o, r + m, i, (__mmask16)((1u << n) - 1), acc[m][z]);
+    }
+}
+
+VNNI static void int8_unit_vnni(const int8_out *o, int r0, int r1, int i0, int i1) {
+  const uint8_t *x = o->x->q;
+  const size_t ldq = (size_t)o->x->ldq;
+  const int b1 = (i1 + 15) / 16;
+  for (int b = i0 / 16; b < b1; b += INT8_VNNI_NR) {
+    const int8_t *wb = int8_block_at(o->w, b);
+    int nr = b1 - b < INT8_VNNI_NR ? b1 - b : INT8_VNNI_NR;
+    /* tiles of nearly equal height (8 rows: 4 + 4, not 6 + 2) */
+    const int nt = (r1 - r0 + INT8_VNNI_MR - 1) / INT8_VNNI_MR;
+    for (int i = 0, r = r0, mr; i < nt; i++, r += mr) {
+      mr = (r1 - r + (nt - i) - 1) / (nt - i);
+      const uint8_t *xr = x + (size_t)r * ldq;
+      switch (mr * 8 + nr) {
+#define T(a, c) \
+  case a * 8 + c: tile_vnni(o, xr, ldq, wb, r, b, i1, r == r0, a, c); break;
+        // clang-format off
+        T(1, 1) T(1, 2) T(1, 3) T(1, 4) T(2, 1) T(2, 2) T(2, 3) T(2, 4)
+        T(3, 1) T(3, 2) T(3, 3) T(3, 4) T(4, 1) T(4, 2) T(4, 3) T(4, 4)
+        T(5, 1) T(5, 2) T(5, 3) T(5, 4) T(6, 1) T(6, 2) T(6, 3) T(6, 4)
+        // clang-format on
+#undef T
+      }
+    }
+  }
+  _mm256_zeroupper();
+}
+const int8_kernel_table int8_avx512vnni = {QG_AVX512VNNI, INT8_VNNI_MR, int8_unit_vnni};
 #endif /* BF_HAVE_AVX512 */

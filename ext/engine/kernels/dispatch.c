@@ -1,14 +1,15 @@
 /*
 ** dispatch.c — which kernel set runs (kernels.h): what cpuid says the CPU
 ** has, capped by BERTFILL_KERNELS / BERTFILL_NO_AVX512, decided once per
-** process at the first call.  The one place the engine reads cpuid for its
-** fp32 and row kernels (qgemm.c still has its own check for the int8 ones).
+** process at the first call; and which int8 kernel (kernels_int8_*).  The
+** one place the engine reads cpuid for its kernels.
 */
 #include <stdatomic.h>
 
 #include "avx2.h"
 #include "avx512.h"
 #include "kernels.h"
+#include "qgemm.h"
 #include "util.h"
 
 /* The best set the CPU has (libgcc's cpuid checks also ask the OS, via
@@ -57,5 +58,54 @@ const kernel_set *kernels_chosen(void) {
     case GEMM_KERNELS_AVX2: return &kernels_avx2;
 #endif
     default: return &kernels_portable;
+  }
+}
+
+/* ---- int8 (kernels.h: kernels_int8*) ---- */
+
+const int8_kernel_table *kernels_int8(int path) {
+  switch (path) {
+    case QG_PORTABLE: return &int8_portable;
+#ifdef BF_HAVE_AVX2
+    case QG_AVX2: return &int8_avx2;
+#endif
+#ifdef BF_HAVE_AVX512
+    case QG_AVX512VNNI: return &int8_avx512vnni;
+#endif
+    default: return NULL;
+  }
+}
+
+int kernels_int8_supported(int path) {
+  if (!kernels_int8(path)) return 0;
+  if (path == QG_PORTABLE) return 1;
+#if defined(__x86_64__) && defined(__GNUC__)
+  __builtin_cpu_init(); /* also checks that the OS saves the ymm/zmm state */
+  if (path == QG_AVX2) return __builtin_cpu_supports("avx2") != 0;
+  if (path == QG_AVX512VNNI)
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+#endif
+  return 0;
+}
+
+int kernels_int8_best(void) {
+  static atomic_int known = -1;
+  int v = atomic_load(&known);
+  if (v < 0) {
+    v = QG_PORTABLE;
+    if (kernels_int8_supported(QG_AVX512VNNI) && !bf_env_flag("BERTFILL_NO_AVX512", 0))
+      v = QG_AVX512VNNI;
+    else if (kernels_int8_supported(QG_AVX2)) v = QG_AVX2;
+    atomic_store(&known, v);
+  }
+  return v;
+}
+
+int kernels_int8_chosen(void) {
+  switch (gemm_kernels()) {
+    case GEMM_KERNELS_AVX512: return kernels_int8_best();
+    case GEMM_KERNELS_AVX2: return kernels_int8_supported(QG_AVX2) ? QG_AVX2 : QG_PORTABLE;
+    default: return QG_PORTABLE;
   }
 }

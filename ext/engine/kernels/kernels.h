@@ -2,14 +2,18 @@
 ** kernels.h — the engine's kernels, one set per instruction set, and the one
 ** place that chooses among them.  Engine-internal.
 **
-**   kernels/portable.c  plain C: the row operations; no products of its own
-**                       (OpenBLAS does them, blas.h)
-**   kernels/avx2.c      AVX2 and FMA, 8 floats at a time: the fp32 products
-**                       and the row operations (CPUs without AVX-512: AMD
-**                       Zen 2/3, Intel Haswell to Alder Lake)
-**   kernels/avx512.c    AVX-512F, 16 floats at a time: the same
+**   kernels/portable.c  plain C: the row operations and the int8 products;
+**                       no fp32 products of its own (OpenBLAS does them, blas.h)
+**   kernels/avx2.c      AVX2 and FMA, 8 floats at a time: the fp32 products,
+**                       the row operations and the int8 products (CPUs
+**                       without AVX-512: AMD Zen 2/3, Intel Haswell to Alder
+**                       Lake)
+**   kernels/avx512.c    AVX-512F, 16 floats at a time: the same, the int8
+**                       products with AVX512-VNNI
 **   kernels/dispatch.c  which set runs: cpuid and the environment, read once
-**                       per process (kernels_chosen, gemm_kernels)
+**                       per process (kernels_chosen, gemm_kernels,
+**                       kernels_int8_chosen)
+**   kernels/int8.h      what the int8 kernels share (qgemm.h's products)
 **
 ** Each file fills one kernel_set.  Who runs them: gemm.c's job splitter
 ** (gemm_xwt) cuts a product into units for the threads and runs the set's
@@ -90,14 +94,25 @@ typedef struct kernel_set {
   const char *name;              /* "openblas", "avx2", "avx512" */
   const gemm_kernel_table *gemm; /* fp32 products; NULL: none of bertfill's own (OpenBLAS) */
   row_kernel_table rows;         /* row operations */
-  /* int8 products: this instruction set's int8 table goes here.  Until
-  ** then qgemm.c chooses its own path (qg_best_path, qg_path_supported) and
-  ** forward.c's int8_path caps it like these sets. */
 } kernel_set;
+
+/* The int8 product kernel of one instruction set (qgemm.h, kernels/int8.h):
+** the sums of rows [r0, r1) of x against outputs [i0, i1) of the packed W
+** (i0 a multiple of INT8_PANEL), finished into o's y or c.  Its path is
+** also how x must be quantized for it (qg_quantize_rows). */
+struct int8_out;
+typedef struct int8_kernel_table {
+  int path;     /* qg_path: QG_PORTABLE, QG_AVX2, QG_AVX512VNNI */
+  int row_tile; /* rows of x per register tile */
+  void (*unit)(const struct int8_out *o, int r0, int r1, int i0, int i1);
+} int8_kernel_table;
 
 extern const kernel_set kernels_portable; /* portable.c */
 extern const kernel_set kernels_avx2;     /* avx2.c: only in builds with avx2.h's BF_HAVE_AVX2 */
 extern const kernel_set kernels_avx512;   /* avx512.c: only with avx512.h's BF_HAVE_AVX512 */
+extern const int8_kernel_table int8_portable;   /* portable.c */
+extern const int8_kernel_table int8_avx2;       /* avx2.c (BF_HAVE_AVX2) */
+extern const int8_kernel_table int8_avx512vnni; /* avx512.c (BF_HAVE_AVX512); needs AVX512-VNNI */
 
 /* ---- dispatch.c ---- */
 
@@ -112,5 +127,15 @@ const char *gemm_kernels_name(int kernels);
 /* gemm_kernels() == GEMM_KERNELS_AVX512: the CPU has AVX-512 (and the OS
 ** keeps its registers) and the environment does not turn it off. */
 int gemm_have_avx512(void);
+
+/* The int8 kernels by path (qg_path): the table (NULL if this build has no
+** such kernel); 1 if the CPU (and the OS) can run it; the best one the CPU
+** has, BERTFILL_NO_AVX512=1 ruling out AVX512-VNNI (qg_best_path); and the
+** one the engine runs, capped like the sets above (BERTFILL_KERNELS=avx2:
+** the AVX2 kernel, =openblas: the portable one). */
+const int8_kernel_table *kernels_int8(int path);
+int kernels_int8_supported(int path);
+int kernels_int8_best(void);
+int kernels_int8_chosen(void);
 
 #endif

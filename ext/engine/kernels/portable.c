@@ -8,6 +8,7 @@
 #include <math.h>
 #include <stddef.h>
 
+#include "int8.h"
 #include "kernels.h"
 
 static void layernorm_portable(float *x, const float *g, const float *b, int n, float eps) {
@@ -70,3 +71,30 @@ const kernel_set kernels_portable = {
       .exp_sum = exp_sum_portable,
     },
 };
+
+/* ---- int8 products (kernels/int8.h) ---- */
+
+/* Rows [r0, r1) of x against outputs [i0, i1): per block of 16 outputs,
+** per row, 16 sums over the groups of four values of k. */
+static void int8_unit_portable(const int8_out *o, int r0, int r1, int i0, int i1) {
+  const uint8_t *x = o->x->q;
+  const size_t ldq = (size_t)o->x->ldq, KG = ldq / 4;
+  for (int b = i0 / 16; b * 16 < i1; b++) {
+    const int8_t *wb = int8_block_at(o->w, b);
+    int nc = i1 - b * 16 < 16 ? i1 - b * 16 : 16;
+    for (int r = r0; r < r1; r++) {
+      const uint8_t *xr = x + (size_t)r * ldq;
+      int32_t acc[16] = {0};
+      for (size_t g = 0; g < KG; g++) {
+        const int8_t *wg = wb + g * INT8_GROUP_BYTES;
+        const uint8_t *xg = xr + g * 4;
+        for (int c = 0; c < 16; c++)
+          acc[c] += xg[0] * wg[4 * c] + xg[1] * wg[4 * c + 1] + xg[2] * wg[4 * c + 2] +
+                    xg[3] * wg[4 * c + 3];
+      }
+      for (int c = 0; c < nc; c++) int8_finish_one(o, r, b * 16 + c, acc[c]);
+    }
+  }
+}
+
+const int8_kernel_table int8_portable = {QG_PORTABLE, 1, int8_unit_portable};
