@@ -397,14 +397,31 @@ const kernel_set kernels_avx2 = {
     },
 };
 /* ---- int8 products (kernels/int8.h) ----
-** vpmaddwd on int16: x's codes were widened to int16 when quantized and
-** four of them are broadcast; each 16 bytes of W (4 outputs x 4 values of
-** k) sign-extended to int16, so that one vpmaddwd gives two partial sums
-** per output, added at the end of the row.  (vpmaddubsw would saturate:
-** u8*s8 pairs reach 64770.)  No FMA in the target: the epilogue's multiply
-** and add must stay two roundings, as in int8_finish_one. */
+** vpmaddwd on int16 (vpmaddubsw would saturate: u8*s8 pairs reach 64770):
+** x's codes were widened to int16 when quantized.  For each block of 16
+** outputs of the packed W,
+**   1. widen, INT8_AVX2_KC values of k at a time: P[k/2][j] = (W[j][k],
+**      W[j][k + 1]) as two int16, 16 outputs' pairs per 64 bytes (per group
+**      of four values of k: four 16-byte loads, vpshufb into pairs,
+**      vpunpck, vpmovsxbw), 16 KB that stay in L1 while every tile of rows
+**      passes them (the tiles' sums kept between chunks);
+**   2. for every 6 rows of x: c[m][j] += x[m][k] W[j][k] + x[m][k + 1]
+**      W[j][k + 1] for the 16 j at once: one vpmaddwd of a broadcast pair of
+**      x with 8 pairs of P, 12 accumulators (the 6x16 tile of BLIS's Haswell
+**      kernel, in integers: exact);
+**   3. the sums through finish8_avx2 (int8_finish_one's arithmetic, 8
+**      outputs at a time).
+** The block after this one is prefetched while its tiles run.  (Reading the
+** packed W straight, four codes of x broadcast and two partial sums per
+** output, needs 24 accumulators for 6 rows: measured 25-40% slower, from
+** the spills, on Zen 5 with this instruction set.)  No FMA in the target:
+** the epilogue's multiply and add stay two roundings, as in
+** int8_finish_one. */
 #define INT8_AVX2 __attribute__((target("avx2")))
-#define INT8_AVX2_MR 3 /* rows of x per tile, by one block of 16 outputs (12 accumulators) */
+#define INT8_AVX2_MR 6 /* rows of x per tile, by 16 outputs (12 accumulators) */
+#ifndef INT8_AVX2_KC
+#define INT8_AVX2_KC 512 /* values of k per widened chunk of a block (16 KB) */
+#endif
 
 /* finish_one for 8 outputs [i, i + 8) of row r, all inside W: the same
 ** operations in the same order (the target has no FMA to contract them). */
@@ -422,68 +439,175 @@ INLINE INT8_AVX2 void finish8_avx2(const int8_out *o, int r, int i, __m256i acc)
   _mm256_storeu_ps(o->y + (size_t)r * o->ldy + i, v);
 }
 
-/* TR rows of x (from row r) by the block of 16 outputs at wb: four codes of
-** each row broadcast (as int16), W's 64 bytes of a group as four vectors of
-** 4 outputs x 4 values (sign-extended), vpmaddwd giving two partial sums
-** per output, added at the end. */
-INLINE INT8_AVX2 void tile_avx2(const int8_out *o, const int16_t *x, size_t ldq, const int8_t *wb,
-                                int r, int i0, int nc, const int TR) {
-  __m256i acc[INT8_AVX2_MR][4];
-#pragma GCC unroll 4
-  for (int m = 0; m < TR; m++)
-#pragma GCC unroll 4
-    for (int p = 0; p < 4; p++) acc[m][p] = _mm256_setzero_si256();
-  const size_t KG = ldq / 4;
+/* Block wb of the packed W (KG groups) widened into P (KG * 64 int16,
+** 32-byte aligned): pair 2g + h holds, for the 16 outputs j, (W[j][4g + 2h],
+** W[j][4g + 2h + 1]). */
+INT8_AVX2 static void widen_block_avx2(int16_t *P, const int8_t *wb, size_t KG) {
+  const __m128i pairs = _mm_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15);
   for (size_t g = 0; g < KG; g++) {
-    __m256i xb[INT8_AVX2_MR];
-#pragma GCC unroll 4
-    for (int m = 0; m < TR; m++) {
-      int64_t quad;
-      memcpy(&quad, x + (size_t)m * ldq + g * 4, 8);
-      xb[m] = _mm256_set1_epi64x(quad);
-    }
-#pragma GCC unroll 4
-    for (int p = 0; p < 4; p++) {
-      __m256i w = _mm256_cvtepi8_epi16(
-        _mm_loadu_si128((const __m128i *)(wb + g * INT8_GROUP_BYTES + p * 16)));
-#pragma GCC unroll 4
-      for (int m = 0; m < TR; m++)
-        acc[m][p] = _mm256_add_epi32(acc[m][p], _mm256_madd_epi16(w, xb[m]));
+    const int8_t *s = wb + g * INT8_GROUP_BYTES; /* 4 outputs x 4 values per 16 bytes */
+    __m128i c0 = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)s), pairs);
+    __m128i c1 = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(s + 16)), pairs);
+    __m128i c2 = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(s + 32)), pairs);
+    __m128i c3 = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(s + 48)), pairs);
+    int16_t *d = P + g * 64;
+    _mm256_store_si256((__m256i *)d, _mm256_cvtepi8_epi16(_mm_unpacklo_epi64(c0, c1)));
+    _mm256_store_si256((__m256i *)(d + 16), _mm256_cvtepi8_epi16(_mm_unpacklo_epi64(c2, c3)));
+    _mm256_store_si256((__m256i *)(d + 32), _mm256_cvtepi8_epi16(_mm_unpackhi_epi64(c0, c1)));
+    _mm256_store_si256((__m256i *)(d + 48), _mm256_cvtepi8_epi16(_mm_unpackhi_epi64(c2, c3)));
+  }
+}
+
+/* TR rows of x (from row r) by the 16 outputs of P, over the values of k
+** [k0, k1) (P holds them from its start); the sums start from part (TR x 16
+** int32) unless first, and go back to part unless last, when they are
+** finished into outputs [i0, i0 + nc).  Meanwhile npf lines of the next
+** block (pf, then every INT8_GROUP_BYTES) are prefetched, one every few
+** steps. */
+INLINE INT8_AVX2 void tile_avx2(const int8_out *o, const int16_t *x, size_t ldq, const int16_t *P,
+                                size_t k0, size_t k1, int32_t *part, int first, int last, int r,
+                                int i0, int nc, const char *pf, int npf, const int TR) {
+  __m256i c[INT8_AVX2_MR][2];
+#pragma GCC unroll 6
+  for (int m = 0; m < TR; m++) {
+    if (first) {
+      c[m][0] = c[m][1] = _mm256_setzero_si256();
+    } else {
+      c[m][0] = _mm256_loadu_si256((const __m256i *)(part + m * 16));
+      c[m][1] = _mm256_loadu_si256((const __m256i *)(part + m * 16 + 8));
     }
   }
-#pragma GCC unroll 4
+  int every = npf > 0 ? (int)((k1 - k0) / 2) / npf : 0, n = 0, step = 0;
+  for (size_t k = k0; k < k1; k += 2) {
+    const int16_t *pk = P + (k - k0) * 16;
+    __m256i b0 = _mm256_load_si256((const __m256i *)pk);
+    __m256i b1 = _mm256_load_si256((const __m256i *)(pk + 16));
+#pragma GCC unroll 6
+    for (int m = 0; m < TR; m++) {
+      int32_t pair;
+      memcpy(&pair, x + (size_t)m * ldq + k, 4);
+      __m256i a = _mm256_set1_epi32(pair);
+      c[m][0] = _mm256_add_epi32(c[m][0], _mm256_madd_epi16(b0, a));
+      c[m][1] = _mm256_add_epi32(c[m][1], _mm256_madd_epi16(b1, a));
+    }
+    if (every && n < npf && ++step >= every) {
+      _mm_prefetch(pf + (size_t)n++ * INT8_GROUP_BYTES, _MM_HINT_T1);
+      step = 0;
+    }
+  }
+#pragma GCC unroll 6
   for (int m = 0; m < TR; m++) {
-    /* hadd: [c0 c1 c4 c5 | c2 c3 c6 c7]; the permute puts them in order */
-    __m256i lo = _mm256_permute4x64_epi64(_mm256_hadd_epi32(acc[m][0], acc[m][1]), 0xD8);
-    __m256i hi = _mm256_permute4x64_epi64(_mm256_hadd_epi32(acc[m][2], acc[m][3]), 0xD8);
-    if (nc == 16) {
-      finish8_avx2(o, r + m, i0, lo);
-      finish8_avx2(o, r + m, i0 + 8, hi);
+    if (!last) {
+      _mm256_storeu_si256((__m256i *)(part + m * 16), c[m][0]);
+      _mm256_storeu_si256((__m256i *)(part + m * 16 + 8), c[m][1]);
+    } else if (nc == 16) {
+      finish8_avx2(o, r + m, i0, c[m][0]);
+      finish8_avx2(o, r + m, i0 + 8, c[m][1]);
     } else {
-      int32_t s[16];
-      _mm256_storeu_si256((__m256i *)s, lo);
-      _mm256_storeu_si256((__m256i *)(s + 8), hi);
-      for (int c = 0; c < nc; c++) int8_finish_one(o, r + m, i0 + c, s[c]);
+      int32_t sum[16];
+      _mm256_storeu_si256((__m256i *)sum, c[m][0]);
+      _mm256_storeu_si256((__m256i *)(sum + 8), c[m][1]);
+      for (int j = 0; j < nc; j++) int8_finish_one(o, r + m, i0 + j, sum[j]);
+    }
+  }
+}
+
+/* One row of x (row r) against the 32 outputs of blocks b and b + 1 (b
+** even: side by side in each group of the packed W; outputs past W are the
+** padding's zeros), straight from the packed W: four codes of x broadcast,
+** each 16 bytes of W (4 outputs x 4 values) sign-extended, two partial sums
+** per output added at the end.  For one row, widening W first (the path
+** below) costs more than it saves: measured on Zen 5 (this instruction
+** set, 2 threads, W from memory), one row 1.2-1.5x faster than widening. */
+INT8_AVX2 static void row_pair_avx2(const int8_out *o, const int16_t *x, int r, int b, int i1) {
+  const size_t KG = (size_t)o->x->ldq / 4;
+  const int8_t *wb = int8_block_at(o->w, b);
+  __m256i acc[8];
+  for (int p = 0; p < 8; p++) acc[p] = _mm256_setzero_si256();
+  for (size_t g = 0; g < KG; g++) {
+    int64_t quad;
+    memcpy(&quad, x + g * 4, 8);
+    __m256i xb = _mm256_set1_epi64x(quad);
+    _mm_prefetch((const char *)(wb + (g + 16) * INT8_GROUP_BYTES), _MM_HINT_T0);
+    _mm_prefetch((const char *)(wb + (g + 16) * INT8_GROUP_BYTES + 64), _MM_HINT_T0);
+#pragma GCC unroll 8
+    for (int p = 0; p < 8; p++) {
+      __m256i w = _mm256_cvtepi8_epi16(
+        _mm_loadu_si128((const __m128i *)(wb + g * INT8_GROUP_BYTES + p * 16)));
+      acc[p] = _mm256_add_epi32(acc[p], _mm256_madd_epi16(w, xb));
+    }
+  }
+  for (int h = 0; h < 4; h++) { /* 8 outputs each: hadd gives [0 1 4 5 | 2 3 6 7], permute orders */
+    __m256i v = _mm256_permute4x64_epi64(_mm256_hadd_epi32(acc[2 * h], acc[2 * h + 1]), 0xD8);
+    int i = b * 16 + h * 8;
+    if (i + 8 <= i1) {
+      finish8_avx2(o, r, i, v);
+    } else {
+      int32_t sum[8];
+      _mm256_storeu_si256((__m256i *)sum, v);
+      for (int j = 0; i + j < i1; j++) int8_finish_one(o, r, i + j, sum[j]);
     }
   }
 }
 
 INT8_AVX2 static void int8_unit_avx2(const int8_out *o, int r0, int r1, int i0, int i1) {
   const int16_t *x = o->x->q;
-  const size_t ldq = (size_t)o->x->ldq;
+  const size_t ldq = (size_t)o->x->ldq, KG = ldq / 4;
+  if (r1 - r0 == 1) { /* one row: straight from the packed W, two blocks at a time */
+    for (int b = i0 / 16; b * 16 < i1; b += 2) row_pair_avx2(o, x + (size_t)r0 * ldq, r0, b, i1);
+    _mm256_zeroupper();
+    return;
+  }
+  /* P: a chunk of INT8_AVX2_KC values of k of one block, widened (16 KB:
+  ** stays in L1 while every tile of rows passes it); part: the tiles' sums
+  ** between chunks */
+  /* (from 2 tiles of rows on, the whole block at once: measured faster there) */
+  const size_t kc = r1 - r0 > 2 * INT8_AVX2_MR ? ldq : INT8_AVX2_KC;
+  int16_t *P = aligned_alloc(32, (kc < ldq ? kc : ldq) * 16 * sizeof(int16_t));
+  int32_t *part = malloc((size_t)(r1 - r0) * 16 * sizeof(int32_t));
   for (int b = i0 / 16; b * 16 < i1; b++) {
-    const int8_t *wb = int8_block_at(o->w, b);
     int nc = i1 - b * 16 < 16 ? i1 - b * 16 : 16;
-    /* tiles of nearly equal height (4 rows: 2 + 2, not 3 + 1) */
-    const int nt = (r1 - r0 + INT8_AVX2_MR - 1) / INT8_AVX2_MR;
-    for (int i = 0, r = r0, mr; i < nt; i++, r += mr) {
-      mr = (r1 - r + (nt - i) - 1) / (nt - i);
-      const int16_t *xr = x + (size_t)r * ldq;
-      if (mr == 3) tile_avx2(o, xr, ldq, wb, r, b * 16, nc, 3);
-      else if (mr == 2) tile_avx2(o, xr, ldq, wb, r, b * 16, nc, 2);
-      else tile_avx2(o, xr, ldq, wb, r, b * 16, nc, 1);
+    const int8_t *wb = int8_block_at(o->w, b);
+    /* the next block's lines, spread over this block's tiles (the packed W is
+    ** read once, block after block: for a few rows it comes from memory) */
+    const char *next = (b + 1) * 16 < o->w->n ? (const char *)int8_block_at(o->w, b + 1) : NULL;
+    if (!P || !part) { /* out of memory: plain C on the packed W (slow, exact) */
+      int32_t acc[16];
+      for (int r = r0; r < r1; r++) {
+        memset(acc, 0, sizeof acc);
+        for (size_t g = 0; g < KG; g++)
+          for (int j = 0; j < 16; j++)
+            for (int e = 0; e < 4; e++)
+              acc[j] += x[(size_t)r * ldq + g * 4 + e] * wb[g * INT8_GROUP_BYTES + j * 4 + e];
+        for (int j = 0; j < nc; j++) int8_finish_one(o, r, b * 16 + j, acc[j]);
+      }
+      continue;
+    }
+    const int nt = (r1 - r0 + INT8_AVX2_MR - 1) / INT8_AVX2_MR; /* tiles of nearly equal height */
+    for (size_t k0 = 0; k0 < ldq; k0 += kc) {
+      size_t k1 = ldq - k0 < kc ? ldq : k0 + kc;
+      widen_block_avx2(P, wb + k0 / 4 * INT8_GROUP_BYTES, (k1 - k0) / 4);
+      int lines = next ? (int)((k1 - k0) / 4) : 0; /* the next block's groups of this chunk */
+      const char *nx = next ? next + k0 / 4 * INT8_GROUP_BYTES : NULL;
+      for (int i = 0, r = r0, mr; i < nt; i++, r += mr) {
+        mr = (r1 - r + (nt - i) - 1) / (nt - i);
+        /* tile i prefetches its share of them: line n is group n's 64 bytes */
+        int l0 = lines * i / nt, l1 = lines * (i + 1) / nt;
+        const char *pf = nx ? nx + (size_t)l0 * INT8_GROUP_BYTES : NULL;
+        const int16_t *xr = x + (size_t)r * ldq;
+        int32_t *pr = part + (size_t)(r - r0) * 16;
+        int first = k0 == 0, last = k1 == ldq;
+        switch (mr) {
+#define T(m) \
+  case m: tile_avx2(o, xr, ldq, P, k0, k1, pr, first, last, r, b * 16, nc, pf, l1 - l0, m); break;
+          T(6) T(5) T(4) T(3) T(2) T(1)
+#undef T
+        }
+      }
     }
   }
+  free(part);
+  free(P);
   _mm256_zeroupper();
 }
 
