@@ -96,9 +96,9 @@ INLINE AVX512 void dot_tile_any(float *y, int N, const float *x, const float *w,
 ** 8 + 8 + 1): a tile of few tokens has too few accumulators to hide the
 ** FMA latency.  Measured (AMD Zen 5, 2 cores, a bert-base-shaped model, one
 ** sentence, fp32): with the panel kernel from 17 rows on, 16 -> 17 tokens
-** cost +36% (19.0 -> 25.9 ms); with this kernel up to 32 rows, 18.9 ms at
-** 17, and 20-32 tokens 7-9% faster than on the panel kernel; at 40 tokens
-** the panel kernel is 5% faster (hence GEMM_DOT_MAX_T 32). */
+** cost +36% (19.0 -> 25.9 ms), with this kernel 17 tokens 19.5 ms.  From 20
+** to 24 tokens the two kernels measured alike (within this VM's drift), at
+** 32 the panel kernel 5-10% faster: hence GEMM_DOT_MAX_T 24. */
 AVX512 static void dot_cols(float *y, const float *x, const float *W, int T, int N, int K, int o0,
                             int o1) {
   const int nt = (T + TILE_J - 1) / TILE_J;
