@@ -461,7 +461,7 @@ INLINE VNNI void tile_vnni(const int8_out *o, const uint8_t *x, size_t ldq, cons
 #pragma GCC unroll 4
     for (int z = 0; z < TB; z++) {
       int i = (b + z) * 16, n = i1 - i < 16 ? i1 - i : 16;
-      finish16_vnni(o, r + m, i, (__mmask16)((1u << n) - 1), acc[m][z]);
+      if (n > 0) finish16_vnni(o, r + m, i, (__mmask16)((1u << n) - 1), acc[m][z]);
     }
 }
 
@@ -471,20 +471,18 @@ VNNI static void int8_unit_vnni(const int8_out *o, int r0, int r1, int i0, int i
   const int b1 = (i1 + 15) / 16;
   for (int b = i0 / 16; b < b1; b += INT8_VNNI_NR) {
     const int8_t *wb = int8_block_at(o->w, b);
-    int nr = b1 - b < INT8_VNNI_NR ? b1 - b : INT8_VNNI_NR;
-    /* tiles of nearly equal height (8 rows: 4 + 4, not 6 + 2) */
+    /* tiles of nearly equal height (8 rows: 4 + 4, not 6 + 2), always a
+    ** whole panel wide (the packed W is zero past n: a last panel's extra
+    ** outputs are computed and not stored; one tile width keeps the
+    ** kernel's instances few: clang's sanitizer builds took minutes on 24) */
     const int nt = (r1 - r0 + INT8_VNNI_MR - 1) / INT8_VNNI_MR;
     for (int i = 0, r = r0, mr; i < nt; i++, r += mr) {
       mr = (r1 - r + (nt - i) - 1) / (nt - i);
       const uint8_t *xr = x + (size_t)r * ldq;
-      switch (mr * 8 + nr) {
-#define T(a, c) \
-  case a * 8 + c: tile_vnni(o, xr, ldq, wb, r, b, i1, r == r0, a, c); break;
-        // clang-format off
-        T(1, 1) T(1, 2) T(1, 3) T(1, 4) T(2, 1) T(2, 2) T(2, 3) T(2, 4)
-        T(3, 1) T(3, 2) T(3, 3) T(3, 4) T(4, 1) T(4, 2) T(4, 3) T(4, 4)
-        T(5, 1) T(5, 2) T(5, 3) T(5, 4) T(6, 1) T(6, 2) T(6, 3) T(6, 4)
-        // clang-format on
+      switch (mr) {
+#define T(a) \
+  case a: tile_vnni(o, xr, ldq, wb, r, b, i1, r == r0, a, INT8_VNNI_NR); break;
+        T(1) T(2) T(3) T(4) T(5) T(6)
 #undef T
       }
     }
