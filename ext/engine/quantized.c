@@ -281,6 +281,7 @@ int bf_quantized_attach(bf_model *m, char *err, size_t errlen) {
     bf_errf(err, errlen, "out of memory quantizing %s to int8 (%zu bytes)", m->dir, off[3 * nm]);
     goto done;
   }
+  memset(data, 0, off[3 * nm]); /* the alignment gaps too: the file holds no stray heap bytes */
   if (quantize_all(m, nm, off, data, err, errlen) != 0) {
     free(data);
     goto done;
