@@ -108,11 +108,6 @@ static void layernorm(float *x, const float *g, const float *b, int n, float eps
 /* x[i] += a[i] + b[i] for i < n; b may be NULL. */
 static void add(float *x, const float *a, const float *b, int n) { row_ops()->add(x, a, b, n); }
 
-/* y[t] += bias for each of T rows of width n. */
-static void add_bias(float *y, const float *bias, int T, int n) {
-  for (int t = 0; t < T; t++) add(y + (size_t)t * n, bias, NULL, n);
-}
-
 /* y[i] = gelu(y[i] + bias[i]) = z/2 (1 + erf(z/sqrt 2)), the exact (erf) form, for i < n. */
 static void gelu_row(float *y, const float *bias, int n) { row_ops()->gelu_row(y, bias, n); }
 
@@ -155,23 +150,32 @@ static bf_pool *run_pool(bf_run *r) {
   return r->pool;
 }
 
-/* One product with a weight of the model: y[T,n] = x[T,in] W^T, W as
-** PyTorch stores it ([n,in]); w8 is its int8 copy (int8 models). */
+/* One product with a weight of the model: y[T,n] = x[T,in] W^T (+ b), W as
+** PyTorch stores it ([n,in]); w8 is its int8 copy (int8 models).  The bias
+** b (may be NULL) is added as y[t][i] += b[i], one rounding, either in the
+** int8 epilogue or by a row pass after the fp32 product: the same numbers. */
 typedef struct product {
   float *y;
   const float *w;
   const qg_weights *w8;
   int n;
+  const float *b;
 } product;
+
+static void rows_run(bf_run *r, int kind, int T, int n, float *x, float *y, const float *bias,
+                     const float *g, const float *b, float eps);
+enum { ROWS_BIAS, ROWS_GELU, ROWS_RESLN };
 
 /* fp32: bertfill's kernels through gemm.c, or OpenBLAS on CPUs without
 ** AVX-512 or AVX2 (or if the kernels' panel buffers cannot be allocated). */
 static void products_fp32(bf_run *r, const float *x, int T, int in, int np, const product *p) {
   gemm_out o[3];
   for (int i = 0; i < np; i++) o[i] = (gemm_out){p[i].y, p[i].w, p[i].n};
-  if (gemm_xwt(run_pool(r), &r->gemm, run_threads(), x, T, in, np, o) == GEMM_OK) return;
+  if (gemm_xwt(run_pool(r), &r->gemm, run_threads(), x, T, in, np, o) != GEMM_OK)
+    for (int i = 0; i < np; i++)
+      bf_sgemm(0, 1, T, p[i].n, in, 1.0f, x, in, p[i].w, in, 0.0f, p[i].y, p[i].n);
   for (int i = 0; i < np; i++)
-    bf_sgemm(0, 1, T, p[i].n, in, 1.0f, x, in, p[i].w, in, 0.0f, p[i].y, p[i].n);
+    if (p[i].b) rows_run(r, ROWS_BIAS, T, p[i].n, NULL, p[i].y, p[i].b, NULL, NULL, 0);
 }
 
 const char *bf_int8_kernels(void) { return qg_path_name((qg_path)kernels_int8_chosen()); }
@@ -184,9 +188,9 @@ static void products_int8(bf_run *r, const float *x, int T, int in, int np, cons
   qg_rows X;
   qg_quantize_rows(&X, r->qx.p, x, T, in, in, (qg_path)kernels_int8_chosen());
   gemm_out8 o[3];
-  for (int i = 0; i < np; i++) o[i] = (gemm_out8){p[i].y, p[i].w8, NULL};
+  for (int i = 0; i < np; i++) o[i] = (gemm_out8){p[i].y, p[i].w8, p[i].b};
   if (gemm_xwt_int8(run_pool(r), &r->gemm, run_threads(), &X, np, o) == GEMM_OK) return;
-  for (int i = 0; i < np; i++) qg_matmul(p[i].y, (size_t)p[i].n, &X, p[i].w8, NULL);
+  for (int i = 0; i < np; i++) qg_matmul(p[i].y, (size_t)p[i].n, &X, p[i].w8, p[i].b);
 }
 
 /* The np (at most 3) products of one x[T,in], in the model's precision. */
@@ -195,10 +199,10 @@ static void products(bf_run *r, int int8, const float *x, int T, int in, int np,
   else products_fp32(r, x, T, in, np, p);
 }
 
-/* y[T,n] = x[T,in] W^T for one weight (fp32 W, or its int8 copy w8). */
+/* y[T,n] = x[T,in] W^T (+ b) for one weight (fp32 W, or its int8 copy w8). */
 static void linear(bf_run *r, int int8, float *y, const float *x, const float *W,
-                   const qg_weights *w8, int T, int n, int in) {
-  product p = {y, W, w8, n};
+                   const qg_weights *w8, const float *b, int T, int n, int in) {
+  product p = {y, W, w8, n, b};
   products(r, int8, x, T, in, 1, &p);
 }
 
@@ -291,7 +295,6 @@ static void attention(bf_run *r, const bf_config *c, const seq_span *seq, int ns
 **   ROWS_BIAS   y[t] += bias
 **   ROWS_GELU   y[t] = gelu(y[t] + bias)
 **   ROWS_RESLN  x[t] = LayerNorm(x[t] + y[t] + bias) */
-enum { ROWS_BIAS, ROWS_GELU, ROWS_RESLN };
 typedef struct rows_job {
   int kind, T, n, chunk;
   float *x, *y;
@@ -347,27 +350,26 @@ static void encoder_layer(bf_run *r, const bf_config *c, int int8, const bf_laye
   int R = T; /* rows that go on: all tokens, or the masks */
 
   if (!xm) {
-    product qkv[3] = {{q, w->q_w, &w->q8, H}, {k, w->k_w, &w->k8, H}, {v, w->v_w, &w->v8, H}};
+    product qkv[3] = {{q, w->q_w, &w->q8, H, w->q_b},
+                      {k, w->k_w, &w->k8, H, w->k_b},
+                      {v, w->v_w, &w->v8, H, w->v_b}};
     products(r, int8, x, T, H, 3, qkv); /* one job: q, k and v share x */
   } else {
     R = M;
     for (int i = 0; i < M; i++) memcpy(xm + (size_t)i * H, x + mrow[i] * H, H * sizeof(float));
-    product kv[2] = {{k, w->k_w, &w->k8, H}, {v, w->v_w, &w->v8, H}};
+    product kv[2] = {{k, w->k_w, &w->k8, H, w->k_b}, {v, w->v_w, &w->v8, H, w->v_b}};
     products(r, int8, x, T, H, 2, kv);
-    linear(r, int8, q, xm, w->q_w, &w->q8, M, H, H);
+    linear(r, int8, q, xm, w->q_w, &w->q8, w->q_b, M, H, H);
     x = xm;
   }
-  rows_run(r, ROWS_BIAS, R, H, NULL, q, w->q_b, NULL, NULL, 0);
-  rows_run(r, ROWS_BIAS, T, H, NULL, k, w->k_b, NULL, NULL, 0);
-  rows_run(r, ROWS_BIAS, T, H, NULL, v, w->v_b, NULL, NULL, 0);
   attention(r, c, seq, nseq, xm != NULL, att_floats(c, L));
 
-  linear(r, int8, tmp, ctx, w->ao_w, &w->ao8, R, H, H);
+  linear(r, int8, tmp, ctx, w->ao_w, &w->ao8, NULL, R, H, H);
   rows_run(r, ROWS_RESLN, R, H, x, tmp, w->ao_b, w->aln_g, w->aln_b, eps);
 
-  linear(r, int8, ffn, x, w->i_w, &w->i8, R, I, H);
+  linear(r, int8, ffn, x, w->i_w, &w->i8, NULL, R, I, H);
   rows_run(r, ROWS_GELU, R, I, NULL, ffn, w->i_b, NULL, NULL, 0);
-  linear(r, int8, tmp, ffn, w->o_w, &w->o8, R, H, I);
+  linear(r, int8, tmp, ffn, w->o_w, &w->o8, NULL, R, H, I);
   rows_run(r, ROWS_RESLN, R, H, x, tmp, w->o_b, w->oln_g, w->oln_b, eps);
 }
 
@@ -625,14 +627,13 @@ static void mlm_head(bf_run *r, const bf_model *m, const float *xm, int n) {
   int H = m->cfg.hidden_size, V = m->cfg.vocab_size;
   float *hm = r->hm.p, *logits = r->logits.p;
   int int8 = m->precision == BF_PRECISION_INT8;
-  linear(r, int8, hm, xm, m->head_w, &m->head8, n, H, H);
+  linear(r, int8, hm, xm, m->head_w, &m->head8, NULL, n, H, H);
   add_bias_gelu(hm, m->head_b, n, H);
   for (int i = 0; i < n; i++) {
     float *hr = hm + (size_t)i * H;
     layernorm(hr, m->head_ln_g, m->head_ln_b, H, m->cfg.layer_norm_eps);
   }
-  linear(r, int8, logits, hm, m->dec_w, &m->dec8, n, V, H);
-  add_bias(logits, m->dec_b, n, V);
+  linear(r, int8, logits, hm, m->dec_w, &m->dec8, m->dec_b, n, V, H);
 }
 
 /* Step 6: softmax and the k most probable tokens of each of the n rows of
