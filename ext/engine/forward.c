@@ -180,13 +180,31 @@ static void products_fp32(bf_run *r, const float *x, int T, int in, int np, cons
 
 const char *bf_int8_kernels(void) { return qg_path_name((qg_path)kernels_int8_chosen()); }
 
+#define QUANTIZE_ROWS 32 /* rows of x per unit of the quantizing job */
+
 /* int8: x quantized once per row into r->qx (reserve_scratch sized it) for
 ** the int8 kernel dispatch.c chose (kernels_int8_chosen: capped like the
 ** fp32 set), then all np products as one job of the pool (gemm_xwt_int8);
 ** without memory for its table of units, on this thread alone. */
+typedef struct quantize_job {
+  const qg_rows *X;
+  const float *x;
+} quantize_job;
+
+static void quantize_unit(void *arg, int u, int tid) {
+  (void)tid;
+  const quantize_job *j = arg;
+  int r0 = u * QUANTIZE_ROWS, r1 = r0 + QUANTIZE_ROWS < j->X->t ? r0 + QUANTIZE_ROWS : j->X->t;
+  qg_quantize_rows_range(j->X, j->x, (size_t)j->X->k, r0, r1);
+}
+
 static void products_int8(bf_run *r, const float *x, int T, int in, int np, const product *p) {
   qg_rows X;
-  qg_quantize_rows(&X, r->qx.p, x, T, in, in, (qg_path)kernels_int8_chosen());
+  qg_rows_init(&X, r->qx.p, T, in, (qg_path)kernels_int8_chosen());
+  /* x's rows quantized on the pool's threads when there are many (a batch) */
+  quantize_job qj = {&X, x};
+  int units = (T + QUANTIZE_ROWS - 1) / QUANTIZE_ROWS;
+  bf_pool_run(units > 1 ? run_pool(r) : NULL, run_threads(), units, quantize_unit, &qj);
   gemm_out8 o[3];
   for (int i = 0; i < np; i++) o[i] = (gemm_out8){p[i].y, p[i].w8, p[i].b};
   if (gemm_xwt_int8(run_pool(r), &r->gemm, run_threads(), &X, np, o) == GEMM_OK) return;

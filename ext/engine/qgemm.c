@@ -171,19 +171,28 @@ static void quantize_row(const float *row, int k, float *scale, int32_t *zero, u
   }
 }
 
-void qg_quantize_rows(qg_rows *out, void *buf, const float *x, int t, int k, size_t ldx,
-                      qg_path path) {
+void qg_rows_init(qg_rows *out, void *buf, int t, int k, qg_path path) {
   char *p = (char *)(((uintptr_t)buf + 63) & ~(uintptr_t)63);
   int ldq = round4(k);
   size_t qbytes = round64((size_t)t * ldq * 2);
   float *scale = (float *)(p + qbytes);
   int32_t *zero = (int32_t *)(p + qbytes + round64((size_t)t * sizeof(float)));
-  for (int r = 0; r < t; r++) {
-    uint8_t *q8 = path == QG_AVX2 ? NULL : (uint8_t *)p + (size_t)r * ldq;
-    int16_t *q16 = path == QG_AVX2 ? (int16_t *)p + (size_t)r * ldq : NULL;
-    quantize_row(x + (size_t)r * ldx, k, &scale[r], &zero[r], q8, q16);
-  }
   *out = (qg_rows){t, k, path, ldq, p, scale, zero};
+}
+
+void qg_quantize_rows_range(const qg_rows *X, const float *x, size_t ldx, int r0, int r1) {
+  char *p = (char *)X->q; /* the buffer qg_rows_init laid out: this call fills rows [r0, r1) */
+  for (int r = r0; r < r1; r++) {
+    uint8_t *q8 = X->path == QG_AVX2 ? NULL : (uint8_t *)p + (size_t)r * X->ldq;
+    int16_t *q16 = X->path == QG_AVX2 ? (int16_t *)p + (size_t)r * X->ldq : NULL;
+    quantize_row(x + (size_t)r * ldx, X->k, (float *)&X->scale[r], (int32_t *)&X->zero[r], q8, q16);
+  }
+}
+
+void qg_quantize_rows(qg_rows *out, void *buf, const float *x, int t, int k, size_t ldx,
+                      qg_path path) {
+  qg_rows_init(out, buf, t, k, path);
+  qg_quantize_rows_range(out, x, ldx, 0, t);
 }
 
 /* ------------------------------------------------------------ products */

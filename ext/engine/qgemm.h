@@ -123,6 +123,14 @@ size_t qg_rows_bytes(int t, int k);
 void qg_quantize_rows(qg_rows *out, void *buf, const float *x, int t, int k, size_t ldx,
                       qg_path path);
 
+/* The same in two steps, so that the rows can be quantized by several
+** threads: qg_rows_init lays buf out for t rows of k and describes them in
+** *out (no codes yet); qg_quantize_rows_range quantizes rows [r0, r1) of x
+** into that buffer (calls for disjoint ranges may run at once).  Together
+** over all rows they give exactly what qg_quantize_rows gives. */
+void qg_rows_init(qg_rows *out, void *buf, int t, int k, qg_path path);
+void qg_quantize_rows_range(const qg_rows *out, const float *x, size_t ldx, int r0, int r1);
+
 /* ------------------------------------------------------------ products */
 
 /* y[r*ldy + i] = (x W^T)[r][i] + bias[i] (bias may be NULL) for all t rows
