@@ -552,37 +552,28 @@ INT8_AVX2 static void row_pair_avx2(const int8_out *o, const int16_t *x, int r, 
 
 INT8_AVX2 static void int8_unit_avx2(const int8_out *o, int r0, int r1, int i0, int i1) {
   const int16_t *x = o->x->q;
-  const size_t ldq = (size_t)o->x->ldq, KG = ldq / 4;
-  if (r1 - r0 == 1) { /* one row: straight from the packed W, two blocks at a time */
-    for (int b = i0 / 16; b * 16 < i1; b += 2) row_pair_avx2(o, x + (size_t)r0 * ldq, r0, b, i1);
+  const size_t ldq = (size_t)o->x->ldq;
+  /* P: a chunk of kc values of k of one block, widened (INT8_AVX2_KC: 16 KB,
+  ** stays in L1 while every tile of rows passes it; from 2 tiles of rows on
+  ** the whole block at once, measured faster there); part: the tiles' sums
+  ** between chunks */
+  const size_t kc = r1 - r0 > 2 * INT8_AVX2_MR || ldq < INT8_AVX2_KC ? ldq : INT8_AVX2_KC;
+  int16_t *P = r1 - r0 > 1 ? aligned_alloc(32, kc * 16 * sizeof(int16_t)) : NULL;
+  int32_t *part = r1 - r0 > 1 ? malloc((size_t)(r1 - r0) * 16 * sizeof(int32_t)) : NULL;
+  if (!P || !part) { /* one row (or no memory for P): straight from the packed W, row by row */
+    for (int r = r0; r < r1; r++)
+      for (int b = i0 / 16; b * 16 < i1; b += 2) row_pair_avx2(o, x + (size_t)r * ldq, r, b, i1);
+    free(P);
+    free(part);
     _mm256_zeroupper();
     return;
   }
-  /* P: a chunk of INT8_AVX2_KC values of k of one block, widened (16 KB:
-  ** stays in L1 while every tile of rows passes it); part: the tiles' sums
-  ** between chunks */
-  /* (from 2 tiles of rows on, the whole block at once: measured faster there) */
-  const size_t kc = r1 - r0 > 2 * INT8_AVX2_MR ? ldq : INT8_AVX2_KC;
-  int16_t *P = aligned_alloc(32, (kc < ldq ? kc : ldq) * 16 * sizeof(int16_t));
-  int32_t *part = malloc((size_t)(r1 - r0) * 16 * sizeof(int32_t));
   for (int b = i0 / 16; b * 16 < i1; b++) {
     int nc = i1 - b * 16 < 16 ? i1 - b * 16 : 16;
     const int8_t *wb = int8_block_at(o->w, b);
     /* the next block's lines, spread over this block's tiles (the packed W is
     ** read once, block after block: for a few rows it comes from memory) */
     const char *next = (b + 1) * 16 < o->w->n ? (const char *)int8_block_at(o->w, b + 1) : NULL;
-    if (!P || !part) { /* out of memory: plain C on the packed W (slow, exact) */
-      int32_t acc[16];
-      for (int r = r0; r < r1; r++) {
-        memset(acc, 0, sizeof acc);
-        for (size_t g = 0; g < KG; g++)
-          for (int j = 0; j < 16; j++)
-            for (int e = 0; e < 4; e++)
-              acc[j] += x[(size_t)r * ldq + g * 4 + e] * wb[g * INT8_GROUP_BYTES + j * 4 + e];
-        for (int j = 0; j < nc; j++) int8_finish_one(o, r, b * 16 + j, acc[j]);
-      }
-      continue;
-    }
     const int nt = (r1 - r0 + INT8_AVX2_MR - 1) / INT8_AVX2_MR; /* tiles of nearly equal height */
     for (size_t k0 = 0; k0 < ldq; k0 += kc) {
       size_t k1 = ldq - k0 < kc ? ldq : k0 + kc;
