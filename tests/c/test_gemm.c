@@ -71,7 +71,7 @@ int main(void) {
 
   /* every remainder of the tiles: 3x4 and 3x8 (dot), 6x16 and 8x48 (panel); both sides of
   ** each switch between the kernels */
-  _Static_assert(GEMM_DOT_MAX_T == 24 && GEMM_AVX2_DOT_MAX_T == 80, "Ts lists 24, 25, 80, 81");
+  _Static_assert(GEMM_DOT_MAX_T == 48 && GEMM_AVX2_DOT_MAX_T == 80, "Ts lists 48, 49, 80, 81");
   static const int Ts[] = {1,  2,  3,  4,  5,  6,  7,  8,  13, 16, 17, 19, 23, 24, 25,
                            31, 32, 33, 36, 37, 48, 49, 64, 80, 81, 84, 85, 86, 89, 130};
   static const int NKs[][2] = {{1, 1},    {7, 5},    {31, 17},  {32, 16},   {33, 48},

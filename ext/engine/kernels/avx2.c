@@ -48,36 +48,10 @@
 #include "gemm.h"
 #include "int8.h"
 #include "kernels.h"
+#include "prefetch.h"
 
 #ifdef BF_HAVE_AVX2
 #define INLINE static inline __attribute__((always_inline))
-
-/* Prefetching the rows of W that this thread will most likely read next
-** (they are contiguous), spread over the arithmetic of the current rows so
-** that memory and arithmetic overlap: per lines every (mask + 1) steps. */
-typedef struct prefetch {
-  const char *next; /* next line */
-  long left;        /* lines still to prefetch */
-  int mask, per;
-} prefetch;
-
-INLINE void prefetch_step(prefetch *p, int k) {
-  if (p->left > 0 && (k & p->mask) == 0)
-    for (int i = 0; i < p->per; i++) {
-      _mm_prefetch(p->next, _MM_HINT_T0);
-      p->next += 64;
-      p->left--;
-    }
-}
-
-/* A prefetch of the n floats at next over about steps steps. */
-static prefetch prefetch_plan(const float *next, long n, long steps) {
-  prefetch p = {(const char *)next, (n * (long)sizeof(float) + 63) / 64, 0, 1};
-  if (steps < 1) steps = 1;
-  if (p.left > steps) p.per = (int)((p.left + steps - 1) / steps);
-  for (int s = 0; s < 4 && (steps >> (s + 1)) >= p.left; s++) p.mask = (p.mask << 1) | 1;
-  return p;
-}
 
 /* ---- dot kernel ---- */
 #define TILE_R 3 /* rows of W per tile */
@@ -106,7 +80,7 @@ INLINE AVX2 void dot_tile(float *y, int ldy, const float *x, const float *w, int
     for (int j = 0; j < J; j++) acc[i][j] = _mm256_setzero_ps();
   int k = 0;
   for (; k + 16 <= K; k += 16) { /* one cache line of each row per iteration */
-    prefetch_step(pf, k >> 4);
+    prefetch_step_l1(pf, k >> 4);
     DOT_STEP(_mm256_loadu_ps, 0);
     DOT_STEP(_mm256_loadu_ps, 8);
   }
@@ -130,7 +104,7 @@ INLINE AVX2 void dot_tile(float *y, int ldy, const float *x, const float *w, int
 ** while the next rows of W after them (which follow in memory) are prefetched. */
 INLINE AVX2 void dot_rows(float *y, int N, const float *x, const float *w, int K, int T,
                           const int R, int next) {
-  prefetch pf = prefetch_plan(w + (size_t)R * K, (long)next * K,
+  prefetch pf = prefetch_plan(w + (size_t)R * K, (long)next * K * (long)sizeof(float),
                               (T + TILE_J - 1) / TILE_J * (K / 16L));
   int t = 0;
   for (; t + TILE_J <= T; t += TILE_J)
@@ -211,7 +185,7 @@ INLINE AVX2 void panel_tile(const int R, const float *x, int ldx, const float *W
 #pragma GCC unroll 4
     for (int z = 0; z < NZ; z++) c[i][z] = _mm256_setzero_ps();
   for (int k = 0; k < K; k++) {
-    prefetch_step(pf, k);
+    prefetch_step_l1(pf, k);
     __m256 b[NZ];
 #pragma GCC unroll 4
     for (int z = 0; z < NZ; z++) b[z] = _mm256_load_ps(Wp + (size_t)k * PANEL + 8 * z);
@@ -234,7 +208,8 @@ AVX2 static void panel_strip(float *Wp, float *y, const float *x, const float *W
                              int K, int n0, int nr, int next) {
   pack_panel(Wp, W, K, n0, nr);
   int rows = next >= N ? 0 : N - next < PANEL ? N - next : PANEL;
-  prefetch pf = prefetch_plan(W + (size_t)next * K, (long)rows * K, (T + MR - 1) / MR * (long)K);
+  prefetch pf = prefetch_plan(W + (size_t)next * K, (long)rows * K * (long)sizeof(float),
+                              (T + MR - 1) / MR * (long)K);
   for (int t = 0; t < T; t += MR) {
     const float *xt = x + (size_t)t * K;
     float *yt = y + (size_t)t * N + n0;

@@ -10,7 +10,9 @@
 ** Dot kernel (rows of x <= GEMM_DOT_MAX_T: one short sentence, a few masks):
 ** a tile of 3 rows of W x 8 tokens keeps 24 accumulators of 16 lanes; sums
 ** run over K and are reduced at the end.  Each row of W comes from memory
-** once and is reused from L1 for every token.
+** once and is reused from L1 for every token, while the rows after the tile
+** (which follow in memory) are prefetched into L2 as one sequential run,
+** spread over the tiles of all the tokens (prefetch.h).
 **
 ** Panel kernel (more rows): for each strip of PANEL = 48 output columns,
 **   1. pack: Wp[k][j] = W[n0 + j][k] (16x16 transposes in registers; rows past
@@ -41,6 +43,7 @@
 #include "avx512.h"
 #include "int8.h"
 #include "kernels.h"
+#include "prefetch.h"
 
 #ifdef BF_HAVE_AVX512
 #define INLINE static inline __attribute__((always_inline))
@@ -53,7 +56,7 @@
 /* y[j*ldy + i] = dot(w[i*K ...], x[j*K ...]) for i < R rows of W, j < J tokens
 ** (R and J are constants after inlining, so acc[][] lives in registers). */
 INLINE AVX512 void dot_tile(float *y, int ldy, const float *x, const float *w, int K, const int R,
-                            const int J) {
+                            const int J, prefetch *pf) {
   __m512 acc[TILE_R][TILE_J], wv[TILE_R];
 #pragma GCC unroll 8
   for (int i = 0; i < R; i++)
@@ -63,9 +66,7 @@ INLINE AVX512 void dot_tile(float *y, int ldy, const float *x, const float *w, i
     __mmask16 m = tail16(K - k);
 #pragma GCC unroll 8
     for (int i = 0; i < R; i++) wv[i] = _mm512_maskz_loadu_ps(m, w + (size_t)i * K + k);
-#pragma GCC unroll 8 /* the next tile's rows of W, which follow these in memory */
-    for (int i = 0; i < R; i++)
-      _mm_prefetch((const char *)(w + (size_t)(R + i) * K + k), _MM_HINT_T0);
+    prefetch_step_l2(pf, k >> 4);
 #pragma GCC unroll 8
     for (int j = 0; j < J; j++) {
       __m512 xv = _mm512_maskz_loadu_ps(m, x + (size_t)j * K + k);
@@ -82,10 +83,10 @@ INLINE AVX512 void dot_tile(float *y, int ldy, const float *x, const float *w, i
 /* Tokens [t, t + J) against rows [o, o + R) of W, J (1..TILE_J) and R (1 or
 ** TILE_R) made constants by the switch. */
 INLINE AVX512 void dot_tile_any(float *y, int N, const float *x, const float *w, int K, int J,
-                                const int R) {
+                                const int R, prefetch *pf) {
   switch (J) {
 #define J_(j) \
-  case j: dot_tile(y, N, x, w, K, R, j); break;
+  case j: dot_tile(y, N, x, w, K, R, j, pf); break;
     J_(1) J_(2) J_(3) J_(4) J_(5) J_(6) J_(7) J_(8)
 #undef J_
   }
@@ -96,25 +97,37 @@ INLINE AVX512 void dot_tile_any(float *y, int N, const float *x, const float *w,
 ** 8 + 8 + 1): a tile of few tokens has too few accumulators to hide the
 ** FMA latency.  Measured (AMD Zen 5, 2 cores, a bert-base-shaped model, one
 ** sentence, fp32): with the panel kernel from 17 rows on, 16 -> 17 tokens
-** cost +36% (19.0 -> 25.9 ms), with this kernel 17 tokens 19.5 ms.  From 20
-** to 24 tokens the two kernels measured alike (within this VM's drift), at
-** 32 the panel kernel 5-10% faster: hence GEMM_DOT_MAX_T 24. */
+** cost +36% (19.0 -> 25.9 ms), with this kernel 17 tokens 19.5 ms.
+** The next rows of W are prefetched into L2 (T1), one sequential run: on
+** AMD Zen 4 the former prefetch (the next tile's three rows at the same k,
+** into L1) left W read at 10-18 GB/s; with this one, bench_gemm at 8 rows
+** on 2 threads runs 101-143 GFLOP/s (was 54-71), one sentence of 20 tokens
+** 26.5 ms (was 36.5).  T0 instead of T1 pushed x's rows out of L1 (30-45%
+** slower).  Since then this kernel beats the panel kernel up to about 48
+** rows on Zen 4 (32 tokens 42 vs 48 ms; alike at 48, the panel kernel
+** ahead from 64): hence GEMM_DOT_MAX_T 48.  (Zen 5, with the former
+** prefetch, had the panel kernel 5-10% ahead at 32 rows; not measured
+** there with this one.) */
 AVX512 static void dot_cols(float *y, const float *x, const float *W, int T, int N, int K, int o0,
                             int o1) {
   const int nt = (T + TILE_J - 1) / TILE_J;
-  int o = o0;
-  for (; o + TILE_R <= o1; o += TILE_R)
+  for (int o = o0; o < o1;) {
+    const int R = o1 - o >= TILE_R ? TILE_R : 1;
+    /* the rows after these, read next: one run of lines over all the tiles */
+    int next = o1 - (o + R) < TILE_R ? o1 - (o + R) : TILE_R;
+    prefetch pf = prefetch_plan(W + (size_t)(o + R) * K, (long)next * K * (long)sizeof(float),
+                                (long)nt * ((K + 15) / 16));
     for (int i = 0, t = 0; i < nt; i++) {
       int J = (T - t + (nt - i) - 1) / (nt - i);
-      dot_tile_any(y + (size_t)t * N + o, N, x + (size_t)t * K, W + (size_t)o * K, K, J, TILE_R);
+      if (R == TILE_R)
+        dot_tile_any(y + (size_t)t * N + o, N, x + (size_t)t * K, W + (size_t)o * K, K, J, TILE_R,
+                     &pf);
+      else
+        dot_tile_any(y + (size_t)t * N + o, N, x + (size_t)t * K, W + (size_t)o * K, K, J, 1, &pf);
       t += J;
     }
-  for (; o < o1; o++)
-    for (int i = 0, t = 0; i < nt; i++) {
-      int J = (T - t + (nt - i) - 1) / (nt - i);
-      dot_tile_any(y + (size_t)t * N + o, N, x + (size_t)t * K, W + (size_t)o * K, K, J, 1);
-      t += J;
-    }
+    o += R;
+  }
 }
 
 /* ---- panel kernel ---- */
@@ -170,23 +183,6 @@ AVX512 static void pack_panel(float *Wp, const float *W, int K, int n0, int nr) 
   }
 }
 
-/* Prefetching the rows of W that this thread will most likely pack next (they
-** are contiguous), spread over the arithmetic of the current strip so that
-** memory and arithmetic overlap: one cache line every (mask + 1) steps of k. */
-typedef struct prefetch {
-  const char *next; /* next line */
-  long left;        /* lines still to prefetch */
-  int mask;
-} prefetch;
-
-INLINE void prefetch_step(prefetch *p, int k) {
-  if (p->left > 0 && (k & p->mask) == 0) {
-    _mm_prefetch(p->next, _MM_HINT_T0);
-    p->next += 64;
-    p->left--;
-  }
-}
-
 /* y[i*ldy + 0..PANEL) = sum_k x[i*ldx + k] * Wp[k][0..PANEL) for i < R (a
 ** constant after inlining); lanes outside m[z] (columns 16z..16z+15) are not stored. */
 INLINE AVX512 void panel_tile(const int R, const float *x, int ldx, const float *Wp, int K,
@@ -197,7 +193,7 @@ INLINE AVX512 void panel_tile(const int R, const float *x, int ldx, const float 
 #pragma GCC unroll 4
     for (int z = 0; z < PANEL_NZ; z++) c[i][z] = _mm512_setzero_ps();
   for (int k = 0; k < K; k++) {
-    prefetch_step(pf, k);
+    prefetch_step_l1(pf, k);
     __m512 b[PANEL_NZ];
 #pragma GCC unroll 4
     for (int z = 0; z < PANEL_NZ; z++) b[z] = _mm512_load_ps(Wp + (size_t)k * PANEL + 16 * z);
@@ -222,14 +218,9 @@ AVX512 static void panel_strip(float *Wp, float *y, const float *x, const float 
   pack_panel(Wp, W, K, n0, nr);
   __mmask16 m[PANEL_NZ];
   for (int z = 0; z < PANEL_NZ; z++) m[z] = tail16(nr - 16 * z);
-  prefetch pf = {0};
-  if (next < N) {
-    int rows = N - next < PANEL ? N - next : PANEL, tiles = (T + MR - 1) / MR;
-    pf.next = (const char *)(W + (size_t)next * K);
-    pf.left = ((long)rows * K * (long)sizeof(float) + 63) / 64;
-    long steps = (long)tiles * K; /* steps of k in this strip: one line every 2^s of them */
-    for (int s = 0; s < 4 && (steps >> (s + 1)) >= pf.left; s++) pf.mask = (pf.mask << 1) | 1;
-  }
+  int rows = next >= N ? 0 : N - next < PANEL ? N - next : PANEL;
+  prefetch pf = prefetch_plan(W + (size_t)(next < N ? next : 0) * K,
+                              (long)rows * K * (long)sizeof(float), (long)((T + MR - 1) / MR) * K);
   for (int t = 0; t < T; t += MR) {
     const float *xt = x + (size_t)t * K;
     float *yt = y + (size_t)t * N + n0;

@@ -45,7 +45,7 @@
 #ifndef BERTFILL_KERNELS_H
 #define BERTFILL_KERNELS_H
 
-#define GEMM_DOT_MAX_T 24 /* up to this many rows of x: the dot kernel (AVX-512; see dot_cols) */
+#define GEMM_DOT_MAX_T 48 /* up to this many rows of x: the dot kernel (AVX-512; see dot_cols) */
 #define GEMM_AVX2_DOT_MAX_T 80 /* the same for the AVX2 kernels */
 
 /* The two fp32 product kernels of one instruction set, y[T,N] = x[T,K]
