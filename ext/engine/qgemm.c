@@ -99,26 +99,32 @@ static inline int32_t round_nearest(float v) {
 }
 
 /* One row of x: its range, and its codes into q8 or q16 (one is NULL). */
-static void quantize_row(const float *row, int k, float *scale, int32_t *zero, uint8_t *q8,
-                         int16_t *q16) {
+static void quantize_row(const int8_kernel_table *kt, const float *row, int k, float *scale,
+                         int32_t *zero, uint8_t *q8, int16_t *q16) {
   float lo = 0, hi = 0, bad = 0; /* bad: sum of v * 0, NaN if any v is NaN or infinite */
   int j = 0;
+  if (kt && kt->row_range) {
+    kt->row_range(row, k, &lo, &hi, &bad);
+    j = k;
+  }
 #if QG_X86
   __m128 vlo = _mm_setzero_ps(), vhi = vlo, vbad = vlo, zf = vlo;
-  for (; j + 4 <= k; j += 4) {
-    __m128 v = _mm_loadu_ps(row + j);
-    vlo = _mm_min_ps(vlo, v);
-    vhi = _mm_max_ps(vhi, v);
-    vbad = _mm_add_ps(vbad, _mm_mul_ps(v, zf));
-  }
-  float a[4], b[4], c[4];
-  _mm_storeu_ps(a, vlo);
-  _mm_storeu_ps(b, vhi);
-  _mm_storeu_ps(c, vbad);
-  for (int i = 0; i < 4; i++) {
-    lo = a[i] < lo ? a[i] : lo;
-    hi = b[i] > hi ? b[i] : hi;
-    bad += c[i];
+  if (j == 0) {
+    for (; j + 4 <= k; j += 4) {
+      __m128 v = _mm_loadu_ps(row + j);
+      vlo = _mm_min_ps(vlo, v);
+      vhi = _mm_max_ps(vhi, v);
+      vbad = _mm_add_ps(vbad, _mm_mul_ps(v, zf));
+    }
+    float a[4], b[4], c[4];
+    _mm_storeu_ps(a, vlo);
+    _mm_storeu_ps(b, vhi);
+    _mm_storeu_ps(c, vbad);
+    for (int i = 0; i < 4; i++) {
+      lo = a[i] < lo ? a[i] : lo;
+      hi = b[i] > hi ? b[i] : hi;
+      bad += c[i];
+    }
   }
 #endif
   for (; j < k; j++) {
@@ -141,6 +147,10 @@ static void quantize_row(const float *row, int k, float *scale, int32_t *zero, u
   }
   *zero = z;
   j = 0;
+  if (q8 && kt && kt->row_codes) {
+    kt->row_codes(row, k, inv, z, q8);
+    j = k;
+  }
 #if QG_X86
   /* |v * inv| <= 255: no overflow; packus / min-max clamp the codes to [0, 255] */
   __m128 vinv = _mm_set1_ps(inv);
@@ -182,10 +192,12 @@ void qg_rows_init(qg_rows *out, void *buf, int t, int k, qg_path path) {
 
 void qg_quantize_rows_range(const qg_rows *X, const float *x, size_t ldx, int r0, int r1) {
   char *p = (char *)X->q; /* the buffer qg_rows_init laid out: this call fills rows [r0, r1) */
+  const int8_kernel_table *kt = kernels_int8(X->path); /* its loops, where it has them */
   for (int r = r0; r < r1; r++) {
     uint8_t *q8 = X->path == QG_AVX2 ? NULL : (uint8_t *)p + (size_t)r * X->ldq;
     int16_t *q16 = X->path == QG_AVX2 ? (int16_t *)p + (size_t)r * X->ldq : NULL;
-    quantize_row(x + (size_t)r * ldx, X->k, (float *)&X->scale[r], (int32_t *)&X->zero[r], q8, q16);
+    quantize_row(kt, x + (size_t)r * ldx, X->k, (float *)&X->scale[r], (int32_t *)&X->zero[r], q8,
+                 q16);
   }
 }
 

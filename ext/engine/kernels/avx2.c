@@ -577,5 +577,5 @@ INT8_AVX2 static void int8_unit_avx2(const int8_out *o, int r0, int r1, int i0, 
   _mm256_zeroupper();
 }
 
-const int8_kernel_table int8_avx2 = {QG_AVX2, INT8_AVX2_MR, int8_unit_avx2};
+const int8_kernel_table int8_avx2 = {QG_AVX2, INT8_AVX2_MR, int8_unit_avx2, NULL, NULL};
 #endif /* BF_HAVE_AVX2 */

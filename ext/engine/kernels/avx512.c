@@ -480,5 +480,37 @@ VNNI static void int8_unit_vnni(const int8_out *o, int r0, int r1, int i0, int i
   }
   _mm256_zeroupper();
 }
-const int8_kernel_table int8_avx512vnni = {QG_AVX512VNNI, INT8_VNNI_MR, int8_unit_vnni};
+/* Quantizing a row of x (int8_kernel_table.row_range / row_codes): 16
+** floats at a time; min, max, the product by 0, cvtps2dq (round to nearest
+** even) and the clamp give the very numbers of qgemm.c's loops. */
+VNNI static void row_range_avx512(const float *row, int k, float *lo, float *hi, float *bad) {
+  __m512 vlo = _mm512_setzero_ps(), vhi = vlo, vbad = vlo;
+  for (int j = 0; j < k; j += 16) {
+    __mmask16 m = tail16(k - j);
+    __m512 v = _mm512_maskz_loadu_ps(m, row + j); /* lanes past k: 0, inside the range */
+    vlo = _mm512_min_ps(vlo, v);
+    vhi = _mm512_max_ps(vhi, v);
+    vbad = _mm512_add_ps(vbad, _mm512_mul_ps(v, _mm512_setzero_ps()));
+  }
+  *lo = _mm512_reduce_min_ps(vlo);
+  *hi = _mm512_reduce_max_ps(vhi);
+  *bad = _mm512_reduce_add_ps(vbad);
+}
+
+VNNI static void row_codes_avx512(const float *row, int k, float inv, int32_t z, uint8_t *q8) {
+  const __m512 vinv = _mm512_set1_ps(inv);
+  const __m512i vz = _mm512_set1_epi32(z), v0 = _mm512_setzero_si512(),
+                v255 = _mm512_set1_epi32(255);
+  for (int j = 0; j < k; j += 16) {
+    __mmask16 m = tail16(k - j);
+    __m512i c = _mm512_add_epi32(_mm512_cvtps_epi32(
+                                   _mm512_mul_ps(_mm512_maskz_loadu_ps(m, row + j), vinv)),
+                                 vz);
+    c = _mm512_min_epi32(_mm512_max_epi32(c, v0), v255);
+    _mm_mask_storeu_epi8(q8 + j, m, _mm512_cvtepi32_epi8(c));
+  }
+}
+
+const int8_kernel_table int8_avx512vnni = {QG_AVX512VNNI, INT8_VNNI_MR, int8_unit_vnni,
+                                           row_range_avx512, row_codes_avx512};
 #endif /* BF_HAVE_AVX512 */

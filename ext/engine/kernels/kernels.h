@@ -45,6 +45,8 @@
 #ifndef BERTFILL_KERNELS_H
 #define BERTFILL_KERNELS_H
 
+#include <stdint.h>
+
 #define GEMM_DOT_MAX_T 48 /* up to this many rows of x: the dot kernel (AVX-512; see dot_cols) */
 #define GEMM_AVX2_DOT_MAX_T 80 /* the same for the AVX2 kernels */
 
@@ -105,6 +107,13 @@ typedef struct int8_kernel_table {
   int path;     /* qg_path: QG_PORTABLE, QG_AVX2, QG_AVX512VNNI */
   int row_tile; /* rows of x per register tile */
   void (*unit)(const struct int8_out *o, int r0, int r1, int i0, int i1);
+  /* Optional (NULL: qgemm.c's own loops), for u8 codes: the two loops of
+  ** quantizing one row of x (qgemm.c: quantize_row), giving its results
+  ** exactly: the range, lo = min(0, row), hi = max(0, row), and bad = the
+  ** sum of row[j] * 0 (NaN when a value is NaN or infinite, else 0); and the
+  ** codes q8[j] = clamp(round(row[j] * inv) + z, 0, 255) for j < k. */
+  void (*row_range)(const float *row, int k, float *lo, float *hi, float *bad);
+  void (*row_codes)(const float *row, int k, float inv, int32_t z, uint8_t *q8);
 } int8_kernel_table;
 
 extern const kernel_set kernels_portable; /* portable.c */

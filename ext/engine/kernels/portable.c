@@ -97,4 +97,4 @@ static void int8_unit_portable(const int8_out *o, int r0, int r1, int i0, int i1
   }
 }
 
-const int8_kernel_table int8_portable = {QG_PORTABLE, 1, int8_unit_portable};
+const int8_kernel_table int8_portable = {QG_PORTABLE, 1, int8_unit_portable, NULL, NULL};
