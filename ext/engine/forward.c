@@ -108,13 +108,6 @@ static void layernorm(float *x, const float *g, const float *b, int n, float eps
 /* x[i] += a[i] + b[i] for i < n; b may be NULL. */
 static void add(float *x, const float *a, const float *b, int n) { row_ops()->add(x, a, b, n); }
 
-/* y[i] = gelu(y[i] + bias[i]) = z/2 (1 + erf(z/sqrt 2)), the exact (erf) form, for i < n. */
-static void gelu_row(float *y, const float *bias, int n) { row_ops()->gelu_row(y, bias, n); }
-
-static void add_bias_gelu(float *y, const float *bias, int T, int n) {
-  for (int t = 0; t < T; t++) gelu_row(y + (size_t)t * n, bias, n);
-}
-
 /* The largest of x[0..n) into *max; returns 0 if some x[i] is NaN or infinite. */
 static int max_finite(const float *x, int n, float *max) {
   return row_ops()->max_finite(x, n, max);
@@ -153,27 +146,40 @@ static bf_pool *run_pool(bf_run *r) {
 /* One product with a weight of the model: y[T,n] = x[T,in] W^T (+ b), W as
 ** PyTorch stores it ([n,in]); w8 is its int8 copy (int8 models).  The bias
 ** b (may be NULL) is added as y[t][i] += b[i], one rounding, either in the
-** int8 epilogue or by a row pass after the fp32 product: the same numbers. */
+** int8 epilogue or by a row pass after the fp32 product: the same numbers.
+** Or, with b NULL, post (may be NULL) runs on y's rows inside the product's
+** job, a unit's columns at a time while they are in cache (gemm.h):
+** post(y[t], post_bias, n), the feed-forward's gelu_row. */
 typedef struct product {
   float *y;
   const float *w;
   const qg_weights *w8;
   int n;
   const float *b;
+  gemm_post_fn post;
+  const float *post_bias;
 } product;
+
+/* post on every row of p's y (the products' fallbacks, which have no units). */
+static void post_all(const product *p, int T) {
+  if (p->post)
+    for (int t = 0; t < T; t++) p->post(p->y + (size_t)t * p->n, p->post_bias, p->n);
+}
 
 static void rows_run(bf_run *r, int kind, int T, int n, float *x, float *y, const float *bias,
                      const float *g, const float *b, float eps);
-enum { ROWS_BIAS, ROWS_GELU, ROWS_RESLN };
+enum { ROWS_BIAS, ROWS_RESLN };
 
 /* fp32: bertfill's kernels through gemm.c, or OpenBLAS on CPUs without
 ** AVX-512 or AVX2 (or if the kernels' panel buffers cannot be allocated). */
 static void products_fp32(bf_run *r, const float *x, int T, int in, int np, const product *p) {
   gemm_out o[3];
-  for (int i = 0; i < np; i++) o[i] = (gemm_out){p[i].y, p[i].w, p[i].n};
+  for (int i = 0; i < np; i++) o[i] = (gemm_out){p[i].y, p[i].w, p[i].n, p[i].post, p[i].post_bias};
   if (gemm_xwt(run_pool(r), &r->gemm, run_threads(), x, T, in, np, o) != GEMM_OK)
-    for (int i = 0; i < np; i++)
+    for (int i = 0; i < np; i++) {
       bf_sgemm(0, 1, T, p[i].n, in, 1.0f, x, in, p[i].w, in, 0.0f, p[i].y, p[i].n);
+      post_all(&p[i], T);
+    }
   for (int i = 0; i < np; i++)
     if (p[i].b) rows_run(r, ROWS_BIAS, T, p[i].n, NULL, p[i].y, p[i].b, NULL, NULL, 0);
 }
@@ -206,9 +212,13 @@ static void products_int8(bf_run *r, const float *x, int T, int in, int np, cons
   int units = (T + QUANTIZE_ROWS - 1) / QUANTIZE_ROWS;
   bf_pool_run(units > 1 ? run_pool(r) : NULL, run_threads(), units, quantize_unit, &qj);
   gemm_out8 o[3];
-  for (int i = 0; i < np; i++) o[i] = (gemm_out8){p[i].y, p[i].w8, p[i].b};
+  for (int i = 0; i < np; i++)
+    o[i] = (gemm_out8){p[i].y, p[i].w8, p[i].b, p[i].post, p[i].post_bias};
   if (gemm_xwt_int8(run_pool(r), &r->gemm, run_threads(), &X, np, o) == GEMM_OK) return;
-  for (int i = 0; i < np; i++) qg_matmul(p[i].y, (size_t)p[i].n, &X, p[i].w8, p[i].b);
+  for (int i = 0; i < np; i++) {
+    qg_matmul(p[i].y, (size_t)p[i].n, &X, p[i].w8, p[i].b);
+    post_all(&p[i], T);
+  }
 }
 
 /* The np (at most 3) products of one x[T,in], in the model's precision. */
@@ -220,7 +230,7 @@ static void products(bf_run *r, int int8, const float *x, int T, int in, int np,
 /* y[T,n] = x[T,in] W^T (+ b) for one weight (fp32 W, or its int8 copy w8). */
 static void linear(bf_run *r, int int8, float *y, const float *x, const float *W,
                    const qg_weights *w8, const float *b, int T, int n, int in) {
-  product p = {y, W, w8, n, b};
+  product p = {y, W, w8, n, b, NULL, NULL};
   products(r, int8, x, T, in, 1, &p);
 }
 
@@ -240,14 +250,14 @@ static int head_gemm(const float *q, int Lq, const float *k, const float *v, int
     memcpy(K + (size_t)j * d, k + (size_t)j * H, d * sizeof(float));
     for (int c = 0; c < d; c++) VT[(size_t)c * L + j] = v[(size_t)j * H + c];
   }
-  gemm_out s = {S, K, L};
+  gemm_out s = {S, K, L, NULL, NULL};
   if (gemm_xwt(NULL, NULL, 1, Q, Lq, d, 1, &s) != GEMM_OK) return 0;
   for (int i = 0; i < Lq; i++) {
     float *row = S + (size_t)i * L;
     for (int j = 0; j < L; j++) row[j] *= scale;
     softmax(row, L);
   }
-  gemm_out o = {C, VT, d};
+  gemm_out o = {C, VT, d, NULL, NULL};
   if (gemm_xwt(NULL, NULL, 1, S, Lq, L, 1, &o) != GEMM_OK) return 0;
   for (int i = 0; i < Lq; i++) memcpy(ctx + (size_t)i * H, C + (size_t)i * d, d * sizeof(float));
   return 1;
@@ -311,7 +321,6 @@ static void attention(bf_run *r, const bf_config *c, const seq_span *seq, int ns
 
 /* Loops over rows, shared by the pool in chunks of rows:
 **   ROWS_BIAS   y[t] += bias
-**   ROWS_GELU   y[t] = gelu(y[t] + bias)
 **   ROWS_RESLN  x[t] = LayerNorm(x[t] + y[t] + bias) */
 typedef struct rows_job {
   int kind, T, n, chunk;
@@ -328,7 +337,6 @@ static void rows_unit(void *arg, int u, int tid) {
     float *y = j->y + (size_t)t * j->n;
     switch (j->kind) {
       case ROWS_BIAS: add(y, j->bias, NULL, j->n); break;
-      case ROWS_GELU: gelu_row(y, j->bias, j->n); break;
       default: {
         float *x = j->x + (size_t)t * j->n;
         add(x, y, j->bias, j->n);
@@ -368,14 +376,15 @@ static void encoder_layer(bf_run *r, const bf_config *c, int int8, const bf_laye
   int R = T; /* rows that go on: all tokens, or the masks */
 
   if (!xm) {
-    product qkv[3] = {{q, w->q_w, &w->q8, H, w->q_b},
-                      {k, w->k_w, &w->k8, H, w->k_b},
-                      {v, w->v_w, &w->v8, H, w->v_b}};
+    product qkv[3] = {{q, w->q_w, &w->q8, H, w->q_b, NULL, NULL},
+                      {k, w->k_w, &w->k8, H, w->k_b, NULL, NULL},
+                      {v, w->v_w, &w->v8, H, w->v_b, NULL, NULL}};
     products(r, int8, x, T, H, 3, qkv); /* one job: q, k and v share x */
   } else {
     R = M;
     for (int i = 0; i < M; i++) memcpy(xm + (size_t)i * H, x + mrow[i] * H, H * sizeof(float));
-    product kv[2] = {{k, w->k_w, &w->k8, H, w->k_b}, {v, w->v_w, &w->v8, H, w->v_b}};
+    product kv[2] = {{k, w->k_w, &w->k8, H, w->k_b, NULL, NULL},
+                     {v, w->v_w, &w->v8, H, w->v_b, NULL, NULL}};
     products(r, int8, x, T, H, 2, kv);
     linear(r, int8, q, xm, w->q_w, &w->q8, w->q_b, M, H, H);
     x = xm;
@@ -385,8 +394,8 @@ static void encoder_layer(bf_run *r, const bf_config *c, int int8, const bf_laye
   linear(r, int8, tmp, ctx, w->ao_w, &w->ao8, NULL, R, H, H);
   rows_run(r, ROWS_RESLN, R, H, x, tmp, w->ao_b, w->aln_g, w->aln_b, eps);
 
-  linear(r, int8, ffn, x, w->i_w, &w->i8, NULL, R, I, H);
-  rows_run(r, ROWS_GELU, R, I, NULL, ffn, w->i_b, NULL, NULL, 0);
+  product up = {ffn, w->i_w, &w->i8, I, NULL, row_ops()->gelu_row, w->i_b};
+  products(r, int8, x, R, H, 1, &up); /* ffn = gelu(x Wi^T + bi) */
   linear(r, int8, tmp, ffn, w->o_w, &w->o8, NULL, R, H, I);
   rows_run(r, ROWS_RESLN, R, H, x, tmp, w->o_b, w->oln_g, w->oln_b, eps);
 }
@@ -645,8 +654,8 @@ static void mlm_head(bf_run *r, const bf_model *m, const float *xm, int n) {
   int H = m->cfg.hidden_size, V = m->cfg.vocab_size;
   float *hm = r->hm.p, *logits = r->logits.p;
   int int8 = m->precision == BF_PRECISION_INT8;
-  linear(r, int8, hm, xm, m->head_w, &m->head8, NULL, n, H, H);
-  add_bias_gelu(hm, m->head_b, n, H);
+  product dense = {hm, m->head_w, &m->head8, H, NULL, row_ops()->gelu_row, m->head_b};
+  products(r, int8, xm, n, H, 1, &dense); /* hm = gelu(xm Wh^T + bh) */
   for (int i = 0; i < n; i++) {
     float *hr = hm + (size_t)i * H;
     layernorm(hr, m->head_ln_g, m->head_ln_b, H, m->cfg.layer_norm_eps);

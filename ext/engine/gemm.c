@@ -110,6 +110,13 @@ static int reserve_units(gemm_scratch *s, const split_rule *rule, const int *n, 
   return 0;
 }
 
+/* post(y[t] + c0 ..) for rows [t0, t1), columns [c0, c1) of a y with n columns. */
+static void post_rows(gemm_post_fn post, const float *post_bias, float *y, int n, int t0, int t1,
+                      int c0, int c1) {
+  if (!post) return;
+  for (int t = t0; t < t1; t++) post(y + (size_t)t * n + c0, post_bias + c0, c1 - c0);
+}
+
 /* ---- fp32 ---- */
 
 typedef struct gemm_job {
@@ -140,6 +147,7 @@ static void run_unit(void *arg, int u, int tid) {
   } else {
     j->kt->dot_cols(y, x, g->w, T, g->n, j->K, w->c0, w->c1);
   }
+  post_rows(g->post, g->post_bias, g->y, g->n, w->t0, w->t1, w->c0, w->c1);
 }
 
 int gemm_xwt(bf_pool *p, gemm_scratch *s, int nthreads, const float *x, int T, int K, int nout,
@@ -177,12 +185,13 @@ int gemm_xwt(bf_pool *p, gemm_scratch *s, int nthreads, const float *x, int T, i
     for (int o = 0; o < nout; o++) {
       if (!panel) {
         kt->dot_cols(out[o].y, x, out[o].w, T, out[o].n, K, 0, out[o].n);
-        continue;
+      } else {
+        for (int c0 = 0; c0 < out[o].n; c0 += kt->panel) {
+          int c1 = c0 + kt->panel < out[o].n ? c0 + kt->panel : out[o].n;
+          kt->panel_strip(wp, out[o].y, x, out[o].w, T, out[o].n, K, c0, c1 - c0, c1);
+        }
       }
-      for (int c0 = 0; c0 < out[o].n; c0 += kt->panel) {
-        int c1 = c0 + kt->panel < out[o].n ? c0 + kt->panel : out[o].n;
-        kt->panel_strip(wp, out[o].y, x, out[o].w, T, out[o].n, K, c0, c1 - c0, c1);
-      }
+      post_rows(out[o].post, out[o].post_bias, out[o].y, out[o].n, 0, T, 0, out[o].n);
     }
     free(solo);
     return GEMM_OK;
@@ -218,6 +227,7 @@ typedef struct int8_job {
   const int8_kernel_table *kt;
   const qg_rows *x;
   int8_out out[GEMM_MAX_OUT];
+  const gemm_out8 *gout;
   const gemm_unit *units;
 } int8_job;
 
@@ -225,7 +235,9 @@ static void run_unit_int8(void *arg, int u, int tid) {
   (void)tid;
   const int8_job *j = arg;
   const gemm_unit *w = &j->units[u];
+  const gemm_out8 *g = &j->gout[w->o];
   j->kt->unit(&j->out[w->o], w->t0, w->t1, w->c0, w->c1);
+  post_rows(g->post, g->post_bias, g->y, g->w->n, w->t0, w->t1, w->c0, w->c1);
 }
 
 int gemm_xwt_int8(bf_pool *p, gemm_scratch *s, int nthreads, const qg_rows *x, int nout,
@@ -234,7 +246,7 @@ int gemm_xwt_int8(bf_pool *p, gemm_scratch *s, int nthreads, const qg_rows *x, i
   if (!kt || nout < 1 || nout > GEMM_MAX_OUT || x->t < 1) return GEMM_NO_KERNEL;
   if (nthreads < 1) nthreads = 1;
   if (nthreads > BF_POOL_MAX_THREADS) nthreads = BF_POOL_MAX_THREADS;
-  int8_job j = {kt, x, {{0}}, NULL};
+  int8_job j = {kt, x, {{0}}, out, NULL};
   int n[GEMM_MAX_OUT], most;
   long work = 0;
   for (int o = 0; o < nout; o++) {
@@ -248,7 +260,10 @@ int gemm_xwt_int8(bf_pool *p, gemm_scratch *s, int nthreads, const qg_rows *x, i
   split_rule rule = {INT8_PANEL, INT8_PANEL, x->t <= rb, rb, kt->row_tile, 0};
   if (work < 65536 || !p || !s) nthreads = 1;
   if (nthreads == 1) {
-    for (int o = 0; o < nout; o++) qg_matmul(out[o].y, (size_t)n[o], x, out[o].w, out[o].bias);
+    for (int o = 0; o < nout; o++) {
+      qg_matmul(out[o].y, (size_t)n[o], x, out[o].w, out[o].bias);
+      post_rows(out[o].post, out[o].post_bias, out[o].y, n[o], 0, x->t, 0, n[o]);
+    }
     return GEMM_OK;
   }
   if (reserve_units(s, &rule, n, nout, x->t, nthreads, &most) != 0) return GEMM_NOMEM;

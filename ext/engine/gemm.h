@@ -44,11 +44,20 @@
 
 enum { GEMM_OK = 0, GEMM_NO_KERNEL = 1, GEMM_NOMEM = 2 };
 
-/* One output of gemm_xwt: y[T, n] = x[T, K] w[n, K]^T. */
+/* What runs on each row of y once its product is done, in place over the
+** columns a unit of work computed (while they are still in cache):
+** post(y_row + c0, post_bias + c0, c1 - c0), e.g. the row set's gelu_row
+** (kernels.h): y = gelu(y + bias).  It must work element by element, so that
+** y does not depend on how the columns were cut.  NULL: nothing. */
+typedef void (*gemm_post_fn)(float *y, const float *bias, int n);
+
+/* One output of gemm_xwt: y[T, n] = x[T, K] w[n, K]^T, then post. */
 typedef struct gemm_out {
   float *y;
   const float *w;
   int n;
+  gemm_post_fn post; /* may be NULL */
+  const float *post_bias;
 } gemm_out;
 
 /* The buffers gemm_xwt keeps between calls (zero-initialise; one per pool):
@@ -69,11 +78,14 @@ void gemm_scratch_free(gemm_scratch *s); /* frees the buffers; s itself stays */
 int gemm_xwt(bf_pool *p, gemm_scratch *s, int nthreads, const float *x, int T, int K, int nout,
              const gemm_out *out);
 
-/* One output of gemm_xwt_int8: y[T, w->n] = x W^T + bias (bias may be NULL). */
+/* One output of gemm_xwt_int8: y[T, w->n] = x W^T + bias (bias may be
+** NULL), then post (gemm_out's). */
 typedef struct gemm_out8 {
   float *y;
   const qg_weights *w;
   const float *bias;
+  gemm_post_fn post; /* may be NULL */
+  const float *post_bias;
 } gemm_out8;
 
 /* The same for int8 (qgemm.h): all nout products of one quantized x (its

@@ -37,7 +37,14 @@ static double max_err(const float *y, const float *x, const float *W, int T, int
   return worst;
 }
 
+/* An element-by-element post operation (gemm.h): y = y / 2 + bias. */
+static float post_bias[256];
+static void test_post(float *y, const float *bias, int n) {
+  for (int i = 0; i < n; i++) y[i] = y[i] * 0.5f + bias[i];
+}
+
 int main(void) {
+  for (int i = 0; i < 256; i++) post_bias[i] = frand();
   bf_pool *p = bf_pool_new();
   gemm_scratch s = {0};
   CHECK("gemm: pool created", p != NULL);
@@ -56,7 +63,7 @@ int main(void) {
   CHECKF("gemm: BERTFILL_KERNELS and BERTFILL_NO_AVX512 cap the kernels", cap_ok, "got %s", name);
   if (kernels == GEMM_KERNELS_OPENBLAS) {
     float x = 1, w = 1, y = 0;
-    gemm_out o = {&y, &w, 1};
+    gemm_out o = {&y, &w, 1, NULL, NULL};
     CHECK("gemm: no kernels: GEMM_NO_KERNEL",
           gemm_xwt(p, &s, 1, &x, 1, 1, 1, &o) == GEMM_NO_KERNEL);
     if (getenv("BERTFILL_KERNELS") || getenv("BERTFILL_NO_AVX512"))
@@ -90,9 +97,9 @@ int main(void) {
       for (int i = 0; i < 3; i++) y[i] = malloc(sizeof(float) * T * N);
       /* three outputs of different widths share x: N, N-1 (if > 0), N */
       int n2 = N > 1 ? N - 1 : N;
-      gemm_out o[3] = {{y[0], W, N},
-                       {y[1], W + (size_t)N * K, n2},
-                       {y[2], W + (size_t)2 * N * K, N}};
+      gemm_out o[3] = {{y[0], W, N, NULL, NULL},
+                       {y[1], W + (size_t)N * K, n2, NULL, NULL},
+                       {y[2], W + (size_t)2 * N * K, N, NULL, NULL}};
       for (int nt = 1; nt <= 3; nt++) {
         for (int i = 0; i < 3; i++)
           for (int j = 0; j < T * N; j++) y[i][j] = NAN;
@@ -118,9 +125,23 @@ int main(void) {
           snprintf(why, sizeof why, "T=%d N=%d K=%d: %d threads differ from 1 thread", T, N, K, nt);
         }
       }
+      /* a post operation runs on each unit's columns: the same y as the
+      ** product and then post on whole rows, on 1-3 threads */
+      for (int t = 0; t < T; t++) test_post(y1 + (size_t)t * N, post_bias, N);
+      for (int nt = 1; nt <= 3; nt++) {
+        for (int j = 0; j < T * N; j++) y[0][j] = NAN;
+        gemm_out op = {y[0], W, N, test_post, post_bias};
+        int rc = gemm_xwt(p, &s, nt, x, T, K, 1, &op);
+        nshape++;
+        if (rc != GEMM_OK || memcmp(y1, y[0], sizeof(float) * T * N) != 0) {
+          nbad++;
+          snprintf(why, sizeof why, "T=%d N=%d K=%d threads=%d: with post, rc %d, another y", T, N,
+                   K, nt, rc);
+        }
+      }
       /* one output, no pool */
       for (int j = 0; j < T * N; j++) y[0][j] = NAN;
-      gemm_out o1 = {y[0], W, N};
+      gemm_out o1 = {y[0], W, N, NULL, NULL};
       int rc = gemm_xwt(NULL, NULL, 2, x, T, K, 1, &o1);
       double e = rc == GEMM_OK ? max_err(y[0], x, W, T, N, K) : 1;
       nshape++;
@@ -138,7 +159,7 @@ int main(void) {
   printf("# gemm: %d runs, worst relative error %.3g\n", nshape, worst);
 
   float x = 1, w = 2, y = 0;
-  gemm_out bad = {&y, &w, 1};
+  gemm_out bad = {&y, &w, 1, NULL, NULL};
   CHECK("gemm: 0 outputs refused", gemm_xwt(p, &s, 1, &x, 1, 1, 0, &bad) != GEMM_OK);
   CHECK("gemm: 4 outputs refused", gemm_xwt(p, &s, 1, &x, 1, 1, 4, &bad) != GEMM_OK);
   bf_pool_free(p);

@@ -30,6 +30,10 @@ static float frand(void) { /* uniform in [-1, 1) */
 }
 static float gauss(void) { return (frand() + frand() + frand() + frand()) * 0.866f; }
 static float gelu(float v) { return 0.5f * v * (1 + erff(v / sqrtf(2))); }
+/* An element-by-element post operation (gemm.h): y = y / 2 + bias. */
+static void test_post(float *y, const float *bias, int n) {
+  for (int i = 0; i < n; i++) y[i] = y[i] * 0.5f + bias[i];
+}
 
 static bf_pool *pool;
 static gemm_scratch scratch;
@@ -154,7 +158,7 @@ static int check_shape(const float *x, size_t ldx, const float *W, const float *
     if (!bad) {
       memset(y2, 0, sizeof(float) * T * ldy);
       float *yp = ldy == (size_t)N ? y2 : malloc(sizeof(float) * T * N);
-      gemm_out8 o = {yp, &m.w, bias};
+      gemm_out8 o = {yp, &m.w, bias, NULL, NULL};
       int rc = gemm_xwt_int8(pool, &scratch, 3, &X2, 1, &o);
       for (int r = 0; r < T && yp != y2; r++)
         memcpy(y2 + (size_t)r * ldy, yp + (size_t)r * N, sizeof(float) * N);
@@ -163,6 +167,27 @@ static int check_shape(const float *x, size_t ldx, const float *W, const float *
         snprintf(why, sizeof why, "%s: on 3 threads (gemm_xwt_int8 %d) another y", pn, rc);
         bad = 1;
       }
+    }
+    /* with a post operation on each unit's columns (1 and 3 threads): y and
+    ** then post on whole rows */
+    for (int nt = 1; nt <= 3 && !bad; nt += 2) {
+      float *yp = malloc(sizeof(float) * T * N), *want = malloc(sizeof(float) * T * N);
+      float *pb = malloc(sizeof(float) * N);
+      for (int i = 0; i < N; i++) pb[i] = (float)(i % 7) - 3.0f;
+      for (int r = 0; r < T; r++) {
+        memcpy(want + (size_t)r * N, y + (size_t)r * ldy, sizeof(float) * N);
+        test_post(want + (size_t)r * N, pb, N);
+      }
+      gemm_out8 o = {yp, &m.w, bias, test_post, pb};
+      int rc = gemm_xwt_int8(pool, &scratch, nt, &X2, 1, &o);
+      if (rc != GEMM_OK || memcmp(yp, want, sizeof(float) * T * N) != 0) {
+        snprintf(why, sizeof why, "%s: with post on %d threads (gemm_xwt_int8 %d) another y", pn,
+                 nt, rc);
+        bad = 1;
+      }
+      free(yp);
+      free(want);
+      free(pb);
     }
     free(buf2);
     free(c2);
