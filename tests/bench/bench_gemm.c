@@ -79,12 +79,12 @@ static double time_one(int eng, shape *s, int M, const float *x, void *xq_buf, f
     for (int i = 0; i < s->ncopy; i++) {
       switch (eng) {
         case INT8: {
-          gemm_out8 o = {y, &s->w8[i], NULL};
+          gemm_out8 o = {y, &s->w8[i], NULL, NULL, NULL};
           gemm_xwt_int8(pool, &scratch, nthreads, &X, 1, &o);
           break;
         }
         case FP32: {
-          gemm_out o = {y, s->wfc + (size_t)i * s->N * s->K, s->N};
+          gemm_out o = {y, s->wfc + (size_t)i * s->N * s->K, s->N, NULL, NULL};
           gemm_xwt(pool, &scratch, nthreads, x, M, s->K, 1, &o);
           break;
         }
