@@ -160,12 +160,6 @@ typedef struct product {
   const float *post_bias;
 } product;
 
-/* post on every row of p's y (the products' fallbacks, which have no units). */
-static void post_all(const product *p, int T) {
-  if (p->post)
-    for (int t = 0; t < T; t++) p->post(p->y + (size_t)t * p->n, p->post_bias, p->n);
-}
-
 static void rows_run(bf_run *r, int kind, int T, int n, float *x, float *y, const float *bias,
                      const float *g, const float *b, float eps);
 enum { ROWS_BIAS, ROWS_RESLN };
@@ -178,7 +172,7 @@ static void products_fp32(bf_run *r, const float *x, int T, int in, int np, cons
   if (gemm_xwt(run_pool(r), &r->gemm, run_threads(), x, T, in, np, o) != GEMM_OK)
     for (int i = 0; i < np; i++) {
       bf_sgemm(0, 1, T, p[i].n, in, 1.0f, x, in, p[i].w, in, 0.0f, p[i].y, p[i].n);
-      post_all(&p[i], T);
+      gemm_post_rows(p[i].post, p[i].post_bias, p[i].y, p[i].n, 0, T, 0, p[i].n);
     }
   for (int i = 0; i < np; i++)
     if (p[i].b) rows_run(r, ROWS_BIAS, T, p[i].n, NULL, p[i].y, p[i].b, NULL, NULL, 0);
@@ -217,7 +211,7 @@ static void products_int8(bf_run *r, const float *x, int T, int in, int np, cons
   if (gemm_xwt_int8(run_pool(r), &r->gemm, run_threads(), &X, np, o) == GEMM_OK) return;
   for (int i = 0; i < np; i++) {
     qg_matmul(p[i].y, (size_t)p[i].n, &X, p[i].w8, p[i].b);
-    post_all(&p[i], T);
+    gemm_post_rows(p[i].post, p[i].post_bias, p[i].y, p[i].n, 0, T, 0, p[i].n);
   }
 }
 

@@ -110,9 +110,8 @@ static int reserve_units(gemm_scratch *s, const split_rule *rule, const int *n, 
   return 0;
 }
 
-/* post(y[t] + c0 ..) for rows [t0, t1), columns [c0, c1) of a y with n columns. */
-static void post_rows(gemm_post_fn post, const float *post_bias, float *y, int n, int t0, int t1,
-                      int c0, int c1) {
+void gemm_post_rows(gemm_post_fn post, const float *post_bias, float *y, int n, int t0, int t1,
+                    int c0, int c1) {
   if (!post) return;
   for (int t = t0; t < t1; t++) post(y + (size_t)t * n + c0, post_bias + c0, c1 - c0);
 }
@@ -147,7 +146,7 @@ static void run_unit(void *arg, int u, int tid) {
   } else {
     j->kt->dot_cols(y, x, g->w, T, g->n, j->K, w->c0, w->c1);
   }
-  post_rows(g->post, g->post_bias, g->y, g->n, w->t0, w->t1, w->c0, w->c1);
+  gemm_post_rows(g->post, g->post_bias, g->y, g->n, w->t0, w->t1, w->c0, w->c1);
 }
 
 int gemm_xwt(bf_pool *p, gemm_scratch *s, int nthreads, const float *x, int T, int K, int nout,
@@ -191,7 +190,7 @@ int gemm_xwt(bf_pool *p, gemm_scratch *s, int nthreads, const float *x, int T, i
           kt->panel_strip(wp, out[o].y, x, out[o].w, T, out[o].n, K, c0, c1 - c0, c1);
         }
       }
-      post_rows(out[o].post, out[o].post_bias, out[o].y, out[o].n, 0, T, 0, out[o].n);
+      gemm_post_rows(out[o].post, out[o].post_bias, out[o].y, out[o].n, 0, T, 0, out[o].n);
     }
     free(solo);
     return GEMM_OK;
@@ -237,7 +236,7 @@ static void run_unit_int8(void *arg, int u, int tid) {
   const gemm_unit *w = &j->units[u];
   const gemm_out8 *g = &j->gout[w->o];
   j->kt->unit(&j->out[w->o], w->t0, w->t1, w->c0, w->c1);
-  post_rows(g->post, g->post_bias, g->y, g->w->n, w->t0, w->t1, w->c0, w->c1);
+  gemm_post_rows(g->post, g->post_bias, g->y, g->w->n, w->t0, w->t1, w->c0, w->c1);
 }
 
 int gemm_xwt_int8(bf_pool *p, gemm_scratch *s, int nthreads, const qg_rows *x, int nout,
@@ -262,7 +261,7 @@ int gemm_xwt_int8(bf_pool *p, gemm_scratch *s, int nthreads, const qg_rows *x, i
   if (nthreads == 1) {
     for (int o = 0; o < nout; o++) {
       qg_matmul(out[o].y, (size_t)n[o], x, out[o].w, out[o].bias);
-      post_rows(out[o].post, out[o].post_bias, out[o].y, n[o], 0, x->t, 0, n[o]);
+      gemm_post_rows(out[o].post, out[o].post_bias, out[o].y, n[o], 0, x->t, 0, n[o]);
     }
     return GEMM_OK;
   }

@@ -51,6 +51,12 @@ enum { GEMM_OK = 0, GEMM_NO_KERNEL = 1, GEMM_NOMEM = 2 };
 ** y does not depend on how the columns were cut.  NULL: nothing. */
 typedef void (*gemm_post_fn)(float *y, const float *bias, int n);
 
+/* post(y[t] + c0, post_bias + c0, c1 - c0) for rows [t0, t1) of a y with n
+** columns (nothing if post is NULL): what each unit runs, and what a
+** caller's own fallback product runs over all of y. */
+void gemm_post_rows(gemm_post_fn post, const float *post_bias, float *y, int n, int t0, int t1,
+                    int c0, int c1);
+
 /* One output of gemm_xwt: y[T, n] = x[T, K] w[n, K]^T, then post. */
 typedef struct gemm_out {
   float *y;
