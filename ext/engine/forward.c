@@ -24,7 +24,10 @@
 ** OpenBLAS (bf_sgemm, blas.h).  Each product goes to one or the other, never
 ** both, so that the two thread pools do not run at once.  The rest is loops
 ** over rows, through the row operations of the same kernel set
-** (kernels/kernels.h: AVX-512, AVX2, or plain C), shared by the same threads.
+** (kernels/kernels.h: AVX-512, AVX2, or plain C), shared by the same threads,
+** and the attention of each head: the set's attention kernels straight from
+** the rows of q, k and v (AVX-512), else its products on copies of the
+** head's columns (AVX2), else plain C.
 ** A bf_run holds the scratch buffers (grown on demand, kept for the next call),
 ** the helper threads and the stage timings of the last call.
 */
@@ -228,7 +231,8 @@ static void linear(bf_run *r, int int8, float *y, const float *x, const float *W
   products(r, int8, x, T, in, 1, &p);
 }
 
-/* One attention head of one sequence on the GEMM kernels (single thread:
+/* One attention head of one sequence on the GEMM kernels, where the set has
+** no attention kernels (AVX2; head_kernels below: AVX-512) (single thread:
 ** heads are the units of work): ctx[i] = softmax(scale q_i K^T) V for the Lq
 ** query rows q/ctx over the L tokens k/v (rows of stride H, d columns).  The
 ** head's columns are first copied into contiguous scratch: Q [Lq,d], K [L,d],
@@ -254,6 +258,21 @@ static int head_gemm(const float *q, int Lq, const float *k, const float *v, int
   gemm_out o = {C, VT, d, NULL, NULL};
   if (gemm_xwt(NULL, NULL, 1, S, Lq, L, 1, &o) != GEMM_OK) return 0;
   for (int i = 0; i < Lq; i++) memcpy(ctx + (size_t)i * H, C + (size_t)i * d, d * sizeof(float));
+  return 1;
+}
+
+/* One attention head on the kernel set's attention kernels (kernels.h),
+** straight from the rows of q, k, v and into those of ctx: scores, softmax,
+** values; same arguments as head_gemm.  Returns 0 if the set has none. */
+static int head_kernels(const float *q, int Lq, const float *k, const float *v, int L, float *ctx,
+                        int d, int H, float scale, float *scratch) {
+  const gemm_kernel_table *kt = kernels_chosen()->gemm;
+  if (!kt || !kt->att_scores) return 0;
+  int lds = (L + 15) & ~15;
+  float *S = scratch, *KT = S + (size_t)Lq * lds;
+  kt->att_scores(S, lds, q, (size_t)H, Lq, k, (size_t)H, L, d, scale, KT);
+  for (int i = 0; i < Lq; i++) softmax(S + (size_t)i * lds, L);
+  kt->att_values(ctx, (size_t)H, S, lds, Lq, v, (size_t)H, L, d);
   return 1;
 }
 
@@ -302,7 +321,8 @@ static void att_unit(void *arg, int u, int tid) {
   const float *k = (float *)j->r->k.p + o, *v = (float *)j->r->v.p + o;
   float *ctx = (float *)j->r->ctx.p + oq;
   float *S = (float *)j->r->att.p + (size_t)tid * j->per_thread;
-  if (!head_gemm(q, Lq, k, v, L, ctx, j->d, j->H, j->scale, S))
+  if (!head_kernels(q, Lq, k, v, L, ctx, j->d, j->H, j->scale, S) &&
+      !head_gemm(q, Lq, k, v, L, ctx, j->d, j->H, j->scale, S))
     head_plain(q, Lq, k, v, L, ctx, j->d, j->H, j->scale, S);
 }
 
@@ -351,7 +371,10 @@ static void rows_run(bf_run *r, int kind, int T, int n, float *x, float *y, cons
 /* Floats of attention scratch one thread needs for sequences of up to L
 ** tokens (see head_gemm). */
 static size_t att_floats(const bf_config *c, int L) {
-  return (size_t)L * (L + 4 * (size_t)(c->hidden_size / c->num_attention_heads));
+  size_t d = (size_t)(c->hidden_size / c->num_attention_heads),
+         lds = ((size_t)L + 15) & ~(size_t)15;
+  size_t gemm = (size_t)L * (L + 4 * d), kernels = ((size_t)L + d) * lds;
+  return gemm > kernels ? gemm : kernels;
 }
 
 /* One encoder layer over the T tokens of the nseq sequences seq (the

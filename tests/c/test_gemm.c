@@ -43,6 +43,86 @@ static void test_post(float *y, const float *bias, int n) {
   for (int i = 0; i < n; i++) y[i] = y[i] * 0.5f + bias[i];
 }
 
+/* The attention kernels of the set (kernels.h: att_scores, att_values),
+** where it has them, against double loops: queries, keys and values read
+** with strides from wider rows (as forward.c's q, k, v), Lq and L across the
+** tiles' remainders (6 queries, 64 keys or columns per tile), d not a
+** multiple of 16 too; outside the outputs nothing is written. */
+static void test_attention(const gemm_kernel_table *kt) {
+  if (!kt->att_scores || !kt->att_values) {
+    printf("# gemm: the %s set has no attention kernels (forward.c uses the products)\n",
+           gemm_kernels_name(gemm_kernels()));
+    return;
+  }
+  static const int Ls[] = {1, 2, 5, 6, 7, 13, 16, 17, 20, 33, 64, 65, 130};
+  static const int ds[] = {1, 8, 20, 64, 80};
+  int nrun = 0, nbad = 0;
+  double worst = 0;
+  char why[200] = "";
+  for (size_t a = 0; a < sizeof Ls / sizeof Ls[0]; a++)
+    for (size_t b = 0; b < sizeof ds / sizeof ds[0]; b++)
+      for (int qcase = 0; qcase < 3; qcase++) {
+        int L = Ls[a], d = ds[b], Lq = qcase == 0 ? L : qcase == 1 ? (L + 1) / 2 : 1;
+        size_t ld = (size_t)3 * d + 5; /* rows wider than a head, as in forward.c */
+        int lds = ((L + 15) & ~15) + (qcase == 2 ? 16 : 0);
+        float *q = malloc(sizeof(float) * Lq * ld), *k = malloc(sizeof(float) * L * ld);
+        float *v = malloc(sizeof(float) * L * ld), *ctx = malloc(sizeof(float) * Lq * ld);
+        float *S = malloc(sizeof(float) * Lq * lds), *kt2 = malloc(sizeof(float) * d * lds);
+        for (size_t i = 0; i < Lq * ld; i++) q[i] = frand(), ctx[i] = 7;
+        for (size_t i = 0; i < L * ld; i++) k[i] = frand(), v[i] = frand();
+        for (int i = 0; i < Lq * lds; i++) S[i] = 7;
+        float scale = 0.125f;
+        kt->att_scores(S, lds, q + 2, ld, Lq, k + 2, ld, L, d, scale, kt2);
+        double e = 0;
+        int outside = 0;
+        for (int i = 0; i < Lq; i++)
+          for (int j = 0; j < lds; j++) {
+            float got = S[(size_t)i * lds + j];
+            if (j >= L) {
+              outside |= got != 7;
+              continue;
+            }
+            double r = 0, mag = 0;
+            for (int c = 0; c < d; c++) {
+              r += (double)q[i * ld + 2 + c] * k[j * ld + 2 + c];
+              mag += fabs((double)q[i * ld + 2 + c] * k[j * ld + 2 + c]);
+            }
+            double err = fabs(got - r * scale) / (mag * scale + 1e-30);
+            if (!(err <= e)) e = err;
+          }
+        /* probabilities-like weights for the values: any numbers do */
+        for (int i = 0; i < Lq; i++)
+          for (int j = 0; j < L; j++) S[(size_t)i * lds + j] = frand();
+        kt->att_values(ctx + 3, ld, S, lds, Lq, v + 3, ld, L, d);
+        for (int i = 0; i < Lq; i++)
+          for (size_t c = 0; c < ld; c++) {
+            float got = ctx[i * ld + c];
+            if (c < 3 || c >= 3 + (size_t)d) {
+              outside |= got != 7;
+              continue;
+            }
+            double r = 0, mag = 0;
+            for (int j = 0; j < L; j++) {
+              r += (double)S[(size_t)i * lds + j] * v[j * ld + c];
+              mag += fabs((double)S[(size_t)i * lds + j] * v[j * ld + c]);
+            }
+            double err = fabs(got - r) / (mag + 1e-30);
+            if (!(err <= e)) e = err;
+          }
+        nrun++;
+        if (e > worst) worst = e;
+        if (!(e < 1e-5) || outside) {
+          nbad++;
+          snprintf(why, sizeof why, "L=%d Lq=%d d=%d: relative error %g%s", L, Lq, d, e,
+                   outside ? ", wrote outside its outputs" : "");
+        }
+        free(q), free(k), free(v), free(ctx), free(S), free(kt2);
+      }
+  CHECKF("gemm: attention kernels match double loops (relative 1e-5), strided rows", nbad == 0,
+         "%d of %d wrong; last: %s", nbad, nrun, why);
+  printf("# gemm: attention kernels, %d shapes, worst relative error %.3g\n", nrun, worst);
+}
+
 int main(void) {
   for (int i = 0; i < 256; i++) post_bias[i] = frand();
   bf_pool *p = bf_pool_new();
@@ -157,6 +237,8 @@ int main(void) {
   CHECKF("gemm: all shapes match the double loop (relative 1e-5), same bits for 1-3 threads",
          nbad == 0, "%d of %d runs wrong; last: %s", nbad, nshape, why);
   printf("# gemm: %d runs, worst relative error %.3g\n", nshape, worst);
+
+  test_attention(kernels_chosen()->gemm);
 
   float x = 1, w = 2, y = 0;
   gemm_out bad = {&y, &w, 1, NULL, NULL};

@@ -45,6 +45,7 @@
 #ifndef BERTFILL_KERNELS_H
 #define BERTFILL_KERNELS_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #define GEMM_DOT_MAX_T 48 /* up to this many rows of x: the dot kernel (AVX-512; see dot_cols) */
@@ -67,6 +68,16 @@ typedef struct gemm_kernel_table {
   ** prefetched */
   void (*panel_strip)(float *Wp, float *y, const float *x, const float *W, int T, int N, int K,
                       int n0, int nr, int next);
+  /* Optional (NULL: forward.c's products through gemm_xwt), one attention
+  ** head straight from the rows of q, k, v (strides ldq, ldk, ldv; d
+  ** columns): the scores s[i * lds + j] = scale * q_i . k_j for i < Lq, j <
+  ** L (lds: L rounded up to a multiple of 16 or more; kt: room for d * lds
+  ** floats of scratch), and, once forward.c has made them probabilities p,
+  ** ctx[i * ldc + c] = sum_j p[i * ldp + j] v[j * ldv + c]. */
+  void (*att_scores)(float *s, int lds, const float *q, size_t ldq, int Lq, const float *k,
+                     size_t ldk, int L, int d, float scale, float *kt);
+  void (*att_values)(float *ctx, size_t ldc, const float *p, int ldp, int Lq, const float *v,
+                     size_t ldv, int L, int d);
 } gemm_kernel_table;
 
 /* The loops over one row of n floats that forward.c runs (LayerNorm, the
