@@ -26,8 +26,7 @@
 ** over rows, through the row operations of the same kernel set
 ** (kernels/kernels.h: AVX-512, AVX2, or plain C), shared by the same threads,
 ** and the attention of each head: the set's attention kernels straight from
-** the rows of q, k and v (AVX-512), else its products on copies of the
-** head's columns (AVX2), else plain C.
+** the rows of q, k and v (AVX-512, AVX2), else plain C.
 ** A bf_run holds the scratch buffers (grown on demand, kept for the next call),
 ** the helper threads and the stage timings of the last call.
 */
@@ -66,7 +65,7 @@ struct bf_run {
   buf ctx;           /* [T,H]  attention context (heads side by side) */
   buf tmp;           /* [T,H]  output of a dense layer, before the residual */
   buf ffn;           /* [T,I]  intermediate activations */
-  buf att;           /* scratch of one attention head per thread (see head_gemm) */
+  buf att;           /* scratch of one attention head per thread (see head_kernels) */
   buf seq;           /* [nrun] seq_span of each sequence that has masks */
   buf xm;            /* [M,H]  output of the last layer at the masks */
   buf mrow;          /* [M]    row of x for each mask, in order */
@@ -231,39 +230,13 @@ static void linear(bf_run *r, int int8, float *y, const float *x, const float *W
   products(r, int8, x, T, in, 1, &p);
 }
 
-/* One attention head of one sequence on the GEMM kernels, where the set has
-** no attention kernels (AVX2; head_kernels below: AVX-512) (single thread:
-** heads are the units of work): ctx[i] = softmax(scale q_i K^T) V for the Lq
-** query rows q/ctx over the L tokens k/v (rows of stride H, d columns).  The
-** head's columns are first copied into contiguous scratch: Q [Lq,d], K [L,d],
-** V^T [d,L]; then S[Lq,L] = Q K^T and C[Lq,d] = P (V^T)^T.  scratch holds
-** L*L + 4*L*d floats.  Returns 0 if the kernels are not available (no
-** AVX-512 or AVX2, out of memory). */
-static int head_gemm(const float *q, int Lq, const float *k, const float *v, int L, float *ctx,
-                     int d, int H, float scale, float *scratch) {
-  float *Q = scratch, *K = Q + (size_t)L * d, *VT = K + (size_t)L * d, *C = VT + (size_t)L * d;
-  float *S = C + (size_t)L * d;
-  for (int i = 0; i < Lq; i++) memcpy(Q + (size_t)i * d, q + (size_t)i * H, d * sizeof(float));
-  for (int j = 0; j < L; j++) {
-    memcpy(K + (size_t)j * d, k + (size_t)j * H, d * sizeof(float));
-    for (int c = 0; c < d; c++) VT[(size_t)c * L + j] = v[(size_t)j * H + c];
-  }
-  gemm_out s = {S, K, L, NULL, NULL};
-  if (gemm_xwt(NULL, NULL, 1, Q, Lq, d, 1, &s) != GEMM_OK) return 0;
-  for (int i = 0; i < Lq; i++) {
-    float *row = S + (size_t)i * L;
-    for (int j = 0; j < L; j++) row[j] *= scale;
-    softmax(row, L);
-  }
-  gemm_out o = {C, VT, d, NULL, NULL};
-  if (gemm_xwt(NULL, NULL, 1, S, Lq, L, 1, &o) != GEMM_OK) return 0;
-  for (int i = 0; i < Lq; i++) memcpy(ctx + (size_t)i * H, C + (size_t)i * d, d * sizeof(float));
-  return 1;
-}
-
-/* One attention head on the kernel set's attention kernels (kernels.h),
-** straight from the rows of q, k, v and into those of ctx: scores, softmax,
-** values; same arguments as head_gemm.  Returns 0 if the set has none. */
+/* One attention head of one sequence on the kernel set's attention kernels
+** (kernels.h; single thread: heads are the units of work): ctx[i] =
+** softmax(scale q_i K^T) V for the Lq query rows q/ctx over the L tokens
+** k/v (rows of stride H, d columns), straight from those rows: the scores
+** S[Lq, lds] (lds: L rounded up to 16), their softmax, then the values.
+** scratch holds (L + d) * lds floats (att_floats).  Returns 0 if the set has
+** no attention kernels (the portable set). */
 static int head_kernels(const float *q, int Lq, const float *k, const float *v, int L, float *ctx,
                         int d, int H, float scale, float *scratch) {
   const gemm_kernel_table *kt = kernels_chosen()->gemm;
@@ -276,7 +249,8 @@ static int head_kernels(const float *q, int Lq, const float *k, const float *v, 
   return 1;
 }
 
-/* One attention head, plain C (CPUs without AVX-512 or AVX2); same arguments. */
+/* One attention head, plain C (CPUs without AVX-512 or AVX2); same arguments
+** (S: Lq * L floats of scratch). */
 static void head_plain(const float *q, int Lq, const float *k, const float *v, int L, float *ctx,
                        int d, int H, float scale, float *S) {
   for (int i = 0; i < Lq; i++) {
@@ -321,8 +295,7 @@ static void att_unit(void *arg, int u, int tid) {
   const float *k = (float *)j->r->k.p + o, *v = (float *)j->r->v.p + o;
   float *ctx = (float *)j->r->ctx.p + oq;
   float *S = (float *)j->r->att.p + (size_t)tid * j->per_thread;
-  if (!head_kernels(q, Lq, k, v, L, ctx, j->d, j->H, j->scale, S) &&
-      !head_gemm(q, Lq, k, v, L, ctx, j->d, j->H, j->scale, S))
+  if (!head_kernels(q, Lq, k, v, L, ctx, j->d, j->H, j->scale, S))
     head_plain(q, Lq, k, v, L, ctx, j->d, j->H, j->scale, S);
 }
 
@@ -369,12 +342,10 @@ static void rows_run(bf_run *r, int kind, int T, int n, float *x, float *y, cons
 }
 
 /* Floats of attention scratch one thread needs for sequences of up to L
-** tokens (see head_gemm). */
+** tokens (see head_kernels; head_plain needs less). */
 static size_t att_floats(const bf_config *c, int L) {
-  size_t d = (size_t)(c->hidden_size / c->num_attention_heads),
-         lds = ((size_t)L + 15) & ~(size_t)15;
-  size_t gemm = (size_t)L * (L + 4 * d), kernels = ((size_t)L + d) * lds;
-  return gemm > kernels ? gemm : kernels;
+  size_t d = (size_t)(c->hidden_size / c->num_attention_heads);
+  return ((size_t)L + d) * (((size_t)L + 15) & ~(size_t)15);
 }
 
 /* One encoder layer over the T tokens of the nseq sequences seq (the

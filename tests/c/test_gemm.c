@@ -50,7 +50,7 @@ static void test_post(float *y, const float *bias, int n) {
 ** multiple of 16 too; outside the outputs nothing is written. */
 static void test_attention(const gemm_kernel_table *kt) {
   if (!kt->att_scores || !kt->att_values) {
-    printf("# gemm: the %s set has no attention kernels (forward.c uses the products)\n",
+    printf("# gemm: the %s set has no attention kernels (forward.c runs plain C)\n",
            gemm_kernels_name(gemm_kernels()));
     return;
   }

@@ -68,7 +68,7 @@ typedef struct gemm_kernel_table {
   ** prefetched */
   void (*panel_strip)(float *Wp, float *y, const float *x, const float *W, int T, int N, int K,
                       int n0, int nr, int next);
-  /* Optional (NULL: forward.c's products through gemm_xwt), one attention
+  /* Optional (NULL: forward.c's plain C head_plain), one attention
   ** head straight from the rows of q, k, v (strides ldq, ldk, ldv; d
   ** columns): the scores s[i * lds + j] = scale * q_i . k_j for i < Lq, j <
   ** L (lds: L rounded up to a multiple of 16 or more; kt: room for d * lds
