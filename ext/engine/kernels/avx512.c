@@ -566,20 +566,27 @@ const kernel_set kernels_avx512 = {
 #define INT8_VNNI_NR 4 /* ... by blocks of 16 outputs per tile (24 accumulators) */
 #define INT8_PF_GROUPS 16
 
-/* finish_one for the outputs [i, i + 16) of row r inside mask m: the same
-** operations in the same order (explicit rounding: no FMA). */
-INLINE VNNI void finish16_vnni(const int8_out *o, int r, int i, __mmask16 m, __m512i acc) {
-  __m512i a = _mm512_sub_epi32(acc, _mm512_mullo_epi32(_mm512_set1_epi32(o->x->zero[r]),
-                                                       _mm512_maskz_loadu_epi32(m, o->w->sum + i)));
-  if (o->c) {
-    _mm512_mask_storeu_epi32(o->c + (size_t)r * o->ldc + i, m, a);
-    return;
+/* finish_one for the outputs [i, i + 16) inside mask m of TR rows from r:
+** the same operations in the same order (explicit rounding: no FMA); W's
+** sums, scales and biases of these outputs loaded once for all the rows. */
+INLINE VNNI void finish16_vnni(const int8_out *o, int r, int i, __mmask16 m, const __m512i *acc,
+                               const int TR) {
+  const __m512i wsum = _mm512_maskz_loadu_epi32(m, o->w->sum + i);
+  const __m512 wscale = _mm512_maskz_loadu_ps(m, o->w->scale + i);
+  const __m512 bias = o->bias ? _mm512_maskz_loadu_ps(m, o->bias + i) : _mm512_setzero_ps();
+#pragma GCC unroll 8
+  for (int t = 0; t < TR; t++) {
+    __m512i a = _mm512_sub_epi32(acc[t],
+                                 _mm512_mullo_epi32(_mm512_set1_epi32(o->x->zero[r + t]), wsum));
+    if (o->c) {
+      _mm512_mask_storeu_epi32(o->c + (size_t)(r + t) * o->ldc + i, m, a);
+      continue;
+    }
+    __m512 s = _mm512_mul_round_ps(_mm512_set1_ps(o->x->scale[r + t]), wscale, RN);
+    __m512 v = _mm512_mul_round_ps(_mm512_cvt_roundepi32_ps(a, RN), s, RN);
+    if (o->bias) v = _mm512_add_round_ps(v, bias, RN);
+    _mm512_mask_storeu_ps(o->y + (size_t)(r + t) * o->ldy + i, m, v);
   }
-  __m512 s = _mm512_mul_round_ps(_mm512_set1_ps(o->x->scale[r]),
-                                 _mm512_maskz_loadu_ps(m, o->w->scale + i), RN);
-  __m512 v = _mm512_mul_round_ps(_mm512_cvt_roundepi32_ps(a, RN), s, RN);
-  if (o->bias) v = _mm512_add_round_ps(v, _mm512_maskz_loadu_ps(m, o->bias + i), RN);
-  _mm512_mask_storeu_ps(o->y + (size_t)r * o->ldy + i, m, v);
 }
 
 /* acc += u8 x s8 in groups of four (vpdpbusd).  Written as asm so that the
@@ -621,13 +628,14 @@ INLINE VNNI void tile_vnni(const int8_out *o, const uint8_t *x, size_t ldq, cons
       for (int z = 0; z < TB; z++) acc[m][z] = dpbusd(acc[m][z], xb, w[z]);
     }
   }
-#pragma GCC unroll 8
-  for (int m = 0; m < TR; m++)
 #pragma GCC unroll 4
-    for (int z = 0; z < TB; z++) {
-      int i = (b + z) * 16, n = i1 - i < 16 ? i1 - i : 16;
-      if (n > 0) finish16_vnni(o, r + m, i, (__mmask16)((1u << n) - 1), acc[m][z]);
-    }
+  for (int z = 0; z < TB; z++) {
+    int i = (b + z) * 16, n = i1 - i < 16 ? i1 - i : 16;
+    __m512i col[INT8_VNNI_MR];
+#pragma GCC unroll 8
+    for (int m = 0; m < TR; m++) col[m] = acc[m][z];
+    if (n > 0) finish16_vnni(o, r, i, (__mmask16)((1u << n) - 1), col, TR);
+  }
 }
 
 VNNI static void int8_unit_vnni(const int8_out *o, int r0, int r1, int i0, int i1) {
