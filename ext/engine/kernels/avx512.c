@@ -57,15 +57,17 @@
 #define INLINE static inline __attribute__((always_inline))
 
 /* ---- dot kernel ---- */
-#define TILE_R 3 /* rows of W per tile */
-#define TILE_J 8 /* tokens per tile: 24 accumulators + 3 rows of W + 1 token in registers */
-#define DOT_UNIT (8 * TILE_R) /* least columns per unit of work */
+/* Two tile shapes (rows of W x tokens), 24 accumulators + the rows of W + 1
+** token in registers: up to DOT_FEW_T tokens 3 x 8 (one tile), more 4 x 6. */
+#define DOT_FEW_T 8
+#define DOT_STEP 12 /* columns per unit of work: a multiple of both tile heights */
+#define DOT_UNIT 24 /* least columns per unit of work (a multiple of DOT_STEP) */
 
 /* y[j*ldy + i] = dot(w[i*K ...], x[j*K ...]) for i < R rows of W, j < J tokens
 ** (R and J are constants after inlining, so acc[][] lives in registers). */
 INLINE AVX512 void dot_tile(float *y, int ldy, const float *x, const float *w, int K, const int R,
                             const int J, prefetch *pf) {
-  __m512 acc[TILE_R][TILE_J], wv[TILE_R];
+  __m512 acc[4][8], wv[4];
 #pragma GCC unroll 8
   for (int i = 0; i < R; i++)
 #pragma GCC unroll 8
@@ -88,24 +90,48 @@ INLINE AVX512 void dot_tile(float *y, int ldy, const float *x, const float *w, i
     for (int j = 0; j < J; j++) y[(size_t)j * ldy + i] = _mm512_reduce_add_ps(acc[i][j]);
 }
 
-/* Tokens [t, t + J) against rows [o, o + R) of W, J (1..TILE_J) and R (1 or
-** TILE_R) made constants by the switch. */
+/* Tokens [t, t + J) against rows [o, o + R) of W, J (1..TJ) and R made
+** constants by the switch. */
 INLINE AVX512 void dot_tile_any(float *y, int N, const float *x, const float *w, int K, int J,
-                                const int R, prefetch *pf) {
+                                const int R, const int TJ, prefetch *pf) {
   switch (J) {
 #define J_(j) \
-  case j: dot_tile(y, N, x, w, K, R, j, pf); break;
+  case j: dot_tile(y, N, x, w, K, R, j <= TJ ? j : TJ, pf); break;
     J_(1) J_(2) J_(3) J_(4) J_(5) J_(6) J_(7) J_(8)
 #undef J_
   }
 }
 
+/* dot_cols with tiles of TR rows of W by up to TJ tokens (constants). */
+INLINE AVX512 void dot_cols_tiled(float *y, const float *x, const float *W, int T, int N, int K,
+                                  int o0, int o1, const int TR, const int TJ) {
+  const int nt = (T + TJ - 1) / TJ;
+  for (int o = o0; o < o1;) {
+    const int R = o1 - o >= TR ? TR : 1;
+    /* the rows after these, read next: one run of lines over all the tiles */
+    int next = o1 - (o + R) < TR ? o1 - (o + R) : TR;
+    prefetch pf = prefetch_plan(W + (size_t)(o + R) * K, (long)next * K * (long)sizeof(float),
+                                (long)nt * ((K + 15) / 16));
+    for (int i = 0, t = 0; i < nt; i++) {
+      int J = (T - t + (nt - i) - 1) / (nt - i);
+      if (R == TR)
+        dot_tile_any(y + (size_t)t * N + o, N, x + (size_t)t * K, W + (size_t)o * K, K, J, TR, TJ,
+                     &pf);
+      else
+        dot_tile_any(y + (size_t)t * N + o, N, x + (size_t)t * K, W + (size_t)o * K, K, J, 1, TJ,
+                     &pf);
+      t += J;
+    }
+    o += R;
+  }
+}
+
 /* Columns [o0, o1) of y[T,N] = x[T,K] W[N,K]^T.  The T tokens are cut into
-** ceil(T / TILE_J) tiles of nearly equal size (17 tokens: 6 + 6 + 5, not
-** 8 + 8 + 1): a tile of few tokens has too few accumulators to hide the
-** FMA latency.  Measured (AMD Zen 5, 2 cores, a bert-base-shaped model, one
-** sentence, fp32): with the panel kernel from 17 rows on, 16 -> 17 tokens
-** cost +36% (19.0 -> 25.9 ms), with this kernel 17 tokens 19.5 ms.
+** tiles of nearly equal size (17 tokens: 6 + 6 + 5, not 6 + 6 + 6 + ...): a
+** tile of few tokens has too few accumulators to hide the FMA latency.
+** Measured (AMD Zen 5, 2 cores, a bert-base-shaped model, one sentence,
+** fp32): with the panel kernel from 17 rows on, 16 -> 17 tokens cost +36%
+** (19.0 -> 25.9 ms), with this kernel 17 tokens 19.5 ms.
 ** The next rows of W are prefetched into L2 (T1), one sequential run: on
 ** AMD Zen 4 the former prefetch (the next tile's three rows at the same k,
 ** into L1) left W read at 10-18 GB/s; with this one, bench_gemm at 8 rows
@@ -115,27 +141,16 @@ INLINE AVX512 void dot_tile_any(float *y, int N, const float *x, const float *w,
 ** rows on Zen 4 (32 tokens 42 vs 48 ms; alike at 48, the panel kernel
 ** ahead from 64): hence GEMM_DOT_MAX_T 48.  (Zen 5, with the former
 ** prefetch, had the panel kernel 5-10% ahead at 32 rows; not measured
-** there with this one.) */
+** there with this one.)
+** Tiles: 3 rows of W x 8 tokens up to 8 tokens, 4 x 6 beyond (4 + 6 loads
+** per 24 FMAs, not 3 + 8, and x's rows read once per 4 rows of W): on the
+** Zen 4, bench_gemm at 16-48 rows 5-10% faster with 4 x 6 (K = 3072: 171-181
+** GFLOP/s against 149-167), one sentence of 32 tokens 33-35 ms against
+** 35-38; at 8 rows 4 x 6 (two tiles of 4) was up to 40% slower. */
 AVX512 static void dot_cols(float *y, const float *x, const float *W, int T, int N, int K, int o0,
                             int o1) {
-  const int nt = (T + TILE_J - 1) / TILE_J;
-  for (int o = o0; o < o1;) {
-    const int R = o1 - o >= TILE_R ? TILE_R : 1;
-    /* the rows after these, read next: one run of lines over all the tiles */
-    int next = o1 - (o + R) < TILE_R ? o1 - (o + R) : TILE_R;
-    prefetch pf = prefetch_plan(W + (size_t)(o + R) * K, (long)next * K * (long)sizeof(float),
-                                (long)nt * ((K + 15) / 16));
-    for (int i = 0, t = 0; i < nt; i++) {
-      int J = (T - t + (nt - i) - 1) / (nt - i);
-      if (R == TILE_R)
-        dot_tile_any(y + (size_t)t * N + o, N, x + (size_t)t * K, W + (size_t)o * K, K, J, TILE_R,
-                     &pf);
-      else
-        dot_tile_any(y + (size_t)t * N + o, N, x + (size_t)t * K, W + (size_t)o * K, K, J, 1, &pf);
-      t += J;
-    }
-    o += R;
-  }
+  if (T <= DOT_FEW_T) dot_cols_tiled(y, x, W, T, N, K, o0, o1, 3, 8);
+  else dot_cols_tiled(y, x, W, T, N, K, o0, o1, 4, 6);
 }
 
 /* ---- panel kernel ---- */
@@ -527,7 +542,7 @@ AVX512 static void add_avx512(float *x, const float *a, const float *b, int n) {
 /* The set: gemm.c's job splitter runs the products, forward.c the rows. */
 static const gemm_kernel_table gemm_avx512 = {
   .dot_max_t = GEMM_DOT_MAX_T,
-  .dot_tile = TILE_R,
+  .dot_tile = DOT_STEP,
   .dot_unit = DOT_UNIT,
   .panel = PANEL,
   .panel_rows = MR,

@@ -55,8 +55,9 @@
 ** W[N,K]^T with W as PyTorch stores it, and their shapes: what gemm_xwt's job
 ** splitter (gemm.c) needs to cut a job into units for them. */
 typedef struct gemm_kernel_table {
-  int dot_max_t;  /* up to this many rows of x: the dot kernel; more: the panel kernel */
-  int dot_tile;   /* columns of W per tile of the dot kernel */
+  int dot_max_t; /* up to this many rows of x: the dot kernel; more: the panel kernel */
+  int
+    dot_tile; /* a unit of the dot kernel has a multiple of this many columns of W (its tiles' heights divide it) */
   int dot_unit;   /* least columns per unit of work of the dot kernel */
   int panel;      /* output columns per strip of the panel kernel */
   int panel_rows; /* rows of x per register tile of the panel kernel */
