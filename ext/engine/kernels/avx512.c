@@ -8,8 +8,8 @@
 ** place from the mmap).  Two kernels cover every size the encoder meets:
 **
 ** Dot kernel (rows of x <= GEMM_DOT_MAX_T: one short sentence, a few masks):
-** a tile of 3 rows of W x 8 tokens keeps 24 accumulators of 16 lanes; sums
-** run over K and are reduced at the end.  Each row of W comes from memory
+** a tile of 3 rows of W x 8 tokens (up to 8 tokens) or 4 x 6 (more) keeps 24
+** accumulators of 16 lanes; sums run over K and are reduced at the end.  Each row of W comes from memory
 ** once and is reused from L1 for every token, while the rows after the tile
 ** (which follow in memory) are prefetched into L2 as one sequential run,
 ** spread over the tiles of all the tokens (prefetch.h).
