@@ -210,11 +210,8 @@ static void products_int8(bf_run *r, const float *x, int T, int in, int np, cons
   gemm_out8 o[3];
   for (int i = 0; i < np; i++)
     o[i] = (gemm_out8){p[i].y, p[i].w8, p[i].b, p[i].post, p[i].post_bias};
-  if (gemm_xwt_int8(run_pool(r), &r->gemm, run_threads(), &X, np, o) == GEMM_OK) return;
-  for (int i = 0; i < np; i++) {
-    qg_matmul(p[i].y, (size_t)p[i].n, &X, p[i].w8, p[i].b);
-    gemm_post_rows(p[i].post, p[i].post_bias, p[i].y, p[i].n, 0, T, 0, p[i].n);
-  }
+  if (gemm_xwt_int8(run_pool(r), &r->gemm, run_threads(), &X, np, o) != GEMM_OK)
+    gemm_xwt_int8(NULL, NULL, 1, &X, np, o); /* this thread alone: no table of units */
 }
 
 /* The np (at most 3) products of one x[T,in], in the model's precision. */

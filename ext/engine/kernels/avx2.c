@@ -352,7 +352,6 @@ AVX2 static void add_avx2(float *x, const float *a, const float *b, int n) {
   }
 }
 
-/* The set: gemm.c's job splitter runs the products, forward.c the rows. */
 /* ---- attention of one head (gemm_kernel_table.att_scores / att_values) ----
 ** As kernels/avx512.c's, 8 lanes: the keys transposed once (8x8 blocks),
 ** register tiles of up to ATT_QR queries by ATT_NZ vectors of 8 (keys for
@@ -456,9 +455,6 @@ INLINE int att_vectors(int n, int c0) {
   return nz < ATT_NZ ? nz : ATT_NZ;
 }
 
-/* The height of tile t of nt over Lq queries from row i (nearly equal). */
-INLINE int att_rows(int Lq, int i, int t, int nt) { return (Lq - i + (nt - t) - 1) / (nt - t); }
-
 AVX2 static void att_scores(float *s, int lds, const float *q, size_t ldq, int Lq, const float *k,
                             size_t ldk, int L, int d, float scale, float *kt) {
   transpose_keys(kt, lds, k, ldk, L, d);
@@ -466,7 +462,7 @@ AVX2 static void att_scores(float *s, int lds, const float *q, size_t ldq, int L
   for (int j0 = 0; j0 < L; j0 += 8 * ATT_NZ) {
     int nz = att_vectors(L, j0);
     for (int t = 0, i = 0, qr; t < nt; t++, i += qr) {
-      qr = att_rows(Lq, i, t, nt);
+      qr = kernels_tile_rows(Lq, i, t, nt);
       float *st = s + (size_t)i * lds + j0;
       const float *qt = q + (size_t)i * ldq;
       switch (qr) {
@@ -484,7 +480,7 @@ AVX2 static void att_values(float *ctx, size_t ldc, const float *p, int ldp, int
   for (int c0 = 0; c0 < d; c0 += 8 * ATT_NZ) {
     int nz = att_vectors(d, c0);
     for (int t = 0, i = 0, qr; t < nt; t++, i += qr) {
-      qr = att_rows(Lq, i, t, nt);
+      qr = kernels_tile_rows(Lq, i, t, nt);
       float *ct = ctx + (size_t)i * ldc + c0;
       const float *pt = p + (size_t)i * ldp;
       switch (qr) {
@@ -496,6 +492,7 @@ AVX2 static void att_values(float *ctx, size_t ldc, const float *p, int ldp, int
   }
 }
 
+/* The set: gemm.c's job splitter runs the products, forward.c the rows. */
 static const gemm_kernel_table gemm_avx2 = {
   .dot_max_t = GEMM_AVX2_DOT_MAX_T,
   .dot_tile = TILE_R,
@@ -707,7 +704,7 @@ INT8_AVX2 static void int8_unit_avx2(const int8_out *o, int r0, int r1, int i0, 
       int lines = next ? (int)((k1 - k0) / 4) : 0; /* the next block's groups of this chunk */
       const char *nx = next ? next + k0 / 4 * INT8_GROUP_BYTES : NULL;
       for (int i = 0, r = r0, mr; i < nt; i++, r += mr) {
-        mr = (r1 - r + (nt - i) - 1) / (nt - i);
+        mr = kernels_tile_rows(r1, r, i, nt);
         /* tile i prefetches its share of them: line n is group n's 64 bytes */
         int l0 = lines * i / nt, l1 = lines * (i + 1) / nt;
         const char *pf = nx ? nx + (size_t)l0 * INT8_GROUP_BYTES : NULL;

@@ -9,8 +9,9 @@
 **
 ** Dot kernel (rows of x <= GEMM_DOT_MAX_T: one short sentence, a few masks):
 ** a tile of 3 rows of W x 8 tokens (up to 8 tokens) or 4 x 6 (more) keeps 24
-** accumulators of 16 lanes; sums run over K and are reduced at the end.  Each row of W comes from memory
-** once and is reused from L1 for every token, while the rows after the tile
+** accumulators of 16 lanes; sums run over K and are reduced at the end.
+** Each row of W comes from memory once and is reused from L1 for every
+** token, while the rows after the tile
 ** (which follow in memory) are prefetched into L2 as one sequential run,
 ** spread over the tiles of all the tokens (prefetch.h).
 **
@@ -113,7 +114,7 @@ INLINE AVX512 void dot_cols_tiled(float *y, const float *x, const float *W, int 
     prefetch pf = prefetch_plan(W + (size_t)(o + R) * K, (long)next * K * (long)sizeof(float),
                                 (long)nt * ((K + 15) / 16));
     for (int i = 0, t = 0; i < nt; i++) {
-      int J = (T - t + (nt - i) - 1) / (nt - i);
+      int J = kernels_tile_rows(T, t, i, nt);
       if (R == TR)
         dot_tile_any(y + (size_t)t * N + o, N, x + (size_t)t * K, W + (size_t)o * K, K, J, TR, TJ,
                      &pf);
@@ -127,8 +128,8 @@ INLINE AVX512 void dot_cols_tiled(float *y, const float *x, const float *W, int 
 }
 
 /* Columns [o0, o1) of y[T,N] = x[T,K] W[N,K]^T.  The T tokens are cut into
-** tiles of nearly equal size (17 tokens: 6 + 6 + 5, not 6 + 6 + 6 + ...): a
-** tile of few tokens has too few accumulators to hide the FMA latency.
+** tiles of nearly equal size (13 tokens: 5 + 4 + 4, not 6 + 6 + 1): a tile
+** of few tokens has too few accumulators to hide the FMA latency.
 ** Measured (AMD Zen 5, 2 cores, a bert-base-shaped model, one sentence,
 ** fp32): with the panel kernel from 17 rows on, 16 -> 17 tokens cost +36%
 ** (19.0 -> 25.9 ms), with this kernel 17 tokens 19.5 ms.
@@ -368,10 +369,6 @@ INLINE AVX512 int att_chunk(__mmask16 *m, int n, int c0) {
   return nz < ATT_NZ ? nz : ATT_NZ;
 }
 
-/* The height of tile t of nt over Lq queries from row i: nearly equal
-** heights of at most ATT_QR (8 queries: 4 + 4, not 6 + 2). */
-INLINE int att_rows(int Lq, int i, int t, int nt) { return (Lq - i + (nt - t) - 1) / (nt - t); }
-
 /* s[i * lds + j] = scale q_i . k_j for i < Lq, j < L (lds >= L rounded up
 ** to 16); kt: room for d * lds floats. */
 AVX512 static void att_scores(float *s, int lds, const float *q, size_t ldq, int Lq, const float *k,
@@ -382,7 +379,7 @@ AVX512 static void att_scores(float *s, int lds, const float *q, size_t ldq, int
     __mmask16 m[ATT_NZ];
     int nz = att_chunk(m, L, j0);
     for (int t = 0, i = 0, qr; t < nt; t++, i += qr) {
-      qr = att_rows(Lq, i, t, nt);
+      qr = kernels_tile_rows(Lq, i, t, nt);
       float *st = s + (size_t)i * lds + j0;
       const float *qt = q + (size_t)i * ldq;
       switch (qr) {
@@ -405,7 +402,7 @@ AVX512 static void att_values(float *ctx, size_t ldc, const float *p, int ldp, i
     __mmask16 m[ATT_NZ];
     int nz = att_chunk(m, d, c0);
     for (int t = 0, i = 0, qr; t < nt; t++, i += qr) {
-      qr = att_rows(Lq, i, t, nt);
+      qr = kernels_tile_rows(Lq, i, t, nt);
       float *ct = ctx + (size_t)i * ldc + c0;
       const float *pt = p + (size_t)i * ldp;
       switch (qr) {
@@ -665,7 +662,7 @@ VNNI static void int8_unit_vnni(const int8_out *o, int r0, int r1, int i0, int i
     ** kernel's instances few: clang's sanitizer builds took minutes on 24) */
     const int nt = (r1 - r0 + INT8_VNNI_MR - 1) / INT8_VNNI_MR;
     for (int i = 0, r = r0, mr; i < nt; i++, r += mr) {
-      mr = (r1 - r + (nt - i) - 1) / (nt - i);
+      mr = kernels_tile_rows(r1, r, i, nt);
       const uint8_t *xr = x + (size_t)r * ldq;
       switch (mr) {
 #define T(a) \

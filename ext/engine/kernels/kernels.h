@@ -51,13 +51,19 @@
 #define GEMM_DOT_MAX_T 48 /* up to this many rows of x: the dot kernel (AVX-512; see dot_cols) */
 #define GEMM_AVX2_DOT_MAX_T 80 /* the same for the AVX2 kernels */
 
+/* n rows cut into nt register tiles of nearly equal height (8 rows in two:
+** 4 + 4, not 6 + 2): the height of tile t, done rows being cut already.
+** The kernels' one copy of that rule. */
+static inline int kernels_tile_rows(int n, int done, int t, int nt) {
+  return (n - done + (nt - t) - 1) / (nt - t);
+}
+
 /* The two fp32 product kernels of one instruction set, y[T,N] = x[T,K]
 ** W[N,K]^T with W as PyTorch stores it, and their shapes: what gemm_xwt's job
 ** splitter (gemm.c) needs to cut a job into units for them. */
 typedef struct gemm_kernel_table {
-  int dot_max_t; /* up to this many rows of x: the dot kernel; more: the panel kernel */
-  int
-    dot_tile; /* a unit of the dot kernel has a multiple of this many columns of W (its tiles' heights divide it) */
+  int dot_max_t;  /* up to this many rows of x: the dot kernel; more: the panel kernel */
+  int dot_tile;   /* a dot kernel unit's columns: a multiple of this (its tile heights divide it) */
   int dot_unit;   /* least columns per unit of work of the dot kernel */
   int panel;      /* output columns per strip of the panel kernel */
   int panel_rows; /* rows of x per register tile of the panel kernel */
