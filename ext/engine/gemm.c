@@ -159,7 +159,7 @@ int gemm_xwt(bf_pool *p, gemm_scratch *s, int nthreads, const float *x, int T, i
   long work = 0;
   for (int o = 0; o < nout; o++) work += (long)out[o].n * K;
   if (work < 65536 || !p || !s) nthreads = 1; /* too little to be worth waking anyone */
-  int panel = T > kt->dot_max_t;
+  int panel = !gemm_kernel_dot(kt, T, K);
 
   /* panel buffers: one per thread that may take part (kept in s), or one of
   ** this call's own without s */

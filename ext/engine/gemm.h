@@ -6,10 +6,11 @@
 ** mmap).  Each instruction set has two kernels (kernels/avx512.c,
 ** kernels/avx2.c; their gemm_kernel_table, kernels/kernels.h) that cover
 ** every size the encoder meets:
-**   - up to dot_max_t rows of x (GEMM_DOT_MAX_T with AVX-512,
-**     GEMM_AVX2_DOT_MAX_T with AVX2: one short sentence, a few masks): dot
-**     products straight from the rows of W, which are read once from memory
-**     and reused from L1 for every token;
+**   - up to dot_max_t rows of x (GEMM_DOT_MAX_T with AVX-512, or
+**     GEMM_DOT_MAX_T_DEEP when K >= GEMM_DOT_DEEP_K; GEMM_AVX2_DOT_MAX_T
+**     with AVX2: one short sentence, a few masks; kernels.h's
+**     gemm_kernel_dot): dot products straight from the rows of W, which are
+**     read once from memory and reused from L1 for every token;
 **   - more rows: W is copied a strip at a time into a small transposed panel
 **     (in L2) and a register tile of y is accumulated from broadcasts of x,
 **     the classic blocked-GEMM inner loop.  This replaces OpenBLAS, which

@@ -132,6 +132,7 @@ int main(void) {
   int kernels = gemm_kernels();
   const char *name = gemm_kernels_name(kernels);
   int dot_max = kernels == GEMM_KERNELS_AVX512 ? GEMM_DOT_MAX_T : GEMM_AVX2_DOT_MAX_T;
+  int dot_max_deep = kernels == GEMM_KERNELS_AVX512 ? GEMM_DOT_MAX_T_DEEP : GEMM_AVX2_DOT_MAX_T;
   CHECK("gemm: gemm_have_avx512() agrees with gemm_kernels()",
         gemm_have_avx512() == (kernels == GEMM_KERNELS_AVX512));
   const char *cap = getenv("BERTFILL_KERNELS");
@@ -154,16 +155,19 @@ int main(void) {
     gemm_scratch_free(&s);
     TL_EXIT();
   }
-  printf("# gemm: checking the %s kernels (dot kernel up to %d rows)\n", name, dot_max);
+  printf("# gemm: checking the %s kernels (dot kernel up to %d rows, %d for K >= %d)\n", name,
+         dot_max, dot_max_deep, GEMM_DOT_DEEP_K);
 
   /* every remainder of the tiles: 3x4 and 3x8 (dot), 6x16 and 8x48 (panel); both sides of
   ** each switch between the kernels */
-  _Static_assert(GEMM_DOT_MAX_T == 48 && GEMM_AVX2_DOT_MAX_T == 80, "Ts lists 48, 49, 80, 81");
+  _Static_assert(GEMM_DOT_MAX_T == 24 && GEMM_DOT_MAX_T_DEEP == 48 && GEMM_AVX2_DOT_MAX_T == 80,
+                 "Ts lists 24, 25, 48, 49, 80, 81");
+  _Static_assert(GEMM_DOT_DEEP_K == 2048, "NKs lists K 2047 and 2100 (chunks of 768 and a tail)");
   static const int Ts[] = {1,  2,  3,  4,  5,  6,  7,  8,  13, 16, 17, 19, 23, 24, 25,
                            31, 32, 33, 36, 37, 48, 49, 64, 80, 81, 84, 85, 86, 89, 130};
   static const int NKs[][2] = {{1, 1},    {7, 5},    {31, 17},  {32, 16},   {33, 48},
                                {64, 100}, {100, 33}, {96, 768}, {200, 129}, {50, 7},
-                               {49, 9},   {17, 24},  {2, 3}};
+                               {49, 9},   {17, 24},  {2, 3},    {13, 2100}, {7, 2047}};
   int nshape = 0, nbad = 0;
   double worst = 0;
   char why[256] = "";

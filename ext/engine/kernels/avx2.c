@@ -495,6 +495,7 @@ AVX2 static void att_values(float *ctx, size_t ldc, const float *p, int ldp, int
 /* The set: gemm.c's job splitter runs the products, forward.c the rows. */
 static const gemm_kernel_table gemm_avx2 = {
   .dot_max_t = GEMM_AVX2_DOT_MAX_T,
+  .dot_max_t_deep = GEMM_AVX2_DOT_MAX_T,
   .dot_tile = TILE_R,
   .dot_unit = DOT_UNIT,
   .panel = PANEL,

@@ -7,11 +7,12 @@
 ** The products: the weights stay as PyTorch stores them ([out, in], read in
 ** place from the mmap).  Two kernels cover every size the encoder meets:
 **
-** Dot kernel (rows of x <= GEMM_DOT_MAX_T: one short sentence, a few masks):
-** a tile of 3 rows of W x 8 tokens (up to 8 tokens) or 4 x 6 (more) keeps 24
-** accumulators of 16 lanes; sums run over K and are reduced at the end.
-** Each row of W comes from memory once and is reused from L1 for every
-** token, while the rows after the tile
+** Dot kernel (rows of x <= GEMM_DOT_MAX_T, or GEMM_DOT_MAX_T_DEEP for K >=
+** GEMM_DOT_DEEP_K: one short sentence, a few masks): a tile of 6 rows of W
+** x 4 tokens (3 x 8 for 7-8 tokens) keeps 24 accumulators of 16 lanes; sums
+** run over K (in chunks of 768, so that 6 rows of W stay in L1) and are
+** reduced at the end.  Each row of W comes from memory once and is reused
+** from L1 for every token, while the rows after the tile
 ** (which follow in memory) are prefetched into L2 as one sequential run,
 ** spread over the tiles of all the tokens (prefetch.h).
 **
@@ -58,17 +59,25 @@
 #define INLINE static inline __attribute__((always_inline))
 
 /* ---- dot kernel ---- */
-/* Two tile shapes (rows of W x tokens), 24 accumulators + the rows of W + 1
-** token in registers: up to DOT_FEW_T tokens 3 x 8 (one tile), more 4 x 6. */
-#define DOT_FEW_T 8
-#define DOT_STEP 12 /* columns per unit of work: a multiple of both tile heights */
+/* Two tile shapes, 24 accumulators of 16 lanes each.  7-8 tokens: one tile
+** of 3 rows of W x all the tokens, W's rows in registers (dot_tile_w).
+** Otherwise tiles of 6 rows of W x up to 4 tokens, the tokens' rows in
+** registers and W's rows loaded as they are used (dot_tile_x). */
+#define DOT_W_TILE_MIN 7 /* from this many tokens up to 8: dot_tile_w */
+#define DOT_W_TILE_MAX 8
+#define DOT_X_RW 6  /* dot_tile_x: rows of W ... */
+#define DOT_X_TJ 4  /* ... by up to this many tokens */
+#define DOT_KC 768  /* dot_tile_x runs k in chunks of this many (a multiple of 16) */
+#define DOT_STEP 12 /* columns per unit of work: a multiple of both tile heights (3, 6) */
 #define DOT_UNIT 24 /* least columns per unit of work (a multiple of DOT_STEP) */
+_Static_assert(DOT_STEP % 3 == 0 && DOT_STEP % DOT_X_RW == 0, "units hold whole tiles");
+_Static_assert(DOT_KC % 16 == 0, "chunks of whole vectors");
 
 /* y[j*ldy + i] = dot(w[i*K ...], x[j*K ...]) for i < R rows of W, j < J tokens
 ** (R and J are constants after inlining, so acc[][] lives in registers). */
-INLINE AVX512 void dot_tile(float *y, int ldy, const float *x, const float *w, int K, const int R,
-                            const int J, prefetch *pf) {
-  __m512 acc[4][8], wv[4];
+INLINE AVX512 void dot_tile_w(float *y, int ldy, const float *x, const float *w, int K, const int R,
+                              const int J, prefetch *pf) {
+  __m512 acc[3][8], wv[3];
 #pragma GCC unroll 8
   for (int i = 0; i < R; i++)
 #pragma GCC unroll 8
@@ -91,67 +100,136 @@ INLINE AVX512 void dot_tile(float *y, int ldy, const float *x, const float *w, i
     for (int j = 0; j < J; j++) y[(size_t)j * ldy + i] = _mm512_reduce_add_ps(acc[i][j]);
 }
 
-/* Tokens [t, t + J) against rows [o, o + R) of W, J (1..TJ) and R made
-** constants by the switch. */
-INLINE AVX512 void dot_tile_any(float *y, int N, const float *x, const float *w, int K, int J,
-                                const int R, const int TJ, prefetch *pf) {
-  switch (J) {
-#define J_(j) \
-  case j: dot_tile(y, N, x, w, K, R, j <= TJ ? j : TJ, pf); break;
-    J_(1) J_(2) J_(3) J_(4) J_(5) J_(6) J_(7) J_(8)
-#undef J_
+/* The same over k in [k0, k1) for R rows of W x J tokens (constants), the
+** tokens' rows in registers: the sums start at 0 (k0 == 0) or from part,
+** and end in y (k1 == K) or in part (16 lanes per sum, 64-byte aligned). */
+INLINE AVX512 void dot_tile_x(float *y, int ldy, const float *x, const float *w, int K, int k0,
+                              int k1, const int R, const int J, prefetch *pf, float *part) {
+  __m512 acc[DOT_X_RW][DOT_X_TJ];
+#pragma GCC unroll 8
+  for (int i = 0; i < R; i++)
+#pragma GCC unroll 4
+    for (int j = 0; j < J; j++)
+      acc[i][j] = k0 == 0 ? _mm512_setzero_ps() : _mm512_load_ps(part + 16 * (i * J + j));
+  for (int k = k0; k < k1; k += 16) {
+    __mmask16 m = tail16(K - k);
+    __m512 xv[DOT_X_TJ];
+#pragma GCC unroll 4
+    for (int j = 0; j < J; j++) xv[j] = _mm512_maskz_loadu_ps(m, x + (size_t)j * K + k);
+    prefetch_step_l2(pf, k >> 4);
+#pragma GCC unroll 8
+    for (int i = 0; i < R; i++) {
+      __m512 wv = _mm512_maskz_loadu_ps(m, w + (size_t)i * K + k);
+#pragma GCC unroll 4
+      for (int j = 0; j < J; j++) acc[i][j] = _mm512_fmadd_ps(wv, xv[j], acc[i][j]);
+    }
   }
+  if (k1 < K) {
+#pragma GCC unroll 8
+    for (int i = 0; i < R; i++)
+#pragma GCC unroll 4
+      for (int j = 0; j < J; j++) _mm512_store_ps(part + 16 * (i * J + j), acc[i][j]);
+    return;
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < R; i++)
+#pragma GCC unroll 4
+    for (int j = 0; j < J; j++) y[(size_t)j * ldy + i] = _mm512_reduce_add_ps(acc[i][j]);
 }
 
-/* dot_cols with tiles of TR rows of W by up to TJ tokens (constants). */
-INLINE AVX512 void dot_cols_tiled(float *y, const float *x, const float *W, int T, int N, int K,
-                                  int o0, int o1, const int TR, const int TJ) {
-  const int nt = (T + TJ - 1) / TJ;
+/* The rows of W after [o, o + R) in [o, o1), read next: one run of lines
+** prefetched over the steps of k of all nt tiles. */
+INLINE AVX512 prefetch dot_prefetch(const float *W, int K, int o, int R, int o1, int TR, int nt) {
+  int next = o1 - (o + R) < TR ? o1 - (o + R) : TR;
+  return prefetch_plan(W + (size_t)(o + R) * K, (long)next * K * (long)sizeof(float),
+                       (long)nt * ((K + 15) / 16));
+}
+
+/* Columns [o0, o1) with one dot_tile_w of 3 rows of W by all T (7..8) tokens. */
+INLINE AVX512 void dot_cols_w(float *y, const float *x, const float *W, int T, int N, int K, int o0,
+                              int o1) {
   for (int o = o0; o < o1;) {
-    const int R = o1 - o >= TR ? TR : 1;
-    /* the rows after these, read next: one run of lines over all the tiles */
-    int next = o1 - (o + R) < TR ? o1 - (o + R) : TR;
-    prefetch pf = prefetch_plan(W + (size_t)(o + R) * K, (long)next * K * (long)sizeof(float),
-                                (long)nt * ((K + 15) / 16));
-    for (int i = 0, t = 0; i < nt; i++) {
-      int J = kernels_tile_rows(T, t, i, nt);
-      if (R == TR)
-        dot_tile_any(y + (size_t)t * N + o, N, x + (size_t)t * K, W + (size_t)o * K, K, J, TR, TJ,
-                     &pf);
-      else
-        dot_tile_any(y + (size_t)t * N + o, N, x + (size_t)t * K, W + (size_t)o * K, K, J, 1, TJ,
-                     &pf);
-      t += J;
+    const int R = o1 - o >= 3 ? 3 : 1;
+    prefetch pf = dot_prefetch(W, K, o, R, o1, 3, 1);
+    float *yo = y + o;
+    const float *wo = W + (size_t)o * K;
+    if (R == 3) {
+      if (T == 8) dot_tile_w(yo, N, x, wo, K, 3, 8, &pf);
+      else dot_tile_w(yo, N, x, wo, K, 3, 7, &pf);
+    } else {
+      if (T == 8) dot_tile_w(yo, N, x, wo, K, 1, 8, &pf);
+      else dot_tile_w(yo, N, x, wo, K, 1, 7, &pf);
     }
     o += R;
   }
 }
 
-/* Columns [o0, o1) of y[T,N] = x[T,K] W[N,K]^T.  The T tokens are cut into
-** tiles of nearly equal size (13 tokens: 5 + 4 + 4, not 6 + 6 + 1): a tile
-** of few tokens has too few accumulators to hide the FMA latency.
-** Measured (AMD Zen 5, 2 cores, a bert-base-shaped model, one sentence,
-** fp32): with the panel kernel from 17 rows on, 16 -> 17 tokens cost +36%
-** (19.0 -> 25.9 ms), with this kernel 17 tokens 19.5 ms.
-** The next rows of W are prefetched into L2 (T1), one sequential run: on
-** AMD Zen 4 the former prefetch (the next tile's three rows at the same k,
-** into L1) left W read at 10-18 GB/s; with this one, bench_gemm at 8 rows
-** on 2 threads runs 101-143 GFLOP/s (was 54-71), one sentence of 20 tokens
-** 26.5 ms (was 36.5).  T0 instead of T1 pushed x's rows out of L1 (30-45%
-** slower).  Since then this kernel beats the panel kernel up to about 48
-** rows on Zen 4 (32 tokens 42 vs 48 ms; alike at 48, the panel kernel
-** ahead from 64): hence GEMM_DOT_MAX_T 48.  (Zen 5, with the former
-** prefetch, had the panel kernel 5-10% ahead at 32 rows; not measured
-** there with this one.)
-** Tiles: 3 rows of W x 8 tokens up to 8 tokens, 4 x 6 beyond (4 + 6 loads
-** per 24 FMAs, not 3 + 8, and x's rows read once per 4 rows of W): on the
-** Zen 4, bench_gemm at 16-48 rows 5-10% faster with 4 x 6 (K = 3072: 171-181
-** GFLOP/s against 149-167), one sentence of 32 tokens 33-35 ms against
-** 35-38; at 8 rows 4 x 6 (two tiles of 4) was up to 40% slower. */
+/* Tokens [t, t + J) (J 1..4) against rows [o, o + R) (R 6 or 1), k in [k0, k1). */
+INLINE AVX512 void dot_tile_x_any(float *y, int N, const float *x, const float *w, int K, int k0,
+                                  int k1, int J, const int R, prefetch *pf, float *part) {
+  switch (J) {
+    case 1: dot_tile_x(y, N, x, w, K, k0, k1, R, 1, pf, part); break;
+    case 2: dot_tile_x(y, N, x, w, K, k0, k1, R, 2, pf, part); break;
+    case 3: dot_tile_x(y, N, x, w, K, k0, k1, R, 3, pf, part); break;
+    default: dot_tile_x(y, N, x, w, K, k0, k1, R, 4, pf, part); break;
+  }
+}
+
+/* Columns [o0, o1) with dot_tile_x: for each 6 rows of W, k in chunks of
+** DOT_KC (6 rows of a chunk, 18 KB, stay in L1 for every tile of tokens;
+** the tiles' partial sums wait in part between chunks). */
+INLINE AVX512 void dot_cols_x(float *y, const float *x, const float *W, int T, int N, int K, int o0,
+                              int o1) {
+  enum { MAX_TILES = (GEMM_DOT_MAX_T_DEEP + DOT_X_TJ - 1) / DOT_X_TJ };
+  _Static_assert(GEMM_DOT_MAX_T <= GEMM_DOT_MAX_T_DEEP, "part holds the tiles of the most rows");
+  float part[MAX_TILES][DOT_X_RW * DOT_X_TJ * 16] __attribute__((aligned(64)));
+  const int nt = (T + DOT_X_TJ - 1) / DOT_X_TJ;
+  for (int o = o0; o < o1;) {
+    const int R = o1 - o >= DOT_X_RW ? DOT_X_RW : 1;
+    prefetch pf = dot_prefetch(W, K, o, R, o1, DOT_X_RW, nt);
+    const float *wo = W + (size_t)o * K;
+    for (int k0 = 0; k0 < K; k0 += DOT_KC) {
+      int k1 = K - k0 > DOT_KC ? k0 + DOT_KC : K;
+      for (int i = 0, t = 0; i < nt; i++) {
+        int J = kernels_tile_rows(T, t, i, nt);
+        float *yt = y + (size_t)t * N + o;
+        const float *xt = x + (size_t)t * K;
+        if (R == DOT_X_RW) dot_tile_x_any(yt, N, xt, wo, K, k0, k1, J, DOT_X_RW, &pf, part[i]);
+        else dot_tile_x_any(yt, N, xt, wo, K, k0, k1, J, 1, &pf, part[i]);
+        t += J;
+      }
+    }
+    o += R;
+  }
+}
+
+/* Columns [o0, o1) of y[T,N] = x[T,K] W[N,K]^T, T <= GEMM_DOT_MAX_T_DEEP.
+** The T tokens are cut into tiles of nearly equal size (13 tokens: 4 + 3 +
+** 3 + 3, not 4 + 4 + 4 + 1): a tile of few tokens has too few accumulators
+** to hide the FMA latency.  The next rows of W are prefetched into L2 (T1),
+** one sequential run: on AMD Zen 4 the former prefetch (the next tile's
+** rows at the same k, into L1) left W read at 10-18 GB/s; with this one
+** bench_gemm at 8 rows on 2 threads ran 101-143 GFLOP/s (was 54-71).  T0
+** instead of T1 pushed x's rows out of L1 (30-45% slower).
+** Tiles: measured on AMD Zen 5 (bench_gemm fp32, W from memory, 2 threads,
+** best of two interleaved rounds), 6 rows of W x 4 tokens with the tokens
+** in registers against the 4 x 6 tiles with W's rows in registers that ran
+** here before: 12-40 rows 20-40% faster on the 768-deep products (12 rows:
+** 140-150 GFLOP/s against 103-106; 24: 172-183 against 135), on the
+** 3072-deep one with the chunks of k 7-26% (24 rows 220 against 214,
+** 12 rows 184-192 against 152; without chunks it was slower than 4 x 6:
+** 6 rows of 3072 floats do not stay in L1).  8 x 3, 6 x 3, 4 x 5 and 12 x 2
+** were slower than 6 x 4, chunks of 256 or 384 no better than 768.  At 1-6
+** rows 6 x 4 is 0-40% faster than one 3 x 8 tile, at 8 rows 10-15% slower
+** on the 768-deep products: 7-8 tokens keep the 3 x 8 tile.  Against the
+** panel kernel: level at 24 rows on 768-deep products, behind from 28;
+** ahead up to 48 rows on the 3072-deep one (48 rows 230-236 against
+** 232-234, 32 rows 228-230 against 190-192): GEMM_DOT_MAX_T and
+** GEMM_DOT_MAX_T_DEEP (kernels.h). */
 AVX512 static void dot_cols(float *y, const float *x, const float *W, int T, int N, int K, int o0,
                             int o1) {
-  if (T <= DOT_FEW_T) dot_cols_tiled(y, x, W, T, N, K, o0, o1, 3, 8);
-  else dot_cols_tiled(y, x, W, T, N, K, o0, o1, 4, 6);
+  if (T >= DOT_W_TILE_MIN && T <= DOT_W_TILE_MAX) dot_cols_w(y, x, W, T, N, K, o0, o1);
+  else dot_cols_x(y, x, W, T, N, K, o0, o1);
 }
 
 /* ---- panel kernel ---- */
@@ -539,6 +617,7 @@ AVX512 static void add_avx512(float *x, const float *a, const float *b, int n) {
 /* The set: gemm.c's job splitter runs the products, forward.c the rows. */
 static const gemm_kernel_table gemm_avx512 = {
   .dot_max_t = GEMM_DOT_MAX_T,
+  .dot_max_t_deep = GEMM_DOT_MAX_T_DEEP,
   .dot_tile = DOT_STEP,
   .dot_unit = DOT_UNIT,
   .panel = PANEL,

@@ -48,7 +48,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define GEMM_DOT_MAX_T 48 /* up to this many rows of x: the dot kernel (AVX-512; see dot_cols) */
+/* Up to this many rows of x the dot kernel runs (AVX-512, see dot_cols),
+** more when the product is GEMM_DOT_DEEP_K or more deep. */
+#define GEMM_DOT_MAX_T 24
+#define GEMM_DOT_MAX_T_DEEP 48
+#define GEMM_DOT_DEEP_K 2048
 #define GEMM_AVX2_DOT_MAX_T 80 /* the same for the AVX2 kernels */
 
 /* n rows cut into nt register tiles of nearly equal height (8 rows in two:
@@ -62,7 +66,8 @@ static inline int kernels_tile_rows(int n, int done, int t, int nt) {
 ** W[N,K]^T with W as PyTorch stores it, and their shapes: what gemm_xwt's job
 ** splitter (gemm.c) needs to cut a job into units for them. */
 typedef struct gemm_kernel_table {
-  int dot_max_t;  /* up to this many rows of x: the dot kernel; more: the panel kernel */
+  int dot_max_t;      /* up to this many rows of x: the dot kernel; more: the panel kernel */
+  int dot_max_t_deep; /* the same when K >= GEMM_DOT_DEEP_K */
   int dot_tile;   /* a dot kernel unit's columns: a multiple of this (its tile heights divide it) */
   int dot_unit;   /* least columns per unit of work of the dot kernel */
   int panel;      /* output columns per strip of the panel kernel */
@@ -86,6 +91,11 @@ typedef struct gemm_kernel_table {
   void (*att_values)(float *ctx, size_t ldc, const float *p, int ldp, int Lq, const float *v,
                      size_t ldv, int L, int d);
 } gemm_kernel_table;
+
+/* Whether y[T,N] = x[T,K] W[N,K]^T goes to kt's dot kernel (else its panel kernel). */
+static inline int gemm_kernel_dot(const gemm_kernel_table *kt, int T, int K) {
+  return T <= (K >= GEMM_DOT_DEEP_K ? kt->dot_max_t_deep : kt->dot_max_t);
+}
 
 /* The loops over one row of n floats that forward.c runs (LayerNorm, the
 ** residual and bias additions, bias + GELU, the softmax's max and
