@@ -191,7 +191,7 @@ INLINE AVX512 void dot_cols_x(float *y, const float *x, const float *W, int T, i
     for (int k0 = 0; k0 < K; k0 += DOT_KC) {
       int k1 = K - k0 > DOT_KC ? k0 + DOT_KC : K;
       for (int i = 0, t = 0; i < nt; i++) {
-        int J = kernels_tile_rows(T, t, i, nt);
+        int J = T - t < DOT_X_TJ ? T - t : DOT_X_TJ;
         float *yt = y + (size_t)t * N + o;
         const float *xt = x + (size_t)t * K;
         if (R == DOT_X_RW) dot_tile_x_any(yt, N, xt, wo, K, k0, k1, J, DOT_X_RW, &pf, part[i]);
@@ -204,9 +204,9 @@ INLINE AVX512 void dot_cols_x(float *y, const float *x, const float *W, int T, i
 }
 
 /* Columns [o0, o1) of y[T,N] = x[T,K] W[N,K]^T, T <= GEMM_DOT_MAX_T_DEEP.
-** The T tokens are cut into tiles of nearly equal size (13 tokens: 4 + 3 +
-** 3 + 3, not 4 + 4 + 4 + 1): a tile of few tokens has too few accumulators
-** to hide the FMA latency.  The next rows of W are prefetched into L2 (T1),
+** The T tokens are cut into tiles of 4 and one of what is left (13 tokens:
+** 4 + 4 + 4 + 1; nearly equal tiles, 4 + 3 + 3 + 3, were 8% slower at 13
+** and 17 tokens on Zen 5, one sentence, and level at 19-24).  The next rows of W are prefetched into L2 (T1),
 ** one sequential run: on AMD Zen 4 the former prefetch (the next tile's
 ** rows at the same k, into L1) left W read at 10-18 GB/s; with this one
 ** bench_gemm at 8 rows on 2 threads ran 101-143 GFLOP/s (was 54-71).  T0
