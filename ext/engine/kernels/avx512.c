@@ -228,32 +228,35 @@ INLINE AVX512 void dot_cols_x(float *y, const float *x, const float *W, int T, i
 }
 
 /* Columns [o0, o1) of y[T,N] = x[T,K] W[N,K]^T, T <= GEMM_DOT_MAX_T_DEEP.
-** The T tokens are cut into tiles of 4 and one of what is left (13 tokens:
-** 4 + 4 + 4 + 1; nearly equal tiles, 4 + 3 + 3 + 3, were 8% slower at 13
-** and 17 tokens on Zen 5, one sentence, and level at 19-24).  The next rows of W are prefetched into L2 (T1),
-** one sequential run: on AMD Zen 4 the former prefetch (the next tile's
-** rows at the same k, into L1) left W read at 10-18 GB/s; with this one
-** bench_gemm at 8 rows on 2 threads ran 101-143 GFLOP/s (was 54-71).  T0
-** instead of T1 pushed x's rows out of L1 (30-45% slower).
-** Tiles: measured on AMD Zen 5 (bench_gemm fp32, W from memory, 2 threads,
-** best of two interleaved rounds), 6 rows of W x 4 tokens with the tokens
-** in registers against the 4 x 6 tiles with W's rows in registers that ran
-** here before: 12-40 rows 20-40% faster on the 768-deep products (12 rows:
-** 140-150 GFLOP/s against 103-106; 24: 172-183 against 135), on the
-** 3072-deep one with the chunks of k 7-26% (24 rows 220 against 214,
-** 12 rows 184-192 against 152; without chunks it was slower than 4 x 6:
-** 6 rows of 3072 floats do not stay in L1).  8 x 3, 6 x 3, 4 x 5 and 12 x 2
-** were slower than 6 x 4, chunks of 256 or 384 no better than 768.  The
-** sums of a token's 6 rows go through one shuffle tree (hsum_rows, 21
-** operations for 6 sums, not 6 reductions of ~8): one sentence of 12-24
-** tokens 3-4% faster (three interleaved rounds); for the 3 x 8 tile no
-** difference, so it keeps its reductions.  At 1-6
-** rows 6 x 4 is 0-40% faster than one 3 x 8 tile, at 8 rows 10-15% slower
-** on the 768-deep products: 7-8 tokens keep the 3 x 8 tile.  Against the
-** panel kernel: level at 24 rows on 768-deep products, behind from 28;
-** ahead up to 48 rows on the 3072-deep one (48 rows 230-236 against
-** 232-234, 32 rows 228-230 against 190-192): GEMM_DOT_MAX_T and
-** GEMM_DOT_MAX_T_DEEP (kernels.h). */
+** Measured on AMD Zen 5 (bench_gemm fp32, W from memory, 2 threads, best
+** of interleaved rounds; one sentence for the whole encoder):
+**   - Tiles of 6 rows of W x 4 tokens, the tokens in registers, against the
+**     4 x 6 tiles with W's rows in registers that ran here before: 12-40
+**     rows 20-40% faster on the 768-deep products (12 rows 140-150 GFLOP/s
+**     against 103-106, 24 rows 172-183 against 135), 7-26% on the
+**     3072-deep one with k in chunks (12 rows 184-192 against 152; without
+**     chunks slower than 4 x 6: 6 rows of 3072 floats do not stay in L1).
+**     8 x 3, 6 x 3, 4 x 5 and 12 x 2 were slower; chunks of 256 or 384 no
+**     better than 768.  At 1-6 rows 6 x 4 is 0-40% faster than one 3 x 8
+**     tile, at 8 rows 10-15% slower on the 768-deep products: 7-8 tokens
+**     keep the 3 x 8 tile.
+**   - The tokens in tiles of 4 and one of what is left (13: 4 + 4 + 4 + 1):
+**     nearly equal tiles (4 + 3 + 3 + 3) were 8% slower at 13 and 17
+**     tokens, level at 19-24.
+**   - A token's 6 sums through one shuffle tree (hsum_rows) instead of 6
+**     reductions: 12-24 tokens 3-4% faster; the 3 x 8 tile showed no
+**     difference and keeps its reductions.
+**   - Against the panel kernel: level at 24 rows on the 768-deep products,
+**     behind from 28; ahead up to 48 rows on the 3072-deep one (32 rows
+**     228-230 against 190-192, 48 rows 230-236 against 232-234): hence
+**     GEMM_DOT_MAX_T and GEMM_DOT_MAX_T_DEEP (kernels.h).
+** The next rows of W are prefetched into L2 (T1) as one sequential run: on
+** AMD Zen 4 the former prefetch (the next tile's rows at the same k, into
+** L1) left W read at 10-18 GB/s; with this one bench_gemm at 8 rows on 2
+** threads ran 101-143 GFLOP/s (was 54-71).  T0 instead of T1 pushed x's
+** rows out of L1 there (30-45% slower); with the 6 x 4 tiles on Zen 5,
+** T0, and prefetching one or two blocks of rows further ahead, measured
+** within noise. */
 AVX512 static void dot_cols(float *y, const float *x, const float *W, int T, int N, int K, int o0,
                             int o1) {
   if (T >= DOT_W_TILE_MIN && T <= DOT_W_TILE_MAX) dot_cols_w(y, x, W, T, N, K, o0, o1);
