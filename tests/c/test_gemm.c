@@ -2,8 +2,9 @@
 ** test_gemm.c — the matrix kernels of ext/engine/kernels/avx512.c and
 ** kernels/avx2.c, run by gemm.c's job splitter (gemm_xwt), against a plain
 ** double loop: y[T,N] = x[T,K] W[N,K]^T
-** for shapes that hit every path (dot kernel up to GEMM_DOT_MAX_T or
-** GEMM_AVX2_DOT_MAX_T rows, panel kernel beyond; K and N not multiples of 8,
+** for shapes that hit every path (dot kernel up to GEMM_DOT_MAX_T rows, or
+** GEMM_DOT_MAX_T_DEEP for K >= GEMM_DOT_DEEP_K, or GEMM_AVX2_DOT_MAX_T rows;
+** panel kernel beyond; K in chunks and a tail; K and N not multiples of 8,
 ** 16 or 32; one to three outputs per job; 1, 2 and 3 threads), results
 ** independent of the thread count.  It checks the kernels gemm_kernels()
 ** chose (tests/c/t_c.sh gemm runs it under each BERTFILL_KERNELS setting); where
@@ -158,8 +159,8 @@ int main(void) {
   printf("# gemm: checking the %s kernels (dot kernel up to %d rows, %d for K >= %d)\n", name,
          dot_max, dot_max_deep, GEMM_DOT_DEEP_K);
 
-  /* every remainder of the tiles: 3x4 and 3x8 (dot), 6x16 and 8x48 (panel); both sides of
-  ** each switch between the kernels */
+  /* every remainder of the tiles: 6x4 and 3x8 (AVX-512 dot), 3x4 (AVX2 dot), 6x16 and 8x48
+  ** (panel); both sides of each switch between the kernels */
   _Static_assert(GEMM_DOT_MAX_T == 24 && GEMM_DOT_MAX_T_DEEP == 48 && GEMM_AVX2_DOT_MAX_T == 80,
                  "Ts lists 24, 25, 48, 49, 80, 81");
   _Static_assert(GEMM_DOT_DEEP_K == 2048, "NKs lists K 2047 and 2100 (chunks of 768 and a tail)");
