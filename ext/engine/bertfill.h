@@ -168,7 +168,12 @@ typedef struct bf_model bf_model;
 ** An int8 load keeps its quantized weights in dir/model.int8.safetensors,
 ** written on the first int8 load when dir is writable and mmapped (shared
 ** by every process) from then on; in a read-only dir they are made at load
-** into private memory (see bf_model_int8_source). */
+** into private memory (see bf_model_int8_source).  An fp32 load on a CPU
+** with AVX-512 keeps the encoder's matrices, packed into the panels its
+** products read, in dir/model.packed.safetensors (the same size as the
+** matrices: 340 MB for bert-base), made the same way; without it (read-only
+** dir, BERTFILL_PACKED=0) the products read the weights in place, a little
+** slower (see bf_model_packed_source). */
 #define BF_HAVE_PRECISION 1
 typedef enum { BF_PRECISION_FP32 = 0, BF_PRECISION_INT8 = 1 } bf_precision;
 /* "fp32" or "int8" (any letter case) into *out: 0; anything else: -1. */
@@ -195,6 +200,12 @@ bf_precision bf_model_precision(const bf_model *m);
 ** dir/model.int8.safetensors, shared between processes), "memory" (made at
 ** load, private to the process: the directory was not writable); "" for fp32. */
 const char *bf_model_int8_source(const bf_model *m);
+/* Where an fp32 model's products read the encoder's matrices: "file"
+** (packed panels, mmapped dir/model.packed.safetensors, shared between
+** processes), or "in place (why)": the rows of model.safetensors, because
+** the kernels have no use for panels (no AVX-512), BERTFILL_PACKED=0, or
+** the directory could not be written; "" for int8. */
+const char *bf_model_packed_source(const bf_model *m);
 /* Token string for display: vocabulary entry with a leading "##" removed. */
 const char *bf_model_token(const bf_model *m, int32_t id);
 /* A 16-hex-digit fingerprint of config, vocabulary, every weight byte and

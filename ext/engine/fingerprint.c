@@ -120,9 +120,8 @@ static int check_file(const bf_model *m, int fd, size_t len, int64_t mtime_then,
 int bf_model_check(const bf_model *m, char *err, size_t errlen) {
   if (!m || !m->map) return BF_OK;
   int rc = check_file(m, m->map_fd, m->map_len, m->map_mtime_ns, "model.safetensors", err, errlen);
-  if (rc == BF_OK && m->map8)
-    rc = check_file(m, m->map8_fd, m->map8_len, m->map8_mtime_ns, "model.int8.safetensors", err,
-                    errlen);
+  if (rc == BF_OK && m->dmap)
+    rc = check_file(m, m->dmap_fd, m->dmap_len, m->dmap_mtime_ns, m->dmap_file, err, errlen);
   return rc;
 }
 

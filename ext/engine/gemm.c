@@ -118,12 +118,33 @@ void gemm_post_rows(gemm_post_fn post, const float *post_bias, float *y, int n, 
 
 /* ---- fp32 ---- */
 
+size_t gemm_packed_floats(int n, int k) {
+  return (size_t)((n + GEMM_PACK - 1) / GEMM_PACK) * GEMM_PACK * (size_t)k;
+}
+
+void gemm_pack_panels(float *wp, const float *w, int n, int k) {
+  enum { KB = 64 }; /* k in blocks, so that the panel's rows of W stay in cache */
+  for (int p = 0; p < (n + GEMM_PACK - 1) / GEMM_PACK; p++) {
+    float *dst = wp + (size_t)p * GEMM_PACK * (size_t)k;
+    int rows = n - p * GEMM_PACK < GEMM_PACK ? n - p * GEMM_PACK : GEMM_PACK;
+    for (int j0 = 0; j0 < k; j0 += KB) {
+      int j1 = k - j0 < KB ? k : j0 + KB;
+      for (int c = 0; c < GEMM_PACK; c++) {
+        const float *row = c < rows ? w + (size_t)(p * GEMM_PACK + c) * (size_t)k : NULL;
+        for (int j = j0; j < j1; j++) dst[(size_t)j * GEMM_PACK + c] = row ? row[j] : 0.0f;
+      }
+    }
+  }
+}
+
+enum { KERNEL_DOT, KERNEL_PANEL, KERNEL_PACKED };
+
 typedef struct gemm_job {
   const gemm_kernel_table *kt;
   gemm_scratch *s; /* panel[tid]: the panel buffer of each thread */
   const float *x;
   int T, K, nout, nt;
-  int panel; /* 1: panel kernel, 0: dot kernel */
+  int kernel; /* KERNEL_DOT, KERNEL_PANEL or KERNEL_PACKED */
   gemm_out out[GEMM_MAX_OUT];
   const gemm_unit *units;
   int nunits;
@@ -136,15 +157,17 @@ static void run_unit(void *arg, int u, int tid) {
   const float *x = j->x + (size_t)w->t0 * j->K;
   float *y = g->y + (size_t)w->t0 * g->n;
   int T = w->t1 - w->t0;
-  if (j->panel) {
-    float *wp = j->s->panel[tid];
+  if (j->kernel == KERNEL_DOT) {
+    j->kt->dot_cols(y, x, g->w, T, g->n, j->K, w->c0, w->c1);
+  } else {
     /* meanwhile prefetch the strip this thread most likely takes next: the
     ** unit after the ones the other threads are taking now */
     int next = g->n, v = u + j->nt;
     if (v < j->nunits && j->units[v].o == w->o && j->units[v].c0 > w->c0) next = j->units[v].c0;
-    j->kt->panel_strip(wp, y, x, g->w, T, g->n, j->K, w->c0, w->c1 - w->c0, next);
-  } else {
-    j->kt->dot_cols(y, x, g->w, T, g->n, j->K, w->c0, w->c1);
+    if (j->kernel == KERNEL_PACKED)
+      j->kt->packed_cols(y, x, g->wp, T, g->n, j->K, w->c0, w->c1, next);
+    else
+      j->kt->panel_strip(j->s->panel[tid], y, x, g->w, T, g->n, j->K, w->c0, w->c1 - w->c0, next);
   }
   gemm_post_rows(g->post, g->post_bias, g->y, g->n, w->t0, w->t1, w->c0, w->c1);
 }
@@ -159,7 +182,10 @@ int gemm_xwt(bf_pool *p, gemm_scratch *s, int nthreads, const float *x, int T, i
   long work = 0;
   for (int o = 0; o < nout; o++) work += (long)out[o].n * K;
   if (work < 65536 || !p || !s) nthreads = 1; /* too little to be worth waking anyone */
-  int panel = !gemm_kernel_dot(kt, T, K);
+  int packed = kt->packed_cols != NULL;
+  for (int o = 0; o < nout; o++) packed &= out[o].wp != NULL;
+  int kernel = packed ? KERNEL_PACKED : gemm_kernel_dot(kt, T, K) ? KERNEL_DOT : KERNEL_PANEL;
+  int panel = kernel == KERNEL_PANEL;
 
   /* panel buffers: one per thread that may take part (kept in s), or one of
   ** this call's own without s */
@@ -182,7 +208,9 @@ int gemm_xwt(bf_pool *p, gemm_scratch *s, int nthreads, const float *x, int T, i
   if (nthreads == 1) { /* this thread does it all, strip after strip */
     float *wp = s ? s->panel[0] : solo;
     for (int o = 0; o < nout; o++) {
-      if (!panel) {
+      if (kernel == KERNEL_PACKED) {
+        kt->packed_cols(out[o].y, x, out[o].wp, T, out[o].n, K, 0, out[o].n, out[o].n);
+      } else if (kernel == KERNEL_DOT) {
         kt->dot_cols(out[o].y, x, out[o].w, T, out[o].n, K, 0, out[o].n);
       } else {
         for (int c0 = 0; c0 < out[o].n; c0 += kt->panel) {
@@ -199,6 +227,7 @@ int gemm_xwt(bf_pool *p, gemm_scratch *s, int nthreads, const float *x, int T, i
   /* more threads (and so a pool and s): the units, planned into s's table */
   split_rule rule = {kt->dot_tile, kt->dot_unit, 1, 0, 1, 0};
   if (panel) rule = (split_rule){kt->panel, kt->panel, 0, 0, kt->panel_rows, 1};
+  if (kernel == KERNEL_PACKED) rule = (split_rule){GEMM_PACK, GEMM_PACK, 0, 0, kt->packed_rows, 1};
   int n[GEMM_MAX_OUT], most;
   for (int o = 0; o < nout; o++) n[o] = out[o].n;
   if (reserve_units(s, &rule, n, nout, T, nthreads, &most) != 0) return GEMM_NOMEM;
@@ -211,7 +240,7 @@ int gemm_xwt(bf_pool *p, gemm_scratch *s, int nthreads, const float *x, int T, i
   j.K = K;
   j.nout = nout;
   j.nt = nthreads;
-  j.panel = panel;
+  j.kernel = kernel;
   for (int o = 0; o < nout; o++) j.out[o] = out[o];
   j.units = s->units;
   j.nunits = plan_units(&rule, s->units, most, n, nout, T, nthreads);

@@ -16,6 +16,10 @@
 **     the classic blocked-GEMM inner loop.  This replaces OpenBLAS, which
 **     repacks all of W on every call and is 20-30% slower here for the sizes
 **     of one sentence.
+** When every output comes with W already packed (gemm_out.wp: the panels of
+** model.packed.safetensors, packed.c) and the set has a packed kernel
+** (AVX-512), that kernel runs for any number of rows: the same register
+** tiles as the panel kernel on the packed panels, with no copying per call.
 ** Both run through one job splitter (gemm.c): work is split into units (runs
 ** of output columns; the last strips of a job also by rows, so that the
 ** units shrink towards its end) taken dynamically by the threads of a
@@ -65,7 +69,15 @@ typedef struct gemm_out {
   int n;
   gemm_post_fn post; /* may be NULL */
   const float *post_bias;
+  const float *wp; /* w packed by gemm_pack_panels, or NULL (then w is read in place) */
 } gemm_out;
+
+/* W[n, k] packed into panels for the kernel sets' packed kernels
+** (kernels.h's packed_cols): wp[p][j][c] = W[p * GEMM_PACK + c][j] for
+** panel p < ceil(n / GEMM_PACK), j < k, c < GEMM_PACK (0 past the last
+** row of W): gemm_packed_floats(n, k) floats. */
+size_t gemm_packed_floats(int n, int k);
+void gemm_pack_panels(float *wp, const float *w, int n, int k);
 
 /* The buffers gemm_xwt keeps between calls (zero-initialise; one per pool):
 ** the packed panel of W of each thread, and the table of units of a job. */

@@ -538,6 +538,7 @@ bf_model *bf_model_load_as(const char *dir, bf_precision precision, char *err, s
   }
   snprintf(m->dtype, sizeof m->dtype, "%s", L.mixed ? "mixed" : L.dtype0);
   m->precision = precision;
+  if (precision == BF_PRECISION_FP32) bf_packed_attach(m);
   /* the header table is no longer needed; keep only the mapping */
   L.st.map = NULL;
   L.st.fd = -1;

@@ -4,6 +4,7 @@
 ** owns (mappings, converted tensors, the int8 copy), and read through the
 ** accessors of bertfill.h.  Its layout is model.h's.
 */
+#include "derived.h"
 #include "model.h"
 #include "util.h"
 
@@ -18,7 +19,8 @@ bf_model *bf_model_new(const char *dir) {
   if (!m) return NULL;
   pthread_mutex_init(&m->fp_mu, NULL);
   m->int8_source = "";
-  m->map8_fd = -1;
+  m->packed_source = "";
+  m->dmap_fd = -1;
   atomic_init(&m->refcount, 1);
   m->dir = strdup(dir);
   if (!m->dir) {
@@ -36,6 +38,7 @@ void bf_model_free(bf_model *m) {
   free(m->owned);
   free(m->layers);
   bf_quantized_detach(m);
+  derived_unmap(m);
   if (m->map) {
     munmap(m->map, m->map_len);
     if (m->map_fd >= 0) close(m->map_fd);
@@ -60,6 +63,7 @@ const char *bf_model_dir(const bf_model *m) { return m->dir; }
 const char *bf_model_dtype(const bf_model *m) { return m->dtype; }
 bf_precision bf_model_precision(const bf_model *m) { return m->precision; }
 const char *bf_model_int8_source(const bf_model *m) { return m->int8_source; }
+const char *bf_model_packed_source(const bf_model *m) { return m->packed_source; }
 
 const char *bf_model_token(const bf_model *m, int32_t id) {
   if (!m || id < 0 || id >= m->cfg.vocab_size) return NULL;

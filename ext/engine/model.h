@@ -28,6 +28,9 @@ typedef struct bf_layer {
   const float *oln_g, *oln_b; /* [H]         output.LayerNorm */
   /* int8 copies of the six matrices (int8 loads only; quantized.c) */
   qg_weights q8, k8, v8, ao8, i8, o8;
+  /* the same six as packed fp32 panels (fp32 loads with packed panels;
+  ** packed.c, gemm.h's GEMM_PACK), else NULL */
+  const float *q_p, *k_p, *v_p, *ao_p, *i_p, *o_p;
 } bf_layer;
 
 struct bf_model {
@@ -53,11 +56,18 @@ struct bf_model {
 
   bf_precision precision;
   const char *int8_source; /* "file", "memory" or "" (fp32) */
-  void *map8;              /* mmap of model.int8.safetensors (int8 from a file) */
-  size_t map8_len;
-  int map8_fd;           /* its descriptor (bf_model_check watches it too), or -1 */
-  int64_t map8_mtime_ns; /* its modification time when mapped */
-  void *own8;            /* the quantized weights in private memory (int8, read-only dir) */
+  void *own8;              /* the quantized weights in private memory (int8, read-only dir) */
+  /* fp32 loads: the encoder's matrices as packed panels (packed.c), or
+  ** "in place" (NULL panels: the kernels read the rows of W) */
+  const char *packed_source; /* "file", or why not: "in place (...)"; "" for int8 */
+
+  /* the file of derived weights (derived.h): model.int8.safetensors of an
+  ** int8 load, model.packed.safetensors of an fp32 load, or none */
+  void *dmap;
+  size_t dmap_len;
+  int dmap_fd;           /* its descriptor (bf_model_check watches it too), or -1 */
+  int64_t dmap_mtime_ns; /* its modification time when mapped */
+  const char *dmap_file; /* its name in dir */
 
   /* display strings: vocab entries with a leading "##" removed */
   char **display; /* [V] */
@@ -104,5 +114,14 @@ void bf_model_warm_up(bf_model *m, uint64_t t0);
 int bf_quantized_attach(bf_model *m, char *err, size_t errlen);
 /* Unmap / free what bf_quantized_attach set up. */
 void bf_quantized_detach(bf_model *m);
+
+/* packed.c: give an fp32 load the packed panels of its encoder's matrices
+** (m->layers[*].*_p, packed_source) from dir/model.packed.safetensors when
+** it is there and was made from this very model.safetensors, else by
+** packing now and writing that file; when the kernels have no use for
+** panels (no AVX-512), BERTFILL_PACKED=0 says no, or the file cannot be
+** written, the products read W in place (packed_source says why).  Never
+** fails: the panels only make the products faster. */
+void bf_packed_attach(bf_model *m);
 
 #endif

@@ -35,8 +35,9 @@ static void populate(const bf_model *m, const void *p, size_t len) {
 }
 
 /* The warm-up: the weights the products use come into the page tables (an
-** fp32 model's whole file; an int8 model's int8 file, its fp32 file holding
-** only embeddings, LayerNorms and biases that the first calls bring in),
+** fp32 model's packed file, or its whole file when it has none; an int8
+** model's int8 file; the fp32 file then holds only embeddings, LayerNorms,
+** biases and the head's matrices, which the first calls bring in),
 ** then the fingerprint is computed, so that the first call after bert_load
 ** pays for neither.
 **
@@ -106,10 +107,13 @@ void bf_model_warm_up(bf_model *m, uint64_t t0) {
   if (!bf_env_flag("BERTFILL_WARM_UP", 1)) return;
   warm_job *w = calloc(1, sizeof *w);
   if (!w) return;
-  int int8 = m->precision == BF_PRECISION_INT8;
+  /* the products read the derived file (int8 codes, packed panels) when
+  ** there is one, else the fp32 file; an int8 load without its file (the
+  ** copy in memory) has nothing to bring in */
+  int derived = m->precision == BF_PRECISION_INT8 || m->dmap;
   w->m = m;
-  w->p = int8 ? m->map8 : m->map;
-  w->len = int8 ? m->map8_len : m->map_len;
+  w->p = derived ? m->dmap : m->map;
+  w->len = derived ? m->dmap_len : m->map_len;
   if (!w->p) w->len = 0;
   pthread_mutex_init(&w->mu, NULL);
   pthread_condattr_t ca;

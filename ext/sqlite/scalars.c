@@ -193,6 +193,8 @@ static void debug_model(sqlite3_str *o, bfx_conn *c) {
     bfx_json_string(o, bf_precision_name(bf_model_precision(m)));
     sqlite3_str_appendall(o, ",\"int8_weights\":");
     bfx_json_string(o, bf_model_int8_source(m));
+    sqlite3_str_appendall(o, ",\"packed_weights\":");
+    bfx_json_string(o, bf_model_packed_source(m));
     sqlite3_str_appendf(o,
                         ",\"config\":{\"vocab_size\":%d,\"hidden_size\":%d,"
                         "\"num_hidden_layers\":%d,\"num_attention_heads\":%d,"

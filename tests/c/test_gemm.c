@@ -124,12 +124,49 @@ static void test_attention(const gemm_kernel_table *kt) {
   printf("# gemm: attention kernels, %d shapes, worst relative error %.3g\n", nrun, worst);
 }
 
+/* gemm_pack_panels against its definition (gemm.h), element by element:
+** wp[p][j][c] = W[p * GEMM_PACK + c][j], 0 past the last row; nothing
+** written past gemm_packed_floats. */
+static void test_pack_layout(void) {
+  static const int NKs[][2] = {{1, 1}, {64, 3}, {65, 70}, {130, 129}, {200, 7}};
+  int nbad = 0;
+  char why[160] = "";
+  for (size_t b = 0; b < sizeof NKs / sizeof NKs[0]; b++) {
+    int n = NKs[b][0], k = NKs[b][1];
+    size_t nf = gemm_packed_floats(n, k);
+    float *w = malloc(sizeof(float) * n * k), *wp = malloc(sizeof(float) * (nf + 16));
+    for (int i = 0; i < n * k; i++) w[i] = frand();
+    for (size_t i = 0; i < nf + 16; i++) wp[i] = NAN;
+    gemm_pack_panels(wp, w, n, k);
+    if (nf != (size_t)((n + 63) / 64) * 64 * k)
+      nbad++, snprintf(why, sizeof why, "n=%d k=%d: size %zu", n, k, nf);
+    for (int p = 0; p < (n + 63) / 64; p++)
+      for (int j = 0; j < k; j++)
+        for (int c = 0; c < 64; c++) {
+          int r = p * 64 + c;
+          float want = r < n ? w[(size_t)r * k + j] : 0.0f;
+          if (memcmp(&wp[((size_t)p * k + j) * 64 + c], &want, sizeof want) != 0) {
+            nbad++;
+            snprintf(why, sizeof why, "n=%d k=%d: panel %d, k %d, column %d", n, k, p, j, c);
+          }
+        }
+    for (int i = 0; i < 16; i++)
+      if (!isnan(wp[nf + i]))
+        nbad++, snprintf(why, sizeof why, "n=%d k=%d: written past the end", n, k);
+    free(w);
+    free(wp);
+  }
+  CHECKF("gemm: gemm_pack_panels lays W out as gemm.h says", nbad == 0, "%d wrong; last: %s", nbad,
+         why);
+}
+
 int main(void) {
   for (int i = 0; i < 256; i++) post_bias[i] = frand();
   bf_pool *p = bf_pool_new();
   gemm_scratch s = {0};
   CHECK("gemm: pool created", p != NULL);
 
+  test_pack_layout();
   int kernels = gemm_kernels();
   const char *name = gemm_kernels_name(kernels);
   int dot_max = kernels == GEMM_KERNELS_AVX512 ? GEMM_DOT_MAX_T : GEMM_AVX2_DOT_MAX_T;
@@ -145,7 +182,7 @@ int main(void) {
   CHECKF("gemm: BERTFILL_KERNELS and BERTFILL_NO_AVX512 cap the kernels", cap_ok, "got %s", name);
   if (kernels == GEMM_KERNELS_OPENBLAS) {
     float x = 1, w = 1, y = 0;
-    gemm_out o = {&y, &w, 1, NULL, NULL};
+    gemm_out o = {&y, &w, 1, NULL, NULL, NULL};
     CHECK("gemm: no kernels: GEMM_NO_KERNEL",
           gemm_xwt(p, &s, 1, &x, 1, 1, 1, &o) == GEMM_NO_KERNEL);
     if (getenv("BERTFILL_KERNELS") || getenv("BERTFILL_NO_AVX512"))
@@ -182,71 +219,84 @@ int main(void) {
       for (int i = 0; i < 3; i++) y[i] = malloc(sizeof(float) * T * N);
       /* three outputs of different widths share x: N, N-1 (if > 0), N */
       int n2 = N > 1 ? N - 1 : N;
-      gemm_out o[3] = {{y[0], W, N, NULL, NULL},
-                       {y[1], W + (size_t)N * K, n2, NULL, NULL},
-                       {y[2], W + (size_t)2 * N * K, N, NULL, NULL}};
-      for (int nt = 1; nt <= 3; nt++) {
-        for (int i = 0; i < 3; i++)
-          for (int j = 0; j < T * N; j++) y[i][j] = NAN;
-        int rc = gemm_xwt(p, &s, nt, x, T, K, 3, o);
-        nshape++;
-        if (rc != GEMM_OK) {
-          nbad++;
-          snprintf(why, sizeof why, "T=%d N=%d K=%d threads=%d: rc %d", T, N, K, nt, rc);
-          continue;
-        }
-        for (int i = 0; i < 3; i++) {
-          double e = max_err(y[i], x, o[i].w, T, o[i].n, K);
-          if (e > worst) worst = e;
-          if (!(e < 1e-5)) {
+      /* each output's W also packed into panels (gemm_pack_panels) */
+      float *Wp[3];
+      for (int i = 0; i < 3; i++) {
+        Wp[i] = malloc(sizeof(float) * gemm_packed_floats(N, K));
+        gemm_pack_panels(Wp[i], W + (size_t)i * N * K, i == 1 ? n2 : N, K);
+      }
+      for (int pk = 0; pk < 2; pk++) { /* W in place, then packed */
+        gemm_out o[3] = {{y[0], W, N, NULL, NULL, pk ? Wp[0] : NULL},
+                         {y[1], W + (size_t)N * K, n2, NULL, NULL, pk ? Wp[1] : NULL},
+                         {y[2], W + (size_t)2 * N * K, N, NULL, NULL, pk ? Wp[2] : NULL}};
+        const char *how = pk ? " packed" : "";
+        for (int nt = 1; nt <= 3; nt++) {
+          for (int i = 0; i < 3; i++)
+            for (int j = 0; j < T * N; j++) y[i][j] = NAN;
+          int rc = gemm_xwt(p, &s, nt, x, T, K, 3, o);
+          nshape++;
+          if (rc != GEMM_OK) {
             nbad++;
-            snprintf(why, sizeof why, "T=%d N=%d K=%d threads=%d output %d: relative error %g", T,
-                     o[i].n, K, nt, i, e);
+            snprintf(why, sizeof why, "T=%d N=%d K=%d%s threads=%d: rc %d", T, N, K, how, nt, rc);
+            continue;
+          }
+          for (int i = 0; i < 3; i++) {
+            double e = max_err(y[i], x, o[i].w, T, o[i].n, K);
+            if (e > worst) worst = e;
+            if (!(e < 1e-5)) {
+              nbad++;
+              snprintf(why, sizeof why, "T=%d N=%d K=%d%s threads=%d output %d: relative error %g",
+                       T, o[i].n, K, how, nt, i, e);
+            }
+          }
+          if (nt == 1) memcpy(y1, y[0], sizeof(float) * T * N);
+          else if (memcmp(y1, y[0], sizeof(float) * T * N) != 0) {
+            nbad++;
+            snprintf(why, sizeof why, "T=%d N=%d K=%d%s: %d threads differ from 1 thread", T, N, K,
+                     how, nt);
           }
         }
-        if (nt == 1) memcpy(y1, y[0], sizeof(float) * T * N);
-        else if (memcmp(y1, y[0], sizeof(float) * T * N) != 0) {
-          nbad++;
-          snprintf(why, sizeof why, "T=%d N=%d K=%d: %d threads differ from 1 thread", T, N, K, nt);
-        }
-      }
-      /* a post operation runs on each unit's columns: the same y as the
+        /* a post operation runs on each unit's columns: the same y as the
       ** product and then post on whole rows, on 1-3 threads */
-      for (int t = 0; t < T; t++) test_post(y1 + (size_t)t * N, post_bias, N);
-      for (int nt = 1; nt <= 3; nt++) {
+        for (int t = 0; t < T; t++) test_post(y1 + (size_t)t * N, post_bias, N);
+        for (int nt = 1; nt <= 3; nt++) {
+          for (int j = 0; j < T * N; j++) y[0][j] = NAN;
+          gemm_out op = {y[0], W, N, test_post, post_bias, o[0].wp};
+          int rc = gemm_xwt(p, &s, nt, x, T, K, 1, &op);
+          nshape++;
+          if (rc != GEMM_OK || memcmp(y1, y[0], sizeof(float) * T * N) != 0) {
+            nbad++;
+            snprintf(why, sizeof why, "T=%d N=%d K=%d%s threads=%d: with post, rc %d, another y", T,
+                     N, K, how, nt, rc);
+          }
+        }
+        /* one output, no pool */
         for (int j = 0; j < T * N; j++) y[0][j] = NAN;
-        gemm_out op = {y[0], W, N, test_post, post_bias};
-        int rc = gemm_xwt(p, &s, nt, x, T, K, 1, &op);
+        gemm_out o1 = {y[0], W, N, NULL, NULL, o[0].wp};
+        int rc = gemm_xwt(NULL, NULL, 2, x, T, K, 1, &o1);
+        double e = rc == GEMM_OK ? max_err(y[0], x, W, T, N, K) : 1;
         nshape++;
-        if (rc != GEMM_OK || memcmp(y1, y[0], sizeof(float) * T * N) != 0) {
+        if (!(e < 1e-5)) {
           nbad++;
-          snprintf(why, sizeof why, "T=%d N=%d K=%d threads=%d: with post, rc %d, another y", T, N,
-                   K, nt, rc);
+          snprintf(why, sizeof why, "T=%d N=%d K=%d%s without a pool: rc %d error %g", T, N, K, how,
+                   rc, e);
         }
       }
-      /* one output, no pool */
-      for (int j = 0; j < T * N; j++) y[0][j] = NAN;
-      gemm_out o1 = {y[0], W, N, NULL, NULL};
-      int rc = gemm_xwt(NULL, NULL, 2, x, T, K, 1, &o1);
-      double e = rc == GEMM_OK ? max_err(y[0], x, W, T, N, K) : 1;
-      nshape++;
-      if (!(e < 1e-5)) {
-        nbad++;
-        snprintf(why, sizeof why, "T=%d N=%d K=%d without a pool: rc %d error %g", T, N, K, rc, e);
-      }
+      for (int i = 0; i < 3; i++) free(Wp[i]);
       free(x);
       free(W);
       free(y1);
       for (int i = 0; i < 3; i++) free(y[i]);
     }
-  CHECKF("gemm: all shapes match the double loop (relative 1e-5), same bits for 1-3 threads",
+  CHECKF("gemm: all shapes, W in place and packed, match the double loop (relative 1e-5), same "
+         "bits for 1-3 threads",
          nbad == 0, "%d of %d runs wrong; last: %s", nbad, nshape, why);
   printf("# gemm: %d runs, worst relative error %.3g\n", nshape, worst);
 
   test_attention(kernels_chosen()->gemm);
 
   float x = 1, w = 2, y = 0;
-  gemm_out bad = {&y, &w, 1, NULL, NULL};
+  gemm_out bad = {&y, &w, 1, NULL, NULL, NULL};
   CHECK("gemm: 0 outputs refused", gemm_xwt(p, &s, 1, &x, 1, 1, 0, &bad) != GEMM_OK);
   CHECK("gemm: 4 outputs refused", gemm_xwt(p, &s, 1, &x, 1, 1, 4, &bad) != GEMM_OK);
   bf_pool_free(p);

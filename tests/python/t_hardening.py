@@ -37,7 +37,7 @@ def copy_model(tmp, name="m"):
     d = os.path.join(tmp, name)
     os.mkdir(d)
     for f in os.listdir(TINY):
-        if f in ("model.int8.safetensors", "model.fingerprint"):
+        if f in ("model.int8.safetensors", "model.packed.safetensors", "model.fingerprint"):
             continue
         shutil.copy(os.path.join(TINY, f), d)
     return d
@@ -119,8 +119,10 @@ def test_fifos(tmp):
                       "%s: %s" % (died_how(rc), out[-300:]))
             shutil.rmtree(d)
     # the files bertfill writes next to the weights: a FIFO there is ignored
-    # (model.fingerprint) or replaced (model.int8.safetensors), never waited on
-    for f, precision in (("model.fingerprint", "fp32"), ("model.int8.safetensors", "int8")):
+    # (model.fingerprint) or replaced (model.int8.safetensors,
+    # model.packed.safetensors), never waited on
+    for f, precision in (("model.fingerprint", "fp32"), ("model.int8.safetensors", "int8"),
+                         ("model.packed.safetensors", "fp32")):
         d = copy_model(tmp, "fifo-" + f)
         os.mkfifo(os.path.join(d, f))
         rc, out = shell(["SELECT bert_load('%s', '%s') IS NOT NULL" % (d, precision),

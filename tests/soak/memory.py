@@ -13,7 +13,8 @@ precision (bert_load(dir, precision); the first int8 load writes
 model.int8.safetensors if it is not there), runs one bert_fill, and waits;
 the parent reads /proc/PID/smaps_rollup (Rss, Pss, private clean + dirty)
 and the lines of /proc/PID/smaps for the model's weight files
-(model.safetensors, model.int8.safetensors).  A baseline process that loaded the
+(model.safetensors, model.int8.safetensors, model.packed.safetensors: the
+packed fp32 panels an fp32 load with AVX-512 maps).  A baseline process that loaded the
 extension and OpenBLAS (SELECT bert_threads()) but no model gives the
 memory that is not bertfill's model; the extra private memory of a process
 with the model is private(process) - private(baseline), to compare with the
@@ -57,7 +58,7 @@ def rollup(pid):
     return out
 
 
-WEIGHT_FILES = ("/model.safetensors", "/model.int8.safetensors")
+WEIGHT_FILES = ("/model.safetensors", "/model.int8.safetensors", "/model.packed.safetensors")
 
 
 def model_mapping(pid, names=WEIGHT_FILES):

@@ -55,6 +55,10 @@
 #define GEMM_DOT_DEEP_K 2048
 #define GEMM_AVX2_DOT_MAX_T 80 /* the same for the AVX2 kernels */
 
+/* Output columns per panel of a packed W (gemm.h's gemm_pack_panels: the
+** layout of model.packed.safetensors, packed.c). */
+#define GEMM_PACK 64
+
 /* n rows cut into nt register tiles of nearly equal height (8 rows in two:
 ** 4 + 4, not 6 + 2): the height of tile t, done rows being cut already.
 ** The kernels' one copy of that rule. */
@@ -80,6 +84,14 @@ typedef struct gemm_kernel_table {
   ** prefetched */
   void (*panel_strip)(float *Wp, float *y, const float *x, const float *W, int T, int N, int K,
                       int n0, int nr, int next);
+  /* Optional (NULL: W is read in place only): columns [c0, c1) (c0 a
+  ** multiple of GEMM_PACK) of the same product from W's packed panels Wp
+  ** (gemm_pack_panels), for any number of rows; meanwhile the start of the
+  ** panel of column next (if next < N) is prefetched.  packed_rows: rows of
+  ** x per register tile. */
+  int packed_rows;
+  void (*packed_cols)(float *y, const float *x, const float *Wp, int T, int N, int K, int c0,
+                      int c1, int next);
   /* Optional (NULL: forward.c's plain C head_plain), one attention
   ** head straight from the rows of q, k, v (strides ldq, ldk, ldv; d
   ** columns): the scores s[i * lds + j] = scale * q_i . k_j for i < Lq, j <

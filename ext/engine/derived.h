@@ -1,0 +1,80 @@
+/*
+** derived.h — a file of weights made from a model's model.safetensors and
+** kept next to it (engine-internal): the int8 copies of an int8 load
+** (quantized.c, model.int8.safetensors) and the packed fp32 panels of an
+** fp32 load (packed.c, model.packed.safetensors).
+**
+** Such a file is a deterministic function of model.safetensors, so it is
+** made once, written under a temporary name and renamed into place (readers
+** never see half a file; two processes making it at once are harmless), and
+** mapped read-only by every later load (MAP_SHARED: processes share one copy
+** in the page cache).  It is a safetensors file:
+**   "<source>"   I64 [3]  {format version, size and mtime (ns) of the
+**                          model.safetensors it was made from}
+**   then the tensors of the spec, in its order, each at an offset that is a
+**   multiple of its alignment (the header is padded so that the data area
+**   starts on a multiple of 64 bytes too).
+** A file is used only when its source entry names the model just loaded and
+** every tensor has the dtype, shape and place the spec gives it; anything
+** else (stale, another model's, damaged) is made again.
+**
+**   derived_spec d = {.file = "model.int8.safetensors", .format = "bertfill int8 weights",
+**                     .source = "bertfill.int8.source", .version = 2, .t = t, .n = n};
+**   derived_layout(&d);                            // t[i].off, d.data_len
+**   const unsigned char *data;
+**   if (derived_map(m, &d, &data)) ...use data + t[i].off...
+**   else { make d.data_len bytes (derived_source_id first), derived_write, derived_map }
+** The mapping goes to the model (m->dmap ...: a model has at most one such
+** file), which bf_model_check watches and derived_unmap releases.
+*/
+#ifndef BERTFILL_DERIVED_H
+#define BERTFILL_DERIVED_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model.h"
+#include "safetensors.h"
+
+#define DERIVED_MAX_DIMS 4
+
+typedef struct derived_tensor {
+  char name[128];
+  st_dtype dtype;
+  int ndim;
+  int64_t shape[DERIVED_MAX_DIMS];
+  size_t bytes; /* its size */
+  size_t align; /* its offset is a multiple of this (a power of two) */
+  size_t off;   /* derived_layout: its offset in the data area */
+} derived_tensor;
+
+typedef struct derived_spec {
+  const char *file;   /* its name in the model's directory */
+  const char *format; /* the header's __metadata__ "format" */
+  const char *source; /* the name of the source entry */
+  int version;        /* bump when what the file holds changes */
+  derived_tensor *t;
+  int n;
+  size_t data_len; /* derived_layout: the size of the data area */
+} derived_spec;
+
+/* The offsets of d's tensors (after the 24-byte source entry) and the size
+** of the data area. */
+void derived_layout(derived_spec *d);
+
+/* The source entry of d for m (24 bytes) into data[0..24). */
+void derived_source_id(const bf_model *m, const derived_spec *d, unsigned char *data);
+
+/* Map m's file of d and, if it is this model's, hand the mapping to m
+** (m->dmap ...) and its data area to *data: 1.  Not there, or not a match:
+** 0 (nothing changed). */
+int derived_map(bf_model *m, const derived_spec *d, const unsigned char **data);
+
+/* Write d's file in m's directory, data being its data area (source entry
+** first), replacing any old one whole: 0, or -1 (nothing left behind). */
+int derived_write(const bf_model *m, const derived_spec *d, const unsigned char *data);
+
+/* Unmap and close what derived_map gave m (nothing if none). */
+void derived_unmap(bf_model *m);
+
+#endif

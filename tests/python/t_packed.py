@@ -1,0 +1,241 @@
+#!/usr/bin/python3
+"""t_packed.py — the packed fp32 weights through SQL: model.packed.safetensors
+(made by the first fp32 load where the kernels read panels, i.e. AVX-512;
+reused; made again when stale or damaged; never required: BERTFILL_PACKED=0,
+a directory the process cannot write, or a CPU without AVX-512 leave the
+products reading the weights in place), bert_debug's packed_weights, an
+error (never a crash) when the file changes under a loaded model, and the
+same answers either way (to float rounding: the sums run in another order).
+
+Each check copies a test model into a temporary directory, so that the file
+it writes never lands in build/models.  Through /usr/bin/python3's sqlite3.
+Run by tests/run.sh; prints "ok NAME" / "FAIL NAME: why" / "skip NAME: why".
+"""
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import tempfile
+
+from bftest import EXT, MODELS, TINY, check, error_of, exit_code, skip
+
+PACKED = "model.packed.safetensors"
+DERIVED = (PACKED, "model.int8.safetensors", "model.fingerprint")
+TEXTS = ["我[MASK]你", "今天天气真[MASK]啊，适合出去玩。", "学习要持之以恒，不能三天打鱼，两天[MASK]。"]
+
+
+def connect(path=":memory:"):
+    c = sqlite3.connect(path, isolation_level=None)
+    c.enable_load_extension(True)
+    c.load_extension(EXT)
+    c.enable_load_extension(False)
+    return c
+
+
+def one(c, sql, args=()):
+    return c.execute(sql, args).fetchone()[0]
+
+
+def model_debug(c):
+    return json.loads(one(c, "SELECT bert_debug()"))["model"]
+
+
+def copy_model(src, tmp, name):
+    d = os.path.join(tmp, name)
+    shutil.copytree(src, d, ignore=shutil.ignore_patterns(*DERIVED))
+    return d
+
+
+def answers(c):
+    one(c, "SELECT bert_cache('off')")
+    return [c.execute("SELECT token, score FROM fill_candidates(?, 5) ORDER BY mask, rank",
+                      (t,)).fetchall() for t in TEXTS]
+
+
+def close_enough(a, b, tol=2e-5):
+    """Same tokens in the same order, scores within tol."""
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b):
+        if [t for t, _ in x] != [t for t, _ in y]:
+            return False
+        if any(abs(p - q) > tol for (_, p), (_, q) in zip(x, y)):
+            return False
+    return True
+
+
+def in_place_answers(d):
+    """The answers with the weights read in place, from a fresh process."""
+    code = r"""
+import json, sqlite3, sys
+c = sqlite3.connect(":memory:")
+c.enable_load_extension(True)
+c.load_extension(sys.argv[1])
+c.execute("SELECT bert_load(?)", (sys.argv[2],)).fetchone()
+c.execute("SELECT bert_cache('off')").fetchone()
+m = json.loads(c.execute("SELECT bert_debug()").fetchone()[0])["model"]
+out = [c.execute("SELECT token, score FROM fill_candidates(?, 5) ORDER BY mask, rank", (t,)).fetchall()
+       for t in json.loads(sys.argv[3])]
+print(json.dumps([m["packed_weights"], out]))
+"""
+    env = dict(os.environ, BERTFILL_PACKED="0")
+    r = subprocess.run([sys.executable, "-c", code, EXT, d, json.dumps(TEXTS)],
+                       capture_output=True, text=True, env=env, timeout=120)
+    if r.returncode != 0:
+        return None, r.stderr.strip()[-400:]
+    src, out = json.loads(r.stdout)
+    return src, [[tuple(x) for x in rows] for rows in out]
+
+
+def test_file(tmp, model):
+    d = copy_model(model, tmp, "file-" + os.path.basename(model))
+    name = os.path.basename(model)
+    c = connect()
+    one(c, "SELECT bert_load(?)", (d,))
+    dbg = model_debug(c)
+    check("%s: bert_debug: packed weights from the file" % name,
+          dbg.get("packed_weights") == "file", str(dbg))
+    p = os.path.join(d, PACKED)
+    check("%s: the first fp32 load writes %s" % (name, PACKED), os.path.exists(p))
+    left = [f for f in os.listdir(d) if ".tmp." in f]
+    check("%s: no temporary file left behind" % name, not left, str(left))
+    got = answers(c)
+    c.close()
+    src, ref = in_place_answers(d)
+    check("%s: BERTFILL_PACKED=0: weights read in place" % name,
+          src == "in place (BERTFILL_PACKED=0)", str(src))
+    check("%s: packed and in place give the same answers (scores within 2e-5)" % name,
+          ref is not None and close_enough([[tuple(x) for x in r] for r in got], ref),
+          "%s vs %s" % (got, ref))
+    ino = os.stat(p).st_ino
+    c = connect()
+    one(c, "SELECT bert_load(?)", (d,))
+    check("%s: a later load reuses the file (not rewritten)" % name, os.stat(p).st_ino == ino)
+    check("%s: ... same answers, bit for bit" % name, answers(c) == got)
+    one(c, "SELECT bert_load(?, 'int8')", (d,))
+    check("%s: int8 has no packed weights" % name, model_debug(c).get("packed_weights") == "",
+          str(model_debug(c)))
+    c.close()
+
+
+def test_stale_and_damaged(tmp):
+    d = copy_model(TINY, tmp, "stale")
+    p = os.path.join(d, PACKED)
+    c = connect()
+    one(c, "SELECT bert_load(?)", (d,))
+    want = answers(c)
+    c.close()
+    # model.safetensors newer than the file's source entry (as after a
+    # replacement): the packed file is not trusted, but made again
+    ino = os.stat(p).st_ino
+    st = os.stat(os.path.join(d, "model.safetensors"))
+    os.utime(os.path.join(d, "model.safetensors"), ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    c = connect()
+    one(c, "SELECT bert_load(?)", (d,))
+    check("a newer model.safetensors makes the packed file again", os.stat(p).st_ino != ino)
+    check("... with the same answers (same weights)", answers(c) == want)
+    c.close()
+    # changed in place under a loaded model: an error, never a crash
+    c = connect()
+    one(c, "SELECT bert_load(?)", (d,))
+    one(c, "SELECT bert_cache('off')")
+    data = open(p, "rb").read()
+    with open(p, "r+b") as f:
+        f.seek(len(data) - 100)
+        f.write(bytes(100))
+    e = error_of(c, "SELECT bert_fill('我[MASK]你')")
+    check("a packed file rewritten in place: bert_fill says so",
+          e is not None and PACKED + " was rewritten in place" in e, e)
+    with open(p, "r+b") as f:
+        f.truncate(len(data) // 2)
+    e = error_of(c, "SELECT bert_fill('我[MASK]你')")
+    check("a packed file truncated in place: bert_fill says so",
+          e is not None and PACKED + " changed on disk" in e, e)
+    c.close()
+    # damaged: truncated, then garbage, then another model's: made again
+    for what, data in (("truncated", open(p, "rb").read()[:1000]), ("garbage", b"\x00" * 5000)):
+        with open(p, "wb") as f:
+            f.write(data)
+        c = connect()
+        r = error_of(c, "SELECT bert_load(?)", (d,))
+        check("a %s packed file is made again" % what,
+              r is None and model_debug(c).get("packed_weights") == "file" and
+              os.path.getsize(p) > 5000 and answers(c) == want, r)
+        c.close()
+
+
+def test_read_only(tmp):
+    """A directory the process cannot write: the weights read in place."""
+    d = copy_model(TINY, tmp, "ro")
+    os.chmod(d, 0o555)
+    code = r"""
+import json, sqlite3, sys
+c = sqlite3.connect(":memory:")
+c.enable_load_extension(True)
+c.load_extension(sys.argv[1])
+d = c.execute("SELECT bert_load(?)", (sys.argv[2],)).fetchone()[0]
+m = json.loads(c.execute("SELECT bert_debug()").fetchone()[0])["model"]
+print(json.dumps([d, m["packed_weights"]]))
+"""
+    pre = None
+    if os.geteuid() == 0:  # root writes anywhere: run the client as nobody
+        def pre():
+            os.setgid(65534)
+            os.setuid(65534)
+        os.chmod(tmp, 0o755)
+    r = subprocess.run([sys.executable, "-c", code, EXT, d], capture_output=True, text=True,
+                       preexec_fn=pre, timeout=120)
+    os.chmod(d, 0o755)
+    if r.returncode != 0:
+        check("fp32 in a read-only directory", False, r.stderr.strip()[-400:])
+        return
+    desc, source = json.loads(r.stdout)
+    check("fp32 in a read-only directory loads", desc.endswith("fp32"), desc)
+    check("... with the weights read in place, saying why",
+          source == "in place (the directory could not be written)", source)
+    check("... and writes nothing there", not os.path.exists(os.path.join(d, PACKED)))
+
+
+def test_env_off(tmp):
+    d = copy_model(TINY, tmp, "off")
+    src, _ = in_place_answers(d)
+    check("BERTFILL_PACKED=0: in place", src == "in place (BERTFILL_PACKED=0)", str(src))
+    check("BERTFILL_PACKED=0: no file written", not os.path.exists(os.path.join(d, PACKED)))
+
+
+def main():
+    if not os.path.exists(os.path.join(TINY, "model.safetensors")):
+        skip("packed", "test models missing (make models)")
+        return 0
+    c = connect()
+    gemm = json.loads(one(c, "SELECT bert_debug()")).get("gemm")
+    c.close()
+    tmp = tempfile.mkdtemp(prefix="bf-packed-")
+    try:
+        if gemm != "avx512":
+            # the kernels have no use for panels: nothing is made, and it says so
+            d = copy_model(TINY, tmp, "no-avx512")
+            c = connect()
+            one(c, "SELECT bert_load(?)", (d,))
+            src = model_debug(c).get("packed_weights")
+            c.close()
+            check("without AVX-512 kernels: weights in place, saying why",
+                  src == "in place (no AVX-512 kernels)", str(src))
+            check("without AVX-512 kernels: no file written",
+                  not os.path.exists(os.path.join(d, PACKED)))
+            skip("packed file", "the %s kernels read the weights in place" % gemm)
+            return exit_code()
+        for m in ("tiny", "small"):
+            if os.path.isdir(os.path.join(MODELS, m)):
+                test_file(tmp, os.path.join(MODELS, m))
+        for t in (test_stale_and_damaged, test_read_only, test_env_off):
+            t(tmp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return exit_code()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
