@@ -35,6 +35,14 @@ void derived_source_id(const bf_model *m, const derived_spec *d, unsigned char *
   memcpy(data, id, sizeof id);
 }
 
+void derived_zero_gaps(const derived_spec *d, unsigned char *data) {
+  size_t o = SOURCE_BYTES;
+  for (int i = 0; i < d->n; i++) {
+    memset(data + o, 0, d->t[i].off - o);
+    o = d->t[i].off + d->t[i].bytes;
+  }
+}
+
 static const char *dtype_name(st_dtype t) {
   switch (t) {
     case ST_F32: return "F32";

@@ -23,7 +23,8 @@
 **   derived_layout(&d);                            // t[i].off, d.data_len
 **   const unsigned char *data;
 **   if (derived_map(m, &d, &data)) ...use data + t[i].off...
-**   else { make d.data_len bytes (derived_source_id first), derived_write, derived_map }
+**   else { make d.data_len bytes (derived_source_id, derived_zero_gaps, the
+**          tensors), derived_write, derived_map }
 ** The mapping goes to the model (m->dmap ...: a model has at most one such
 ** file), which bf_model_check watches and derived_unmap releases.
 */
@@ -64,6 +65,11 @@ void derived_layout(derived_spec *d);
 
 /* The source entry of d for m (24 bytes) into data[0..24). */
 void derived_source_id(const bf_model *m, const derived_spec *d, unsigned char *data);
+
+/* Zero the bytes between d's tensors in a data area laid out as d says
+** (the alignment gaps: the file holds no stray heap bytes), so that whoever
+** fills the tensors writes each byte once. */
+void derived_zero_gaps(const derived_spec *d, unsigned char *data);
 
 /* Map m's file of d and, if it is this model's, hand the mapping to m
 ** (m->dmap ...) and its data area to *data: 1.  Not there, or not a match:

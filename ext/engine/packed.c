@@ -72,6 +72,10 @@ void bf_packed_attach(bf_model *m) {
   m->packed_source = why_not();
   if (m->packed_source) return;
   int nm = 6 * m->cfg.num_hidden_layers;
+  if (nm == 0) {
+    m->packed_source = "in place (no layers)";
+    return;
+  }
   derived_tensor *t = calloc((size_t)nm, sizeof *t);
   m->packed_source = "in place (out of memory)";
   if (!t) return;
@@ -94,8 +98,8 @@ void bf_packed_attach(bf_model *m) {
   if (!derived_map(m, &d, &mapped)) {
     unsigned char *data = NULL;
     if (posix_memalign((void **)&data, 64, d.data_len) == 0) {
-      memset(data, 0, d.data_len); /* the alignment gaps too: no stray heap bytes in the file */
       derived_source_id(m, &d, data);
+      derived_zero_gaps(&d, data);
       for (int i = 0; i < nm; i++) {
         matrix_at(m, i, &w, &n, &k, &dst, t[i].name, sizeof t[i].name);
         gemm_pack_panels((float *)(data + t[i].off), w, n, k);

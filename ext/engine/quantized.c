@@ -190,7 +190,7 @@ int bf_quantized_attach(bf_model *m, char *err, size_t errlen) {
     bf_errf(err, errlen, "out of memory quantizing %s to int8 (%zu bytes)", m->dir, d.data_len);
     goto done;
   }
-  memset(data, 0, d.data_len); /* the alignment gaps too: the file holds no stray heap bytes */
+  derived_zero_gaps(&d, data);
   if (quantize_all(m, nm, &d, data, err, errlen) != 0) {
     free(data);
     goto done;

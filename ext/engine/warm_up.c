@@ -53,11 +53,16 @@ static void populate(const bf_model *m, const void *p, size_t len) {
 #define WARM_CHUNK (4u << 20)
 #define WARM_THREADS 4
 #define WARM_WAIT_NS 40000000ull
+#define WARM_PARTS 3
 
 typedef struct warm_job {
   bf_model *m;
-  const char *p;
-  size_t len;
+  struct {
+    const char *p;
+    size_t len;
+  } part[WARM_PARTS]; /* what to bring in, in this order */
+  int nparts;
+  size_t len;          /* of all parts */
   atomic_size_t next;  /* next chunk to populate */
   atomic_int left;     /* threads still populating */
   atomic_int detached; /* the load stopped waiting: lower the priority */
@@ -87,7 +92,10 @@ static void *warm_up(void *arg) {
     }
     size_t off = atomic_fetch_add(&w->next, WARM_CHUNK);
     if (off >= w->len) break;
-    populate(w->m, w->p + off, w->len - off < WARM_CHUNK ? w->len - off : WARM_CHUNK);
+    int i = 0; /* the part that holds off: its bytes from there, at most a chunk */
+    while (off >= w->part[i].len) off -= w->part[i++].len;
+    size_t left = w->part[i].len - off;
+    populate(w->m, w->part[i].p + off, left < WARM_CHUNK ? left : WARM_CHUNK);
   }
   pthread_mutex_lock(&w->mu);
   int last = atomic_fetch_sub(&w->left, 1) == 1;
@@ -101,20 +109,34 @@ static void *warm_up(void *arg) {
   return NULL;
 }
 
+/* One more part to bring in (nothing if p is NULL). */
+static void add_part(warm_job *w, const void *p, size_t len) {
+  if (!p || !len || w->nparts == WARM_PARTS) return;
+  w->part[w->nparts].p = p;
+  w->part[w->nparts++].len = len;
+  w->len += len;
+}
+
 /* Start the warm-up threads and wait for the pages until WARM_WAIT_NS after
 ** t0 (when the load began).  BERTFILL_WARM_UP=0 turns it off. */
 void bf_model_warm_up(bf_model *m, uint64_t t0) {
   if (!bf_env_flag("BERTFILL_WARM_UP", 1)) return;
   warm_job *w = calloc(1, sizeof *w);
   if (!w) return;
-  /* the products read the derived file (int8 codes, packed panels) when
-  ** there is one, else the fp32 file; an int8 load without its file (the
-  ** copy in memory) has nothing to bring in */
-  int derived = m->precision == BF_PRECISION_INT8 || m->dmap;
   w->m = m;
-  w->p = derived ? m->dmap : m->map;
-  w->len = derived ? m->dmap_len : m->map_len;
-  if (!w->p) w->len = 0;
+  if (m->precision == BF_PRECISION_INT8) { /* the int8 file (none: the copy in memory) */
+    add_part(w, m->dmap, m->dmap_len);
+  } else if (m->dmap) {
+    /* the packed panels, then the fp32 file's matrices that are not packed:
+    ** the MLM head's (its decoder is usually the word embeddings), in the
+    ** order a run reads them */
+    const bf_config *c = &m->cfg;
+    add_part(w, m->dmap, m->dmap_len);
+    add_part(w, m->head_w, (size_t)c->hidden_size * c->hidden_size * sizeof(float));
+    add_part(w, m->dec_w, (size_t)c->vocab_size * c->hidden_size * sizeof(float));
+  } else { /* the products read the fp32 file in place: all of it */
+    add_part(w, m->map, m->map_len);
+  }
   pthread_mutex_init(&w->mu, NULL);
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
