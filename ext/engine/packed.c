@@ -19,7 +19,7 @@
 **   with <matrix> "encoder.layer.L.attention.self.query", ...
 **
 ** It is as large as the encoder's matrices (340 MB for bert-base) and the
-** first fp32 load makes it (about a second for bert-base).  Packing is only
+** first fp32 load makes it (1.7-2.2 s for bert-base on a Zen 5).  Packing is only
 ** worth it, and only happens, when the kernel set has a packed kernel
 ** (AVX-512).  When it does not, when BERTFILL_PACKED=0, or when the file
 ** cannot be written (read-only directory, disk full), the products read W in

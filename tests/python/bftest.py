@@ -1,15 +1,21 @@
 """bftest.py — what the Python test suites share: where the build, the test
-models and the extension are, and the check lines tests/run.sh counts
-("ok NAME", "FAIL NAME: why", "skip NAME: why"), and error_of."""
+models and the extension are, the check lines tests/run.sh counts
+("ok NAME", "FAIL NAME: why", "skip NAME: why"), error_of, and the helpers of
+the tests of the files a load makes next to the weights (connect, one,
+copy_model, run_client, check_derived_file)."""
 import hashlib
 import os
+import shutil
 import sqlite3
+import subprocess
 import sys
 
 BUILD = os.environ.get("BUILD", "build")
 MODELS = os.path.abspath(os.path.join(BUILD, "models"))
 EXT = os.path.abspath(os.environ.get("BERTFILL_EXT", "./bertfill"))
 TINY = os.path.join(MODELS, "tiny")
+# What loads write next to a model's weights (copy_model leaves them out).
+DERIVED_FILES = ("model.int8.safetensors", "model.packed.safetensors", "model.fingerprint")
 
 _failures = 0
 
@@ -56,3 +62,90 @@ def file_sha256(path):
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
+
+
+def connect(path=":memory:"):
+    """A connection (autocommit) with the extension loaded and no model."""
+    c = sqlite3.connect(path, isolation_level=None)
+    c.enable_load_extension(True)
+    c.load_extension(EXT)
+    c.enable_load_extension(False)
+    return c
+
+
+def one(c, sql, args=()):
+    """The first column of the first row of sql."""
+    return c.execute(sql, args).fetchone()[0]
+
+
+def copy_model(src, tmp, name):
+    """A copy of the model directory src as tmp/name, without DERIVED_FILES."""
+    d = os.path.join(tmp, name)
+    shutil.copytree(src, d, ignore=shutil.ignore_patterns(*DERIVED_FILES))
+    return d
+
+
+def run_client(code, args, env=None, tmp=None):
+    """Python code in a fresh process: sys.argv[1] is the extension, then args.
+    With tmp, the process runs as nobody when the tests run as root (root
+    writes anywhere, so a read-only directory would not be one), and tmp, the
+    directory above the model's copy, is opened to it.  subprocess's result."""
+    pre = None
+    if tmp is not None and os.geteuid() == 0:
+        def pre():
+            os.setgid(65534)
+            os.setuid(65534)
+        os.chmod(tmp, 0o755)
+    return subprocess.run([sys.executable, "-c", code, EXT] + list(args), capture_output=True,
+                          text=True, env=env, preexec_fn=pre, timeout=120)
+
+
+def check_derived_file(d, name, load_sql, answers, made=None):
+    """What every file a load derives from model.safetensors must do (the int8
+    file, the packed fp32 file), in the model copy d: load_sql (with d as its
+    parameter) writes d/name; a newer model.safetensors (as after a
+    replacement) makes it again; a change under a loaded model is an error of
+    bert_fill that names the file, never a crash; a truncated or garbage file
+    is made again; answers(c) stays the same throughout.  made(c), if given,
+    says whether a load read the file it made."""
+    p = os.path.join(d, name)
+    what = "the " + name.split(".")[1] + " file"
+    c = connect()
+    one(c, load_sql, (d,))
+    want = answers(c)
+    c.close()
+    ino = os.stat(p).st_ino
+    st = os.stat(os.path.join(d, "model.safetensors"))
+    os.utime(os.path.join(d, "model.safetensors"), ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    c = connect()
+    one(c, load_sql, (d,))
+    check("a newer model.safetensors makes %s again" % what, os.stat(p).st_ino != ino)
+    check("... with the same answers (same weights)", answers(c) == want)
+    c.close()
+    c = connect()
+    one(c, load_sql, (d,))
+    one(c, "SELECT bert_cache('off')")  # (the answers above are in the process's LRU)
+    size = os.path.getsize(p)
+    with open(p, "r+b") as f:
+        f.seek(size - 100)
+        f.write(bytes(100))
+    e = error_of(c, "SELECT bert_fill('我[MASK]你')")
+    check("%s rewritten in place: bert_fill says so" % what,
+          e is not None and name + " was rewritten in place" in e, e)
+    with open(p, "r+b") as f:
+        f.truncate(size // 2)
+    e = error_of(c, "SELECT bert_fill('我[MASK]你')")
+    check("%s truncated in place: bert_fill says so" % what,
+          e is not None and name + " changed on disk" in e, e)
+    c.close()
+    with open(p, "rb") as f:
+        head = f.read(1000)
+    for damage, data in (("truncated", head), ("garbage", b"\x00" * 5000)):
+        with open(p, "wb") as f:
+            f.write(data)
+        c = connect()
+        r = error_of(c, load_sql, (d,))
+        check("%s %s: made again" % (what, damage),
+              r is None and os.path.getsize(p) > 5000 and (made is None or made(c)) and
+              answers(c) == want, r)
+        c.close()

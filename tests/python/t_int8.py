@@ -16,36 +16,17 @@ import json
 import os
 import random
 import shutil
-import sqlite3
-import subprocess
 import sys
 import tempfile
 
-from bftest import EXT, MODELS, TINY, check, error_of, exit_code, skip
+from bftest import (MODELS, TINY, check, check_derived_file, connect, copy_model, error_of,
+                    exit_code, one, run_client, skip)
 
 INT8_FILE = "model.int8.safetensors"
 
 
-def connect(path=":memory:"):
-    c = sqlite3.connect(path, isolation_level=None)
-    c.enable_load_extension(True)
-    c.load_extension(EXT)
-    c.enable_load_extension(False)
-    return c
-
-
-def one(c, sql, args=()):
-    return c.execute(sql, args).fetchone()[0]
-
-
 def debug(c):
     return json.loads(one(c, "SELECT bert_debug()"))
-
-
-def copy_model(src, tmp, name):
-    d = os.path.join(tmp, name)
-    shutil.copytree(src, d, ignore=shutil.ignore_patterns(INT8_FILE))
-    return d
 
 
 def model_texts(model, n, seed):
@@ -103,48 +84,8 @@ def test_load_and_file(tmp):
 
 
 def test_stale_and_damaged(tmp):
-    d = copy_model(TINY, tmp, "stale")
-    p = os.path.join(d, INT8_FILE)
-    c = connect()
-    one(c, "SELECT bert_load(?, 'int8')", (d,))
-    want = candidates(c, "我[MASK]你")
-    c.close()
-    # model.safetensors newer than the int8 file's source entry (as after a
-    # replacement): the int8 file is not trusted, but made again
-    ino = os.stat(p).st_ino
-    st = os.stat(os.path.join(d, "model.safetensors"))
-    os.utime(os.path.join(d, "model.safetensors"), ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
-    c = connect()
-    one(c, "SELECT bert_load(?, 'int8')", (d,))
-    check("a newer model.safetensors makes the int8 file again", os.stat(p).st_ino != ino)
-    check("... with the same answers (same weights)", candidates(c, "我[MASK]你") == want)
-    c.close()
-    # changed in place under a loaded model: an error, never a crash
-    c = connect()
-    one(c, "SELECT bert_load(?, 'int8')", (d,))
-    one(c, "SELECT bert_cache('off')")  # (the answer above is in the process's LRU)
-    data = open(p, "rb").read()
-    with open(p, "r+b") as f:
-        f.seek(len(data) - 100)
-        f.write(bytes(100))
-    e = error_of(c, "SELECT bert_fill('我[MASK]你')")
-    check("an int8 file rewritten in place: bert_fill says so",
-          e is not None and "model.int8.safetensors was rewritten in place" in e, e)
-    with open(p, "r+b") as f:
-        f.truncate(len(data) // 2)
-    e = error_of(c, "SELECT bert_fill('我[MASK]你')")
-    check("an int8 file truncated in place: bert_fill says so",
-          e is not None and "model.int8.safetensors changed on disk" in e, e)
-    c.close()
-    # damaged: truncated, then garbage
-    for what, data in (("truncated", open(p, "rb").read()[:1000]), ("garbage", b"\x00" * 5000)):
-        with open(p, "wb") as f:
-            f.write(data)
-        c = connect()
-        r = error_of(c, "SELECT bert_load(?, 'int8')", (d,))
-        check("a %s int8 file is made again" % what,
-              r is None and os.path.getsize(p) > 5000 and candidates(c, "我[MASK]你") == want, r)
-        c.close()
+    check_derived_file(copy_model(TINY, tmp, "stale"), INT8_FILE, "SELECT bert_load(?, 'int8')",
+                       lambda c: candidates(c, "我[MASK]你"))
 
 
 def test_read_only(tmp):
@@ -161,14 +102,7 @@ m = json.loads(c.execute("SELECT bert_debug()").fetchone()[0])["model"]
 f = [tuple(r) for r in c.execute("SELECT token, score FROM fill_candidates('我[MASK]你', 5) ORDER BY mask, rank")]
 print(json.dumps([d, m["int8_weights"], f]))
 """
-    pre = None
-    if os.geteuid() == 0:  # root writes anywhere: run the client as nobody
-        def pre():
-            os.setgid(65534)
-            os.setuid(65534)
-        os.chmod(tmp, 0o755)
-    r = subprocess.run([sys.executable, "-c", code, EXT, d], capture_output=True, text=True,
-                       preexec_fn=pre, timeout=120)
+    r = run_client(code, [d], tmp=tmp)  # as nobody under root
     os.chmod(d, 0o755)
     if r.returncode != 0:
         check("int8 in a read-only directory", False, r.stderr.strip()[-400:])
@@ -243,8 +177,7 @@ print(c.execute("SELECT bert_load(?)", (sys.argv[2],)).fetchone()[0])
     for val, want, warn in (("int8", "int8", False), ("INT8", "int8", False), ("fp32", "fp32", False),
                             ("int4", "fp32", True)):
         env = dict(os.environ, BERTFILL_MODEL=d, BERTFILL_PRECISION=val)
-        r = subprocess.run([sys.executable, "-c", code, EXT, d], capture_output=True, text=True,
-                           env=env, timeout=120)
+        r = run_client(code, [d], env=env)
         lines = r.stdout.split("\n")
         check("BERTFILL_PRECISION=%s: BERTFILL_MODEL loads as %s" % (val, want),
               r.returncode == 0 and lines[0] == want, r.stdout + r.stderr)

@@ -14,38 +14,18 @@ Run by tests/run.sh; prints "ok NAME" / "FAIL NAME: why" / "skip NAME: why".
 import json
 import os
 import shutil
-import sqlite3
-import subprocess
 import sys
 import tempfile
 
-from bftest import EXT, MODELS, TINY, check, error_of, exit_code, skip
+from bftest import (MODELS, TINY, check, check_derived_file, connect, copy_model, exit_code, one,
+                    run_client, skip)
 
 PACKED = "model.packed.safetensors"
-DERIVED = (PACKED, "model.int8.safetensors", "model.fingerprint")
 TEXTS = ["我[MASK]你", "今天天气真[MASK]啊，适合出去玩。", "学习要持之以恒，不能三天打鱼，两天[MASK]。"]
-
-
-def connect(path=":memory:"):
-    c = sqlite3.connect(path, isolation_level=None)
-    c.enable_load_extension(True)
-    c.load_extension(EXT)
-    c.enable_load_extension(False)
-    return c
-
-
-def one(c, sql, args=()):
-    return c.execute(sql, args).fetchone()[0]
 
 
 def model_debug(c):
     return json.loads(one(c, "SELECT bert_debug()"))["model"]
-
-
-def copy_model(src, tmp, name):
-    d = os.path.join(tmp, name)
-    shutil.copytree(src, d, ignore=shutil.ignore_patterns(*DERIVED))
-    return d
 
 
 def answers(c):
@@ -81,8 +61,7 @@ out = [c.execute("SELECT token, score FROM fill_candidates(?, 5) ORDER BY mask, 
 print(json.dumps([m["packed_weights"], out]))
 """
     env = dict(os.environ, BERTFILL_PACKED="0")
-    r = subprocess.run([sys.executable, "-c", code, EXT, d, json.dumps(TEXTS)],
-                       capture_output=True, text=True, env=env, timeout=120)
+    r = run_client(code, [d, json.dumps(TEXTS)], env=env)
     if r.returncode != 0:
         return None, r.stderr.strip()[-400:]
     src, out = json.loads(r.stdout)
@@ -121,49 +100,8 @@ def test_file(tmp, model):
 
 
 def test_stale_and_damaged(tmp):
-    d = copy_model(TINY, tmp, "stale")
-    p = os.path.join(d, PACKED)
-    c = connect()
-    one(c, "SELECT bert_load(?)", (d,))
-    want = answers(c)
-    c.close()
-    # model.safetensors newer than the file's source entry (as after a
-    # replacement): the packed file is not trusted, but made again
-    ino = os.stat(p).st_ino
-    st = os.stat(os.path.join(d, "model.safetensors"))
-    os.utime(os.path.join(d, "model.safetensors"), ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
-    c = connect()
-    one(c, "SELECT bert_load(?)", (d,))
-    check("a newer model.safetensors makes the packed file again", os.stat(p).st_ino != ino)
-    check("... with the same answers (same weights)", answers(c) == want)
-    c.close()
-    # changed in place under a loaded model: an error, never a crash
-    c = connect()
-    one(c, "SELECT bert_load(?)", (d,))
-    one(c, "SELECT bert_cache('off')")
-    data = open(p, "rb").read()
-    with open(p, "r+b") as f:
-        f.seek(len(data) - 100)
-        f.write(bytes(100))
-    e = error_of(c, "SELECT bert_fill('我[MASK]你')")
-    check("a packed file rewritten in place: bert_fill says so",
-          e is not None and PACKED + " was rewritten in place" in e, e)
-    with open(p, "r+b") as f:
-        f.truncate(len(data) // 2)
-    e = error_of(c, "SELECT bert_fill('我[MASK]你')")
-    check("a packed file truncated in place: bert_fill says so",
-          e is not None and PACKED + " changed on disk" in e, e)
-    c.close()
-    # damaged: truncated, then garbage, then another model's: made again
-    for what, data in (("truncated", open(p, "rb").read()[:1000]), ("garbage", b"\x00" * 5000)):
-        with open(p, "wb") as f:
-            f.write(data)
-        c = connect()
-        r = error_of(c, "SELECT bert_load(?)", (d,))
-        check("a %s packed file is made again" % what,
-              r is None and model_debug(c).get("packed_weights") == "file" and
-              os.path.getsize(p) > 5000 and answers(c) == want, r)
-        c.close()
+    check_derived_file(copy_model(TINY, tmp, "stale"), PACKED, "SELECT bert_load(?)", answers,
+                       made=lambda c: model_debug(c).get("packed_weights") == "file")
 
 
 def test_read_only(tmp):
@@ -179,14 +117,7 @@ d = c.execute("SELECT bert_load(?)", (sys.argv[2],)).fetchone()[0]
 m = json.loads(c.execute("SELECT bert_debug()").fetchone()[0])["model"]
 print(json.dumps([d, m["packed_weights"]]))
 """
-    pre = None
-    if os.geteuid() == 0:  # root writes anywhere: run the client as nobody
-        def pre():
-            os.setgid(65534)
-            os.setuid(65534)
-        os.chmod(tmp, 0o755)
-    r = subprocess.run([sys.executable, "-c", code, EXT, d], capture_output=True, text=True,
-                       preexec_fn=pre, timeout=120)
+    r = run_client(code, [d], tmp=tmp)  # as nobody under root
     os.chmod(d, 0o755)
     if r.returncode != 0:
         check("fp32 in a read-only directory", False, r.stderr.strip()[-400:])
