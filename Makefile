@@ -58,19 +58,21 @@ SHIPPED_MODEL := bertfill-zh-tiny
 # The model's files are those git tracks (in a copy without .git: the
 # directory's files but the load files below).  A load writes files of this
 # machine next to the weights: model.int8.safetensors (an int8 load),
-# model.packed.safetensors (an fp32 load with AVX-512) and model.fingerprint
+# model.packed.safetensors (an fp32 load with AVX-512), model.bf16.safetensors
+# (a bf16 load) and model.fingerprint
 # (the weights' hash).  They are made again where they are needed: never
 # installed, but removed by uninstall, with what an interrupted write of any
 # leaves (NAME.tmp.PID.THREAD).
 INT8_FILE     := model.int8.safetensors
 PACKED_FILE   := model.packed.safetensors
+BF16_FILE     := model.bf16.safetensors
 FP_FILE       := model.fingerprint
-LOAD_FILES    := $(INT8_FILE) $(PACKED_FILE) $(FP_FILE) $(INT8_FILE).tmp.* $(PACKED_FILE).tmp.* \
-                 $(FP_FILE).tmp.*
+LOAD_FILES    := $(INT8_FILE) $(PACKED_FILE) $(BF16_FILE) $(FP_FILE) $(INT8_FILE).tmp.* \
+                 $(PACKED_FILE).tmp.* $(BF16_FILE).tmp.* $(FP_FILE).tmp.*
 GIT           ?= git
 MODEL_TRACKED := $(shell $(GIT) ls-files -- model/$(SHIPPED_MODEL) 2>/dev/null)
 MODEL_FILES   := $(strip $(or $(MODEL_TRACKED),$(foreach f,$(wildcard model/$(SHIPPED_MODEL)/*),\
-                   $(if $(filter $(INT8_FILE) $(PACKED_FILE) $(FP_FILE),$(notdir $(f)))$(findstring .tmp.,$(notdir $(f))),,$(f)))))
+                   $(if $(filter $(INT8_FILE) $(PACKED_FILE) $(BF16_FILE) $(FP_FILE),$(notdir $(f)))$(findstring .tmp.,$(notdir $(f))),,$(f)))))
 PORT ?= 8000
 
 .PHONY: all deps demo test test-bins models install uninstall web asan valgrind bench bench-gemm fuzz soak \

@@ -3,6 +3,7 @@
 
     /usr/bin/python3 model/agreement.py                       # model/bertfill-zh-tiny, ./bertfill.so
     /usr/bin/python3 model/agreement.py --model DIR --ext ./bertfill.so --idioms 2000 --seed 7 --json OUT.json
+    /usr/bin/python3 model/agreement.py --modes fp32,bf16     # bf16 against fp32 instead
     /usr/bin/python3 model/agreement.py --modes fp32,fp32     # checks this script: must agree 100%
 
 The items of model/evaluate.py (GSDSimp: every sentence of eval/gsdsimp.txt with

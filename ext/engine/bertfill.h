@@ -173,12 +173,22 @@ typedef struct bf_model bf_model;
 ** products read, in dir/model.packed.safetensors (the same size as the
 ** matrices: 340 MB for bert-base), made the same way; without it (read-only
 ** dir, BERTFILL_PACKED=0) the products read the weights in place, a little
-** slower (see bf_model_packed_source). */
+** slower (see bf_model_packed_source).
+**   BF_PRECISION_BF16  every Linear of the encoder and of the MLM head with
+**                      bf16 weights and bf16 activations (x rounded to bf16
+**                      per product), summed in float as AVX512-BF16's
+**                      vdpbf16ps does (kernels.h's bf16_kernel; on CPUs
+**                      without it a portable loop gives the same bits, far
+**                      slower).  Embeddings, LayerNorm, attention, softmax
+**                      and GELU stay fp32.  Its panels are kept in
+**                      dir/model.bf16.safetensors (half the matrices' size),
+**                      made like the int8 file (private memory in a
+**                      read-only dir: bf_model_packed_source says "memory"). */
 #define BF_HAVE_PRECISION 1
-typedef enum { BF_PRECISION_FP32 = 0, BF_PRECISION_INT8 = 1 } bf_precision;
-/* "fp32" or "int8" (any letter case) into *out: 0; anything else: -1. */
+typedef enum { BF_PRECISION_FP32 = 0, BF_PRECISION_INT8 = 1, BF_PRECISION_BF16 = 2 } bf_precision;
+/* "fp32", "int8" or "bf16" (any letter case) into *out: 0; anything else: -1. */
 int bf_precision_parse(const char *name, bf_precision *out);
-const char *bf_precision_name(bf_precision p); /* "fp32", "int8" */
+const char *bf_precision_name(bf_precision p); /* "fp32", "int8", "bf16" */
 
 /* Load a Hugging Face model directory.  The safetensors file is mmapped
 ** read-only; F32 tensors are used in place, F16/BF16 are converted once.
@@ -204,7 +214,8 @@ const char *bf_model_int8_source(const bf_model *m);
 ** (packed panels, mmapped dir/model.packed.safetensors, shared between
 ** processes), or "in place (why)": the rows of model.safetensors, because
 ** the kernels have no use for panels (no AVX-512), BERTFILL_PACKED=0, or
-** the directory could not be written; "" for int8. */
+** the directory could not be written; "" for int8.  A bf16 load's bf16
+** panels: "file" or "memory" (the directory could not be written). */
 const char *bf_model_packed_source(const bf_model *m);
 /* Token string for display: vocabulary entry with a leading "##" removed. */
 const char *bf_model_token(const bf_model *m, int32_t id);
@@ -284,6 +295,10 @@ const char *bf_gemm_kernels(void);
 /* Which code does an int8 model's products: "avx512vnni", "avx2" or
 ** "portable" (qgemm.h; capped like bf_gemm_kernels). */
 const char *bf_int8_kernels(void);
+/* Which code does a bf16 model's products: "avx512bf16" (AVX512-BF16, where
+** the CPU has it and the AVX-512 kernels run) or "portable" (the same bits,
+** far slower; kernels/kernels.h's bf16_kernel). */
+const char *bf_bf16_kernels(void);
 
 /* ---- threads ---- */
 /* The engine's thread setting: the threads of one encoder run (bertfill's

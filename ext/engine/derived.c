@@ -43,15 +43,6 @@ void derived_zero_gaps(const derived_spec *d, unsigned char *data) {
   }
 }
 
-static const char *dtype_name(st_dtype t) {
-  switch (t) {
-    case ST_F32: return "F32";
-    case ST_I32: return "I32";
-    case ST_I8: return "I8";
-    default: return "I64";
-  }
-}
-
 /* 1 if f is d's file of this very model (source entry, and every tensor
 ** with the dtype, shape and place d gives it), else 0. */
 static int file_matches(const bf_model *m, const derived_spec *d, const st_file *f) {
@@ -112,7 +103,7 @@ static char *make_header(const derived_spec *d, size_t *len) {
   for (int i = 0; i < d->n; i++) {
     const derived_tensor *w = &d->t[i];
     n += (size_t)snprintf(h + n, cap - n, ",\"%s\":{\"dtype\":\"%s\",\"shape\":[", w->name,
-                          dtype_name(w->dtype));
+                          st_dtype_name(w->dtype));
     for (int k = 0; k < w->ndim; k++)
       n += (size_t)snprintf(h + n, cap - n, "%s%lld", k ? "," : "", (long long)w->shape[k]);
     n += (size_t)snprintf(h + n, cap - n, "],\"data_offsets\":[%zu,%zu]}", w->off,

@@ -155,7 +155,8 @@ static bf_pool *run_pool(bf_run *r) {
 typedef struct product {
   float *y;
   const float *w;
-  const float *wp; /* w as packed panels (model.packed.safetensors), or NULL */
+  const float *wp;    /* w as packed panels (model.packed.safetensors), or NULL */
+  const uint32_t *wh; /* w as bf16 panels (bf16 models: model.bf16.safetensors) */
   const qg_weights *w8;
   int n;
   const float *b;
@@ -168,11 +169,23 @@ static void rows_run(bf_run *r, int kind, int T, int n, float *x, float *y, cons
 enum { ROWS_BIAS, ROWS_RESLN };
 
 /* fp32: bertfill's kernels through gemm.c, or OpenBLAS on CPUs without
-** AVX-512 or AVX2 (or if the kernels' panel buffers cannot be allocated). */
+** AVX-512 or AVX2 (or if the kernels' panel buffers cannot be allocated).
+** bf16 (every p[i].wh set): gemm.c's bf16 products, on this thread alone
+** when the job's buffers cannot be allocated, and only when even that fails
+** (out of memory for x's bf16 copy) the fp32 products of the same weights. */
 static void products_fp32(bf_run *r, const float *x, int T, int in, int np, const product *p) {
   gemm_out o[3];
-  for (int i = 0; i < np; i++)
-    o[i] = (gemm_out){p[i].y, p[i].w, p[i].n, p[i].post, p[i].post_bias, p[i].wp};
+  int bf16 = 1;
+  for (int i = 0; i < np; i++) {
+    o[i] = (gemm_out){p[i].y, p[i].w, p[i].n, p[i].post, p[i].post_bias, p[i].wp, p[i].wh};
+    bf16 &= p[i].wh != NULL;
+  }
+  if (bf16 && (gemm_xwt_bf16(run_pool(r), &r->gemm, run_threads(), x, T, in, np, o) == GEMM_OK ||
+               gemm_xwt_bf16(NULL, NULL, 1, x, T, in, np, o) == GEMM_OK)) {
+    for (int i = 0; i < np; i++)
+      if (p[i].b) rows_run(r, ROWS_BIAS, T, p[i].n, NULL, p[i].y, p[i].b, NULL, NULL, 0);
+    return;
+  }
   if (gemm_xwt(run_pool(r), &r->gemm, run_threads(), x, T, in, np, o) != GEMM_OK)
     for (int i = 0; i < np; i++) {
       bf_sgemm(0, 1, T, p[i].n, in, 1.0f, x, in, p[i].w, in, 0.0f, p[i].y, p[i].n);
@@ -183,6 +196,7 @@ static void products_fp32(bf_run *r, const float *x, int T, int in, int np, cons
 }
 
 const char *bf_int8_kernels(void) { return qg_path_name((qg_path)kernels_int8_chosen()); }
+const char *bf_bf16_kernels(void) { return kernels_bf16_chosen()->name; }
 
 #define QUANTIZE_ROWS 32 /* rows of x per unit of the quantizing job */
 
@@ -222,10 +236,11 @@ static void products(bf_run *r, int int8, const float *x, int T, int in, int np,
   else products_fp32(r, x, T, in, np, p);
 }
 
-/* y[T,n] = x[T,in] W^T (+ b) for one weight (fp32 W, or its int8 copy w8). */
+/* y[T,n] = x[T,in] W^T (+ b) for one weight (fp32 W, its packed or bf16
+** panels Wp or Wh, or its int8 copy w8). */
 static void linear(bf_run *r, int int8, float *y, const float *x, const float *W, const float *Wp,
-                   const qg_weights *w8, const float *b, int T, int n, int in) {
-  product p = {y, W, Wp, w8, n, b, NULL, NULL};
+                   const uint32_t *Wh, const qg_weights *w8, const float *b, int T, int n, int in) {
+  product p = {y, W, Wp, Wh, w8, n, b, NULL, NULL};
   products(r, int8, x, T, in, 1, &p);
 }
 
@@ -363,27 +378,27 @@ static void encoder_layer(bf_run *r, const bf_config *c, int int8, const bf_laye
   int R = T; /* rows that go on: all tokens, or the masks */
 
   if (!xm) {
-    product qkv[3] = {{q, w->q_w, w->q_p, &w->q8, H, w->q_b, NULL, NULL},
-                      {k, w->k_w, w->k_p, &w->k8, H, w->k_b, NULL, NULL},
-                      {v, w->v_w, w->v_p, &w->v8, H, w->v_b, NULL, NULL}};
+    product qkv[3] = {{q, w->q_w, w->q_p, w->q_h, &w->q8, H, w->q_b, NULL, NULL},
+                      {k, w->k_w, w->k_p, w->k_h, &w->k8, H, w->k_b, NULL, NULL},
+                      {v, w->v_w, w->v_p, w->v_h, &w->v8, H, w->v_b, NULL, NULL}};
     products(r, int8, x, T, H, 3, qkv); /* one job: q, k and v share x */
   } else {
     R = M;
     for (int i = 0; i < M; i++) memcpy(xm + (size_t)i * H, x + mrow[i] * H, H * sizeof(float));
-    product kv[2] = {{k, w->k_w, w->k_p, &w->k8, H, w->k_b, NULL, NULL},
-                     {v, w->v_w, w->v_p, &w->v8, H, w->v_b, NULL, NULL}};
+    product kv[2] = {{k, w->k_w, w->k_p, w->k_h, &w->k8, H, w->k_b, NULL, NULL},
+                     {v, w->v_w, w->v_p, w->v_h, &w->v8, H, w->v_b, NULL, NULL}};
     products(r, int8, x, T, H, 2, kv);
-    linear(r, int8, q, xm, w->q_w, w->q_p, &w->q8, w->q_b, M, H, H);
+    linear(r, int8, q, xm, w->q_w, w->q_p, w->q_h, &w->q8, w->q_b, M, H, H);
     x = xm;
   }
   attention(r, c, seq, nseq, xm != NULL, att_floats(c, L));
 
-  linear(r, int8, tmp, ctx, w->ao_w, w->ao_p, &w->ao8, NULL, R, H, H);
+  linear(r, int8, tmp, ctx, w->ao_w, w->ao_p, w->ao_h, &w->ao8, NULL, R, H, H);
   rows_run(r, ROWS_RESLN, R, H, x, tmp, w->ao_b, w->aln_g, w->aln_b, eps);
 
-  product up = {ffn, w->i_w, w->i_p, &w->i8, I, NULL, row_ops()->gelu_row, w->i_b};
+  product up = {ffn, w->i_w, w->i_p, w->i_h, &w->i8, I, NULL, row_ops()->gelu_row, w->i_b};
   products(r, int8, x, R, H, 1, &up); /* ffn = gelu(x Wi^T + bi) */
-  linear(r, int8, tmp, ffn, w->o_w, w->o_p, &w->o8, NULL, R, H, I);
+  linear(r, int8, tmp, ffn, w->o_w, w->o_p, w->o_h, &w->o8, NULL, R, H, I);
   rows_run(r, ROWS_RESLN, R, H, x, tmp, w->o_b, w->oln_g, w->oln_b, eps);
 }
 
@@ -641,13 +656,14 @@ static void mlm_head(bf_run *r, const bf_model *m, const float *xm, int n) {
   int H = m->cfg.hidden_size, V = m->cfg.vocab_size;
   float *hm = r->hm.p, *logits = r->logits.p;
   int int8 = m->precision == BF_PRECISION_INT8;
-  product dense = {hm, m->head_w, NULL, &m->head8, H, NULL, row_ops()->gelu_row, m->head_b};
+  product dense = {hm,   m->head_w,           NULL,     m->head_h, &m->head8, H,
+                   NULL, row_ops()->gelu_row, m->head_b};
   products(r, int8, xm, n, H, 1, &dense); /* hm = gelu(xm Wh^T + bh) */
   for (int i = 0; i < n; i++) {
     float *hr = hm + (size_t)i * H;
     layernorm(hr, m->head_ln_g, m->head_ln_b, H, m->cfg.layer_norm_eps);
   }
-  linear(r, int8, logits, hm, m->dec_w, NULL, &m->dec8, m->dec_b, n, V, H);
+  linear(r, int8, logits, hm, m->dec_w, NULL, m->dec_h, &m->dec8, m->dec_b, n, V, H);
 }
 
 /* Step 6: softmax and the k most probable tokens of each of the n rows of

@@ -16,6 +16,7 @@
 void gemm_scratch_free(gemm_scratch *s) {
   if (!s) return;
   for (int i = 0; i < BF_POOL_MAX_THREADS; i++) free(s->panel[i]);
+  free(s->xh);
   free(s->units);
   memset(s, 0, sizeof *s);
 }
@@ -246,6 +247,102 @@ int gemm_xwt(bf_pool *p, gemm_scratch *s, int nthreads, const float *x, int T, i
   j.nunits = plan_units(&rule, s->units, most, n, nout, T, nthreads);
   if (j.nunits < 0) return GEMM_NOMEM;
   bf_pool_run(p, nthreads, j.nunits, run_unit, &j);
+  return GEMM_OK;
+}
+
+/* ---- bf16 ---- */
+
+static uint32_t bf16_pair(const float *v, int j, int k) {
+  uint32_t lo = kernels_bf16_round(v[j]), hi = j + 1 < k ? kernels_bf16_round(v[j + 1]) : 0;
+  return lo | hi << 16;
+}
+
+size_t gemm_bf16_words(int n, int k) {
+  return (size_t)((n + GEMM_PACK - 1) / GEMM_PACK) * GEMM_PACK * (size_t)((k + 1) / 2);
+}
+
+void gemm_pack_bf16(uint32_t *wh, const float *w, int n, int k) {
+  int KP = (k + 1) / 2;
+  for (int p = 0; p < (n + GEMM_PACK - 1) / GEMM_PACK; p++) {
+    uint32_t *dst = wh + (size_t)p * GEMM_PACK * (size_t)KP;
+    for (int c = 0; c < GEMM_PACK; c++) {
+      int r = p * GEMM_PACK + c;
+      const float *row = r < n ? w + (size_t)r * k : NULL;
+      for (int i = 0; i < KP; i++)
+        dst[(size_t)i * GEMM_PACK + c] = row ? bf16_pair(row, 2 * i, k) : 0;
+    }
+  }
+}
+
+typedef struct bf16_job {
+  const bf16_kernel *bk;
+  const uint32_t *xh;
+  int KP, nt, nunits;
+  gemm_out out[GEMM_MAX_OUT];
+  const gemm_unit *units;
+} bf16_job;
+
+static void run_unit_bf16(void *arg, int u, int tid) {
+  (void)tid;
+  const bf16_job *j = arg;
+  const gemm_unit *w = &j->units[u];
+  const gemm_out *g = &j->out[w->o];
+  int next = g->n, v = u + j->nt; /* the strip this thread most likely takes next */
+  if (v < j->nunits && j->units[v].o == w->o && j->units[v].c0 > w->c0) next = j->units[v].c0;
+  j->bk->cols(g->y + (size_t)w->t0 * g->n, j->xh + (size_t)w->t0 * j->KP, g->wh, w->t1 - w->t0,
+              g->n, j->KP, w->c0, w->c1, next);
+  gemm_post_rows(g->post, g->post_bias, g->y, g->n, w->t0, w->t1, w->c0, w->c1);
+}
+
+int gemm_xwt_bf16(bf_pool *p, gemm_scratch *s, int nthreads, const float *x, int T, int K, int nout,
+                  const gemm_out *out) {
+  if (nout < 1 || nout > GEMM_MAX_OUT || T < 1 || K < 1) return GEMM_NOMEM;
+  const bf16_kernel *bk = kernels_bf16_chosen();
+  int KP = (K + 1) / 2;
+  size_t words = (size_t)T * KP;
+  uint32_t *xh = NULL, *solo = NULL;
+  if (s && s->xh_cap >= words) {
+    xh = s->xh;
+  } else {
+    xh = malloc(words * sizeof *xh);
+    if (!xh) return GEMM_NOMEM;
+    if (s) {
+      free(s->xh);
+      s->xh = xh;
+      s->xh_cap = words;
+    } else {
+      solo = xh;
+    }
+  }
+  bk->rows(xh, x, T, K);
+  if (nthreads < 1) nthreads = 1;
+  if (nthreads > BF_POOL_MAX_THREADS) nthreads = BF_POOL_MAX_THREADS;
+  long work = 0;
+  for (int o = 0; o < nout; o++) work += (long)out[o].n * K;
+  if (work < 65536 || !p || !s) nthreads = 1;
+  if (nthreads == 1) {
+    for (int o = 0; o < nout; o++) {
+      bk->cols(out[o].y, xh, out[o].wh, T, out[o].n, KP, 0, out[o].n, out[o].n);
+      gemm_post_rows(out[o].post, out[o].post_bias, out[o].y, out[o].n, 0, T, 0, out[o].n);
+    }
+    free(solo);
+    return GEMM_OK;
+  }
+  split_rule rule = {GEMM_PACK, GEMM_PACK, 0, 0, 6, 1};
+  int n[GEMM_MAX_OUT], most;
+  for (int o = 0; o < nout; o++) n[o] = out[o].n;
+  if (reserve_units(s, &rule, n, nout, T, nthreads, &most) != 0) return GEMM_NOMEM;
+  bf16_job j;
+  memset(&j, 0, sizeof j);
+  j.bk = bk;
+  j.xh = xh;
+  j.KP = KP;
+  j.nt = nthreads;
+  for (int o = 0; o < nout; o++) j.out[o] = out[o];
+  j.units = s->units;
+  j.nunits = plan_units(&rule, s->units, most, n, nout, T, nthreads);
+  if (j.nunits < 0) return GEMM_NOMEM;
+  bf_pool_run(p, nthreads, j.nunits, run_unit_bf16, &j);
   return GEMM_OK;
 }
 

@@ -41,6 +41,7 @@
 #define BERTFILL_GEMM_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include "kernels/kernels.h"
 #include "pool.h"
 #include "qgemm.h"
@@ -69,7 +70,8 @@ typedef struct gemm_out {
   int n;
   gemm_post_fn post; /* may be NULL */
   const float *post_bias;
-  const float *wp; /* w packed by gemm_pack_panels, or NULL (then w is read in place) */
+  const float *wp;    /* w packed by gemm_pack_panels, or NULL (then w is read in place) */
+  const uint32_t *wh; /* w as bf16 panels (gemm_pack_bf16): gemm_xwt_bf16 reads only these */
 } gemm_out;
 
 /* W[n, k] packed into panels for the kernel sets' packed kernels
@@ -79,11 +81,21 @@ typedef struct gemm_out {
 size_t gemm_packed_floats(int n, int k);
 void gemm_pack_panels(float *wp, const float *w, int n, int k);
 
+/* bf16 (bf16 loads): W[n, k] as bf16 panels: wh[p][i][c] = the pair
+** (W[r][2i], W[r][2i + 1]) of row r = p * GEMM_PACK + c, each rounded by
+** kernels.h's kernels_bf16_round, W[r][2i] in the low half (0 past W):
+** gemm_bf16_words(n, k) words. */
+size_t gemm_bf16_words(int n, int k);
+void gemm_pack_bf16(uint32_t *wh, const float *w, int n, int k);
+
 /* The buffers gemm_xwt keeps between calls (zero-initialise; one per pool):
-** the packed panel of W of each thread, and the table of units of a job. */
+** the packed panel of W of each thread, x as bf16 pairs, and the table of
+** units of a job. */
 typedef struct gemm_scratch {
   float *panel[BF_POOL_MAX_THREADS];
   size_t panel_cap[BF_POOL_MAX_THREADS]; /* floats */
+  uint32_t *xh;                          /* gemm_xwt_bf16's x */
+  size_t xh_cap;                         /* words */
   struct gemm_unit *units;               /* (gemm.c) */
   size_t units_cap;
 } gemm_scratch;
@@ -96,6 +108,14 @@ void gemm_scratch_free(gemm_scratch *s); /* frees the buffers; s itself stays */
 ** buffers could not be allocated: use BLAS). */
 int gemm_xwt(bf_pool *p, gemm_scratch *s, int nthreads, const float *x, int T, int K, int nout,
              const gemm_out *out);
+
+/* The same from bf16 panels (every out[o].wh set; out[o].w is not read):
+** x rounded to bf16 once (the kernel's rows), then the bf16 kernel dispatch.c
+** chose (kernels_bf16_chosen: AVX512-BF16 or the portable one, the same
+** bits) on the same job splitter; y does not depend on the threads.  GEMM_OK
+** or GEMM_NOMEM (nothing was computed). */
+int gemm_xwt_bf16(bf_pool *p, gemm_scratch *s, int nthreads, const float *x, int T, int K, int nout,
+                  const gemm_out *out);
 
 /* One output of gemm_xwt_int8: y[T, w->n] = x W^T + bias (bias may be
 ** NULL), then post (gemm_out's). */

@@ -31,9 +31,11 @@
 #include "json.h"
 #include "safetensors.h"
 #include "util.h"
+#include "kernels/kernels.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -504,13 +506,27 @@ static int make_display_strings(bf_model *m, char *err, size_t errlen) {
   return 0;
 }
 
+/* A bf16 load where the bf16 products run the portable loop (no AVX512-BF16,
+** or BERTFILL_KERNELS below avx512): it works, with the same results, but
+** far slower than fp32 (bert-base: ~50x); said once per process on stderr. */
+static void warn_portable_bf16(void) {
+  static atomic_int said;
+  if (strcmp(kernels_bf16_chosen()->name, "portable") != 0 || atomic_exchange(&said, 1)) return;
+  fprintf(stderr,
+          "bertfill: bf16 runs a portable loop here (%s), far slower than fp32 (for "
+          "bert-base ~50x): use fp32 or int8 on this machine\n",
+          kernels_bf16_supported() ? "BERTFILL_KERNELS leaves out the AVX-512 kernels"
+                                   : "this CPU has no AVX512-BF16");
+}
+
 bf_model *bf_model_load(const char *dir, char *err, size_t errlen) {
   return bf_model_load_as(dir, BF_PRECISION_FP32, err, errlen);
 }
 
 bf_model *bf_model_load_as(const char *dir, bf_precision precision, char *err, size_t errlen) {
   if (err && errlen) err[0] = 0;
-  if (precision != BF_PRECISION_FP32 && precision != BF_PRECISION_INT8) {
+  if (precision != BF_PRECISION_FP32 && precision != BF_PRECISION_INT8 &&
+      precision != BF_PRECISION_BF16) {
     bf_errf(err, errlen, "unknown precision %d", (int)precision);
     return NULL;
   }
@@ -527,7 +543,8 @@ bf_model *bf_model_load_as(const char *dir, bf_precision precision, char *err, s
   if (load_config(m, dir, err, errlen) != 0 || load_tokenizer(m, dir, err, errlen) != 0 ||
       map_weights(&L, dir) != 0 || load_tensors(&L) != 0 ||
       make_display_strings(m, err, errlen) != 0 ||
-      (precision == BF_PRECISION_INT8 && bf_quantized_attach(m, err, errlen) != 0)) {
+      (precision == BF_PRECISION_INT8 && bf_quantized_attach(m, err, errlen) != 0) ||
+      (precision == BF_PRECISION_BF16 && bf_bf16_attach(m, err, errlen) != 0)) {
     if (L.st.map == m->map) {
       m->map = NULL;
       m->map_fd = -1;
@@ -538,6 +555,7 @@ bf_model *bf_model_load_as(const char *dir, bf_precision precision, char *err, s
   }
   snprintf(m->dtype, sizeof m->dtype, "%s", L.mixed ? "mixed" : L.dtype0);
   m->precision = precision;
+  if (precision == BF_PRECISION_BF16) warn_portable_bf16();
   if (precision == BF_PRECISION_FP32) bf_packed_attach(m);
   /* the header table is no longer needed; keep only the mapping */
   L.st.map = NULL;

@@ -38,6 +38,7 @@ void bf_model_free(bf_model *m) {
   free(m->owned);
   free(m->layers);
   bf_quantized_detach(m);
+  free(m->own_h);
   derived_unmap(m);
   if (m->map) {
     munmap(m->map, m->map_len);
@@ -73,8 +74,11 @@ const char *bf_model_token(const bf_model *m, int32_t id) {
 int bf_precision_parse(const char *name, bf_precision *out) {
   if (name && strcasecmp(name, "fp32") == 0) *out = BF_PRECISION_FP32;
   else if (name && strcasecmp(name, "int8") == 0) *out = BF_PRECISION_INT8;
+  else if (name && strcasecmp(name, "bf16") == 0) *out = BF_PRECISION_BF16;
   else return -1;
   return 0;
 }
 
-const char *bf_precision_name(bf_precision p) { return p == BF_PRECISION_INT8 ? "int8" : "fp32"; }
+const char *bf_precision_name(bf_precision p) {
+  return p == BF_PRECISION_INT8 ? "int8" : p == BF_PRECISION_BF16 ? "bf16" : "fp32";
+}

@@ -31,6 +31,9 @@ typedef struct bf_layer {
   /* the same six as packed fp32 panels (fp32 loads with packed panels;
   ** packed.c, gemm.h's GEMM_PACK), else NULL */
   const float *q_p, *k_p, *v_p, *ao_p, *i_p, *o_p;
+  /* the same six as bf16 panels (bf16 loads only; packed.c, gemm.h's
+  ** gemm_pack_bf16) */
+  const uint32_t *q_h, *k_h, *v_h, *ao_h, *i_h, *o_h;
 } bf_layer;
 
 struct bf_model {
@@ -53,16 +56,21 @@ struct bf_model {
   const float *dec_w;                 /* [V,H]  decoder.weight (== word_emb when tied) */
   const float *dec_b;                 /* [V]    cls.predictions.bias (or decoder.bias) */
   qg_weights head8, dec8;             /* int8 copies (int8 loads only) */
+  const uint32_t *head_h, *dec_h;     /* bf16 panels (bf16 loads only; packed.c) */
 
   bf_precision precision;
   const char *int8_source; /* "file", "memory" or "" (fp32) */
   void *own8;              /* the quantized weights in private memory (int8, read-only dir) */
   /* fp32 loads: the encoder's matrices as packed panels (packed.c), or
-  ** "in place" (NULL panels: the kernels read the rows of W) */
-  const char *packed_source; /* "file", or why not: "in place (...)"; "" for int8 */
+  ** "in place" (NULL panels: the kernels read the rows of W); bf16 loads:
+  ** their bf16 panels, from the file or in private memory (own_h) */
+  const char
+    *packed_source; /* "file", "memory" (bf16), or why not: "in place (...)"; "" for int8 */
+  void *own_h;      /* bf16 panels in private memory (bf16, read-only dir) */
 
   /* the file of derived weights (derived.h): model.int8.safetensors of an
-  ** int8 load, model.packed.safetensors of an fp32 load, or none */
+  ** int8 load, model.packed.safetensors of an fp32 load,
+  ** model.bf16.safetensors of a bf16 load, or none */
   void *dmap;
   size_t dmap_len;
   int dmap_fd;           /* its descriptor (bf_model_check watches it too), or -1 */
@@ -123,5 +131,11 @@ void bf_quantized_detach(bf_model *m);
 ** written, the products read W in place (packed_source says why).  Never
 ** fails: the panels only make the products faster. */
 void bf_packed_attach(bf_model *m);
+/* packed.c: give a bf16 load the bf16 panels of its encoder's matrices
+** (m->layers[*].*_h) from dir/model.bf16.safetensors when it is there and
+** was made from this very model.safetensors, else by packing now and writing
+** that file, or, when it cannot be written, into private memory (own_h;
+** packed_source "memory").  0, or -1 with err (out of memory). */
+int bf_bf16_attach(bf_model *m, char *err, size_t errlen);
 
 #endif

@@ -27,6 +27,12 @@ static const struct {
   {"BOOL", ST_BOOL, 1}, {"F8_E4M3", ST_F8_E4M3, 1}, {"F8_E5M2", ST_F8_E5M2, 1},
 };
 
+const char *st_dtype_name(st_dtype t) {
+  for (size_t i = 0; i < sizeof DTYPES / sizeof DTYPES[0]; i++)
+    if (DTYPES[i].dt == t) return DTYPES[i].name;
+  return "?";
+}
+
 const char *st_shape_str(const int64_t *shape, int ndim, char *buf, size_t buflen) {
   size_t o = 0;
   if (!buflen) return buf;

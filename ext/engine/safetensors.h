@@ -87,6 +87,8 @@ typedef struct st_file {
 int st_open(st_file *f, const char *path, char *err, size_t errlen);
 /* Tensor by exact name, or NULL. */
 const st_tensor *st_find(const st_file *f, const char *name);
+/* A dtype's name as safetensors spells it ("F32", "BF16", ...; "?" for none). */
+const char *st_dtype_name(st_dtype t);
 /* Shape as text, e.g. "[768,3072]", into buf. */
 const char *st_shape_str(const int64_t *shape, int ndim, char *buf, size_t buflen);
 /* Unmap and free. */

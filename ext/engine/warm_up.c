@@ -35,8 +35,8 @@ static void populate(const bf_model *m, const void *p, size_t len) {
 }
 
 /* The warm-up: the weights the products use come into the page tables (an
-** fp32 model's packed file, or its whole file when it has none; an int8
-** model's int8 file; the fp32 file then holds only embeddings, LayerNorms,
+** fp32 model's packed file, or its whole file when it has none; a bf16
+** model's bf16 file; an int8 model's int8 file; the fp32 file then holds only embeddings, LayerNorms,
 ** biases and the head's matrices, which the first calls bring in),
 ** then the fingerprint is computed, so that the first call after bert_load
 ** pays for neither.
@@ -125,6 +125,8 @@ void bf_model_warm_up(bf_model *m, uint64_t t0) {
   if (!w) return;
   w->m = m;
   if (m->precision == BF_PRECISION_INT8) { /* the int8 file (none: the copy in memory) */
+    add_part(w, m->dmap, m->dmap_len);
+  } else if (m->precision == BF_PRECISION_BF16) { /* the bf16 file (none: in memory) */
     add_part(w, m->dmap, m->dmap_len);
   } else if (m->dmap) {
     /* the packed panels, then the fp32 file's matrices that are not packed:

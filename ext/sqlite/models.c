@@ -247,8 +247,9 @@ static int has_config(const char *dir) {
 }
 
 bf_precision bfx_default_precision(void) {
-  static const char *const names[] = {"fp32", "int8"};
-  return bf_env_choice("BERTFILL_PRECISION", names, 2, 0) ? BF_PRECISION_INT8 : BF_PRECISION_FP32;
+  static const char *const names[] = {"fp32", "int8", "bf16"};
+  _Static_assert(BF_PRECISION_INT8 == 1 && BF_PRECISION_BF16 == 2, "names in bf_precision's order");
+  return (bf_precision)bf_env_choice("BERTFILL_PRECISION", names, 3, BF_PRECISION_FP32);
 }
 
 /* The model named by the environment, or the default model. */

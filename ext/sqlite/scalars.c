@@ -9,7 +9,8 @@
 **   bert_load(dir [, precision])  make the model in dir the connection's
 **                          model (NULL: back to BERTFILL_MODEL / the
 **                          default), in precision 'fp32' (exact, the default
-**                          unless BERTFILL_PRECISION says otherwise) or 'int8'
+**                          unless BERTFILL_PRECISION says otherwise), 'int8'
+**                          or 'bf16'
 **   bert_debug()           JSON: kernels, BLAS, model, cache, guard, batching
 **   bert_version()         the version of bertfill, e.g. '0.1.0' (version.h)
 **
@@ -128,8 +129,8 @@ void bfx_fn_load(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
       bfx_quote q;
       bfx_err e = BFX_ERR_NONE;
       bfx_errf(&e, SQLITE_ERROR, -1,
-               "bert_load: unknown precision '%s': use 'fp32' (exact, the default) or 'int8' "
-               "(faster, approximate)",
+               "bert_load: unknown precision '%s': use 'fp32' (exact, the default), 'int8' "
+               "(faster, approximate) or 'bf16' (between the two)",
                bfx_quoted(&q, p, -1));
       bfx_error(ctx, &e);
       return;
@@ -159,6 +160,8 @@ static void debug_engine(sqlite3_str *o) {
   bfx_json_string(o, bf_gemm_kernels());
   sqlite3_str_appendall(o, ",\"int8_kernels\":");
   bfx_json_string(o, bf_int8_kernels());
+  sqlite3_str_appendall(o, ",\"bf16_kernels\":");
+  bfx_json_string(o, bf_bf16_kernels());
   sqlite3_str_appendall(o, ",\"blas_core\":");
   bfx_json_string(o, blas_ok ? bf_blas_core() : "");
   sqlite3_str_appendall(o, ",\"blas_config\":");

@@ -180,6 +180,16 @@ unit_pool() (
 
 # The int8 products of ext/engine/qgemm.c: tests/c/test_qgemm.c (every
 # kernel the CPU has against the portable one and the exact math).
+unit_bf16() (
+  built test_bf16 || exit 1
+  ${BF_WRAP:-} "$bin"
+  rc=$?
+  # BERTFILL_KERNELS=avx2: the portable bf16 kernel through gemm_xwt_bf16
+  BERTFILL_KERNELS=avx2 ${BF_WRAP:-} "$bin" | sed -E 's/^(ok|FAIL|skip) /\1 [portable] /'
+  [ "${PIPESTATUS[0]}" -ne 0 ] && exit 1
+  exit $rc
+)
+
 unit_qgemm() (
   built test_qgemm || exit 1
   ${BF_WRAP:-} "$bin"
@@ -250,7 +260,7 @@ unit_util() (
   ${BF_WRAP:-} "$bin"
 )
 
-units=(batcher errors forward gemm lru machine_guard model pool qgemm stats threads tokenizer util)
+units=(batcher bf16 errors forward gemm lru machine_guard model pool qgemm stats threads tokenizer util)
 if [ "${1:-}" = --list ]; then
   printf '%s\n' "${units[@]}"
   exit 0

@@ -8,7 +8,7 @@
 # the uninstall removes every installed file.  The model files installed are
 # exactly those git tracks: never the files a load wrote next to the weights
 # of this checkout (model.fingerprint, model.int8.safetensors,
-# model.packed.safetensors, and the
+# model.packed.safetensors, model.bf16.safetensors, and the
 # NAME.tmp.PID.THREAD an interrupted write leaves), which are put there for
 # the test when missing; uninstall removes those the installed model got
 # from its own loads.  The same from a copy without .git (a tarball):
@@ -21,7 +21,8 @@ if ! command -v make >/dev/null; then echo "skip install: no make"; exit 0; fi
 if [ ! -f "$EXT.so" ]; then echo "FAIL install: $EXT.so not built"; exit 1; fi
 tmp=$(mktemp -d)
 model=model/bertfill-zh-tiny
-load_files="model.fingerprint model.int8.safetensors model.packed.safetensors model.fingerprint.tmp.1.1"
+load_files="model.fingerprint model.int8.safetensors model.packed.safetensors model.bf16.safetensors
+  model.fingerprint.tmp.1.1"
 made=()   # the load files this test put into the checkout, removed at exit
 for f in $load_files; do
   [ -e "$model/$f" ] || { echo "written by t_install.sh" >"$model/$f" && made+=("$model/$f"); }
@@ -35,7 +36,7 @@ mk() { make --no-print-directory -s EXTENSION="$EXT.so" "$@" 2>&1; }
 # Every file under a directory with its mode, relative and sorted.
 listing() { (cd "$1" && find . -type f -printf '%m %P\n' | LC_ALL=C sort); }
 # What a load may leave in the installed model's directory.
-leave_load_files() { for f in $load_files model.int8.safetensors.tmp.9.9 model.packed.safetensors.tmp.9.9; do echo x >"$1/$f"; done; }
+leave_load_files() { for f in $load_files model.int8.safetensors.tmp.9.9 model.packed.safetensors.tmp.9.9 model.bf16.safetensors.tmp.9.9; do echo x >"$1/$f"; done; }
 
 # The model's files: those git tracks (without git, all but the load files).
 if model_files=$(git ls-files -- "$model" 2>/dev/null) && [ -n "$model_files" ]; then

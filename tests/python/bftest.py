@@ -2,9 +2,10 @@
 models and the extension are, the check lines tests/run.sh counts
 ("ok NAME", "FAIL NAME: why", "skip NAME: why"), error_of, and the helpers of
 the tests of the files a load makes next to the weights (connect, one,
-copy_model, run_client, check_derived_file)."""
+copy_model, run_client, check_derived_file, model_texts, candidates)."""
 import hashlib
 import os
+import random
 import shutil
 import sqlite3
 import subprocess
@@ -15,7 +16,8 @@ MODELS = os.path.abspath(os.path.join(BUILD, "models"))
 EXT = os.path.abspath(os.environ.get("BERTFILL_EXT", "./bertfill"))
 TINY = os.path.join(MODELS, "tiny")
 # What loads write next to a model's weights (copy_model leaves them out).
-DERIVED_FILES = ("model.int8.safetensors", "model.packed.safetensors", "model.fingerprint")
+DERIVED_FILES = ("model.int8.safetensors", "model.packed.safetensors", "model.bf16.safetensors",
+                 "model.fingerprint")
 
 _failures = 0
 
@@ -149,3 +151,22 @@ def check_derived_file(d, name, load_sql, answers, made=None):
               r is None and os.path.getsize(p) > 5000 and (made is None or made(c)) and
               answers(c) == want, r)
         c.close()
+
+
+def model_texts(model, n, seed):
+    """n texts of 8-30 characters from the model's vocabulary, one [MASK] each."""
+    vocab = open(os.path.join(model, "vocab.txt"), encoding="utf-8").read().split("\n")
+    chars = [t for t in vocab if len(t) == 1 and "\u4e00" <= t <= "\u9fff"]
+    rnd = random.Random(seed)
+    out = []
+    for _ in range(n):
+        w = [rnd.choice(chars) for _ in range(rnd.randint(8, 30))]
+        w.insert(rnd.randint(0, len(w)), "[MASK]")
+        out.append("".join(w))
+    return out
+
+
+def candidates(c, text, k=5):
+    """fill_candidates(text, k) as (token, score) rows in mask and rank order."""
+    return c.execute("SELECT token, score FROM fill_candidates(?, ?) ORDER BY mask, rank",
+                     (text, k)).fetchall()

@@ -26,7 +26,7 @@ import signal
 import subprocess
 import tempfile
 
-from bftest import EXT, TINY, check, exit_code, skip
+from bftest import DERIVED_FILES, EXT, TINY, check, exit_code, skip
 
 SQLITE3 = shutil.which("sqlite3")
 MODEL_FILES = ("config.json", "vocab.txt", "tokenizer_config.json", "model.safetensors")
@@ -37,7 +37,7 @@ def copy_model(tmp, name="m"):
     d = os.path.join(tmp, name)
     os.mkdir(d)
     for f in os.listdir(TINY):
-        if f in ("model.int8.safetensors", "model.packed.safetensors", "model.fingerprint"):
+        if f in DERIVED_FILES:
             continue
         shutil.copy(os.path.join(TINY, f), d)
     return d
@@ -67,7 +67,7 @@ def died_how(rc):
 
 def test_truncation(tmp):
     n = 0
-    for precision in ("fp32", "int8"):
+    for precision in ("fp32", "int8", "bf16"):
         for warm in ("0", "1"):
             for cache in ("off", "memory", "on"):
                 for first_call in (False, True):
@@ -120,9 +120,9 @@ def test_fifos(tmp):
             shutil.rmtree(d)
     # the files bertfill writes next to the weights: a FIFO there is ignored
     # (model.fingerprint) or replaced (model.int8.safetensors,
-    # model.packed.safetensors), never waited on
+    # model.packed.safetensors, model.bf16.safetensors), never waited on
     for f, precision in (("model.fingerprint", "fp32"), ("model.int8.safetensors", "int8"),
-                         ("model.packed.safetensors", "fp32")):
+                         ("model.packed.safetensors", "fp32"), ("model.bf16.safetensors", "bf16")):
         d = copy_model(tmp, "fifo-" + f)
         os.mkfifo(os.path.join(d, f))
         rc, out = shell(["SELECT bert_load('%s', '%s') IS NOT NULL" % (d, precision),

@@ -14,37 +14,18 @@ sqlite3.  Run by tests/run.sh; prints "ok NAME" / "FAIL NAME: why" /
 """
 import json
 import os
-import random
 import shutil
 import sys
 import tempfile
 
-from bftest import (MODELS, TINY, check, check_derived_file, connect, copy_model, error_of,
-                    exit_code, one, run_client, skip)
+from bftest import (MODELS, TINY, candidates, check, check_derived_file, connect, copy_model,
+                    error_of, exit_code, model_texts, one, run_client, skip)
 
 INT8_FILE = "model.int8.safetensors"
 
 
 def debug(c):
     return json.loads(one(c, "SELECT bert_debug()"))
-
-
-def model_texts(model, n, seed):
-    """n texts of 8-30 characters from the model's vocabulary, one [MASK] each."""
-    vocab = open(os.path.join(model, "vocab.txt"), encoding="utf-8").read().split("\n")
-    chars = [t for t in vocab if len(t) == 1 and "\u4e00" <= t <= "\u9fff"]
-    rnd = random.Random(seed)
-    out = []
-    for _ in range(n):
-        w = [rnd.choice(chars) for _ in range(rnd.randint(8, 30))]
-        w.insert(rnd.randint(0, len(w)), "[MASK]")
-        out.append("".join(w))
-    return out
-
-
-def candidates(c, text, k=5):
-    return c.execute("SELECT token, score FROM fill_candidates(?, ?) ORDER BY mask, rank",
-                     (text, k)).fetchall()
 
 
 def test_load_and_file(tmp):
@@ -75,8 +56,8 @@ def test_load_and_file(tmp):
           one(c3, "SELECT bert_load(?, 'FP32')", (d,)).endswith("fp32"))
     e = error_of(c3, "SELECT bert_load(?, 'int4')", (d,))
     check("bert_load: unknown precision is an error",
-          e == "bert_load: unknown precision 'int4': use 'fp32' (exact, the default) or 'int8' "
-               "(faster, approximate)", e)
+          e == "bert_load: unknown precision 'int4': use 'fp32' (exact, the default), 'int8' "
+               "(faster, approximate) or 'bf16' (between the two)", e)
     e = error_of(c3, "SELECT bert_load(?, 8)", (d,))
     check("bert_load: a number is not a precision", e and "unknown precision '8'" in e, e)
     check("the model stays after a bad precision", debug(c3)["model"]["precision"] == "fp32")

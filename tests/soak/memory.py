@@ -58,7 +58,8 @@ def rollup(pid):
     return out
 
 
-WEIGHT_FILES = ("/model.safetensors", "/model.int8.safetensors", "/model.packed.safetensors")
+WEIGHT_FILES = ("/model.safetensors", "/model.int8.safetensors", "/model.packed.safetensors",
+                "/model.bf16.safetensors")
 
 
 def model_mapping(pid, names=WEIGHT_FILES):

@@ -892,4 +892,121 @@ VNNI static void row_codes_avx512(const float *row, int k, float inv, int32_t z,
 
 const int8_kernel_table int8_avx512vnni = {QG_AVX512VNNI, INT8_VNNI_MR, int8_unit_vnni,
                                            row_range_avx512, row_codes_avx512};
+/* ---- bf16 kernel (AVX512-BF16) ----
+** The packed kernel's loop on bf16 panels (gemm_pack_bf16: per pair of k,
+** 64 outputs' two weights side by side, so 64 bytes hold 16 outputs' pair):
+** tiles of up to BF16_MR rows of x by the panel's 64 outputs, each step a
+** broadcast pair of x and vdpbf16ps into 24 accumulators.  k runs in chunks
+** of BF16_KC pairs (64 x 384 x 4 bytes = 96 KB, in L2 for the tiles after
+** the first); a chunk after the first starts from the sums in y, so that
+** every output sums its pairs in order from the first (the bits of
+** kernels.h's bf16_kernel). */
+#define AVX512BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,fma")))
+#define BF16_MR 6
+#define BF16_KC 384
+#define BF16_AHEAD 12
+
+INLINE AVX512BF16 void bf16_tile(const int R, const uint32_t *x, int ldx, const uint32_t *Wp,
+                                 int k0, int k1, float *y, int ldy, const __mmask16 *m, int carry,
+                                 prefetch *pf, prefetch *own) {
+  __m512 c[BF16_MR][PACK_NZ];
+#pragma GCC unroll 6
+  for (int i = 0; i < R; i++)
+#pragma GCC unroll 4
+    for (int z = 0; z < PACK_NZ; z++)
+      c[i][z] = carry ? _mm512_maskz_loadu_ps(m[z], y + (size_t)i * ldy + 16 * z)
+                      : _mm512_setzero_ps();
+  for (int k = k0; k < k1; k++) {
+    prefetch_step_l1(own, k);
+    prefetch_step_l1(pf, k);
+    __m512i b[PACK_NZ];
+#pragma GCC unroll 4
+    for (int z = 0; z < PACK_NZ; z++)
+      b[z] = _mm512_loadu_si512((const void *)(Wp + (size_t)k * GEMM_PACK + 16 * z));
+#pragma GCC unroll 6
+    for (int i = 0; i < R; i++) {
+      __m512i a = _mm512_set1_epi32((int)x[(size_t)i * ldx + k]);
+#pragma GCC unroll 4
+      for (int z = 0; z < PACK_NZ; z++)
+        c[i][z] = _mm512_dpbf16_ps(c[i][z], (__m512bh)a, (__m512bh)b[z]);
+    }
+  }
+#pragma GCC unroll 6
+  for (int i = 0; i < R; i++)
+#pragma GCC unroll 4
+    for (int z = 0; z < PACK_NZ; z++)
+      _mm512_mask_storeu_ps(y + (size_t)i * ldy + 16 * z, m[z], c[i][z]);
+}
+
+AVX512BF16 static void bf16_cols(float *y, const uint32_t *xh, const uint32_t *Wh, int T, int N,
+                                 int KP, int c0, int c1, int next) {
+  const long panel_words = (long)KP * GEMM_PACK;
+  int nt = (T + BF16_MR - 1) / BF16_MR;
+  for (int n0 = c0; n0 < c1; n0 += GEMM_PACK) {
+    const uint32_t *wp = Wh + (size_t)(n0 / GEMM_PACK) * (size_t)panel_words;
+    __mmask16 m[PACK_NZ];
+    for (int z = 0; z < PACK_NZ; z++) m[z] = tail16((c1 < N ? c1 : N) - n0 - 16 * z);
+    int after = n0 + GEMM_PACK < c1 ? n0 + GEMM_PACK : next; /* this thread's next panel */
+    for (int k0 = 0; k0 < KP; k0 += BF16_KC) {
+      int k1 = KP - k0 < BF16_KC ? KP : k0 + BF16_KC;
+      const uint32_t *nx = NULL; /* the chunk after this one */
+      long nk = 0;
+      if (k1 < KP) {
+        nx = wp + (size_t)k1 * GEMM_PACK;
+        nk = KP - k1 < BF16_KC ? KP - k1 : BF16_KC;
+      } else if (after < N) {
+        nx = Wh + (size_t)(after / GEMM_PACK) * (size_t)panel_words;
+        nk = KP < BF16_KC ? KP : BF16_KC;
+      }
+      prefetch pf = prefetch_plan(nx, nk * GEMM_PACK * (long)sizeof(uint32_t),
+                                  (long)nt * (k1 - k0));
+      prefetch own = prefetch_plan(wp + (size_t)(k0 + BF16_AHEAD) * GEMM_PACK,
+                                   (long)(k1 - k0 - BF16_AHEAD) * GEMM_PACK *
+                                     (long)sizeof(uint32_t),
+                                   k1 - k0 - BF16_AHEAD);
+      prefetch none = prefetch_plan(NULL, 0, 1);
+      for (int t = 0, done = 0; t < nt; t++) {
+        int R = kernels_tile_rows(T, done, t, nt);
+        const uint32_t *xt = xh + (size_t)done * KP;
+        float *yt = y + (size_t)done * N + n0;
+        prefetch *o = t == 0 ? &own : &none;
+        switch (R) {
+#define TILE(r) \
+  case r: bf16_tile(r, xt, KP, wp, k0, k1, yt, N, m, k0 > 0, &pf, o); break;
+          TILE(1) TILE(2) TILE(3) TILE(4) TILE(5) TILE(6)
+#undef TILE
+        }
+        done += R;
+      }
+    }
+  }
+}
+
+/* kernels_bf16_round on 16 floats at a time (the same integer steps) */
+AVX512BF16 static void bf16_rows(uint32_t *xh, const float *x, int T, int K) {
+  const __m512i abs = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000);
+  const __m512i sign = _mm512_set1_epi32((int)0x80000000u), half = _mm512_set1_epi32(0x7fff);
+  const __m512i one = _mm512_set1_epi32(1), quiet = _mm512_set1_epi32(0x40);
+  int KP = (K + 1) / 2;
+  for (int t = 0; t < T; t++) {
+    const float *xr = x + (size_t)t * K;
+    uint16_t *o = (uint16_t *)(xh + (size_t)t * KP);
+    for (int k = 0; k < K; k += 16) {
+      __mmask16 m = tail16(K - k);
+      __m512i u = _mm512_maskz_loadu_epi32(m, xr + k);
+      __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, abs), inf);
+      __mmask16 den = _mm512_testn_epi32_mask(u, inf);
+      u = _mm512_mask_and_epi32(u, den, u, sign);
+      __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, half),
+                                                     _mm512_and_si512(_mm512_srli_epi32(u, 16),
+                                                                      one)),
+                                    16);
+      r = _mm512_mask_or_epi32(r, nan, _mm512_srli_epi32(u, 16), quiet);
+      _mm256_mask_storeu_epi16(o + k, m, _mm512_cvtepi32_epi16(r));
+    }
+    if (K % 2) o[K] = 0; /* the last pair's high half */
+  }
+}
+
+const bf16_kernel bf16_avx512bf16 = {"avx512bf16", bf16_cols, bf16_rows};
 #endif /* BF_HAVE_AVX512 */

@@ -109,3 +109,22 @@ int kernels_int8_chosen(void) {
     default: return QG_PORTABLE;
   }
 }
+
+/* ---- bf16 (kernels.h: kernels_bf16_*) ---- */
+
+int kernels_bf16_supported(void) {
+#if defined(BF_HAVE_AVX512) && defined(__x86_64__) && defined(__GNUC__)
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16");
+#else
+  return 0;
+#endif
+}
+
+const bf16_kernel *kernels_bf16_chosen(void) {
+#ifdef BF_HAVE_AVX512
+  if (gemm_kernels() == GEMM_KERNELS_AVX512 && kernels_bf16_supported()) return &bf16_avx512bf16;
+#endif
+  return &bf16_portable;
+}

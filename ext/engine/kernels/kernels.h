@@ -47,6 +47,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 /* Up to this many rows of x the dot kernel runs (AVX-512, see dot_cols),
 ** more when the product is GEMM_DOT_DEEP_K or more deep. */
@@ -156,12 +157,44 @@ typedef struct int8_kernel_table {
   void (*row_codes)(const float *row, int k, float inv, int32_t z, uint8_t *q8);
 } int8_kernel_table;
 
+/* The bf16 product kernel (bf16 loads; gemm.h's gemm_xwt_bf16): for rows t
+** < T of xh (bf16 pairs, KP words a row: rows below) and outputs [c0,
+** c1) of the bf16 panels Wh (c0 a multiple of GEMM_PACK; gemm_pack_bf16),
+** y[t * N + c] = the sum over the pairs, in order, of vdpbf16ps's step: for
+** pair (x0, x1) of row t and (w0, w1) of output c,
+**     acc = ftz(acc + x1 w1), then acc = ftz(acc + x0 w0)
+** from acc = 0, each sum rounded to float once (the products are exact),
+** with denormal inputs (acc, x's, w's) read as zero and denormal sums
+** flushed to zero, as AVX512-BF16 does it; every kernel gives these bits.
+** Meanwhile the panel of column next (if next < N) is prefetched. */
+typedef struct bf16_kernel {
+  const char *name; /* "portable", "avx512bf16" */
+  void (*cols)(float *y, const uint32_t *xh, const uint32_t *Wh, int T, int N, int KP, int c0,
+               int c1, int next);
+  /* x[T, K] as rows of KP = ceil(K / 2) pairs of kernels_bf16_round's bf16
+  ** (x[t][2i] in the low half of xh[t * KP + i], 0 past K) */
+  void (*rows)(uint32_t *xh, const float *x, int T, int K);
+} bf16_kernel;
+
+/* A float as bf16: to nearest, ties to even; a denormal becomes a zero of
+** its sign (AVX512-BF16 reads denormals so anyway); a NaN stays a NaN (made
+** quiet).  Every bf16 kernel's rows, and the weights' panels, round so. */
+static inline uint16_t kernels_bf16_round(float f) {
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
+  if ((u & 0x7f800000u) == 0) u &= 0x80000000u;
+  return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
 extern const kernel_set kernels_portable; /* portable.c */
 extern const kernel_set kernels_avx2;     /* avx2.c: only in builds with avx2.h's BF_HAVE_AVX2 */
 extern const kernel_set kernels_avx512;   /* avx512.c: only with avx512.h's BF_HAVE_AVX512 */
 extern const int8_kernel_table int8_portable;   /* portable.c */
 extern const int8_kernel_table int8_avx2;       /* avx2.c (BF_HAVE_AVX2) */
 extern const int8_kernel_table int8_avx512vnni; /* avx512.c (BF_HAVE_AVX512); needs AVX512-VNNI */
+extern const bf16_kernel bf16_portable;         /* portable.c */
+extern const bf16_kernel bf16_avx512bf16;       /* avx512.c (BF_HAVE_AVX512); needs AVX512-BF16 */
 
 /* ---- dispatch.c ---- */
 
@@ -186,5 +219,11 @@ const int8_kernel_table *kernels_int8(int path);
 int kernels_int8_supported(int path);
 int kernels_int8_best(void);
 int kernels_int8_chosen(void);
+
+/* The bf16 kernel: AVX512-BF16's where the CPU has it and the set that runs
+** is AVX-512 (BERTFILL_KERNELS caps it like the others), else the portable
+** one (the same bits, far slower); and whether the CPU can run AVX512-BF16's. */
+const bf16_kernel *kernels_bf16_chosen(void);
+int kernels_bf16_supported(void);
 
 #endif

@@ -5,8 +5,11 @@
 ** GEMM_NO_KERNEL and forward.c gives them to OpenBLAS (blas.h).  expf and
 ** erff from libm; the vector sets' polynomials agree with them to ~1e-7.
 */
+#include <float.h>
 #include <math.h>
 #include <stddef.h>
+#include <stdint.h>
+#include <string.h>
 
 #include "int8.h"
 #include "kernels.h"
@@ -98,3 +101,56 @@ static void int8_unit_portable(const int8_out *o, int r0, int r1, int i0, int i1
 }
 
 const int8_kernel_table int8_portable = {QG_PORTABLE, 1, int8_unit_portable, NULL, NULL};
+
+/* ---- bf16 (kernels.h's bf16_kernel): vdpbf16ps's arithmetic in C ---- */
+
+/* A denormal read as zero (of its sign), as AVX512-BF16 reads its inputs
+** and flushes its results. */
+static inline float bf16_daz(float v) { return fabsf(v) < FLT_MIN ? copysignf(0.0f, v) : v; }
+
+/* The bf16 in the low (lo = 1) or high half of a pair, as a float. */
+static inline float bf16_half(uint32_t pair, int lo) {
+  uint32_t u = lo ? pair << 16 : pair & 0xffff0000u;
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return bf16_daz(f);
+}
+
+/* One pair into acc: the high halves' product first, each sum rounded once
+** (a product of two bf16 is exact in double, and so is its sum with a float
+** wherever the rounding to float could depend on it). */
+static inline float bf16_step(float acc, uint32_t x, uint32_t w) {
+  acc = bf16_daz((float)((double)bf16_daz(acc) + (double)bf16_half(x, 0) * bf16_half(w, 0)));
+  return bf16_daz((float)((double)acc + (double)bf16_half(x, 1) * bf16_half(w, 1)));
+}
+
+static void bf16_cols_portable(float *y, const uint32_t *xh, const uint32_t *Wh, int T, int N,
+                               int KP, int c0, int c1, int next) {
+  (void)next;
+  for (int n0 = c0; n0 < c1; n0 += GEMM_PACK) {
+    const uint32_t *wp = Wh + (size_t)(n0 / GEMM_PACK) * (size_t)KP * GEMM_PACK;
+    int nc = (c1 - n0 < GEMM_PACK ? c1 - n0 : GEMM_PACK);
+    if (nc > N - n0) nc = N - n0;
+    for (int t = 0; t < T; t++) {
+      const uint32_t *xr = xh + (size_t)t * KP;
+      float acc[GEMM_PACK] = {0};
+      for (int k = 0; k < KP; k++)
+        for (int c = 0; c < nc; c++)
+          acc[c] = bf16_step(acc[c], xr[k], wp[(size_t)k * GEMM_PACK + c]);
+      memcpy(y + (size_t)t * N + n0, acc, (size_t)nc * sizeof *acc);
+    }
+  }
+}
+
+static void bf16_rows_portable(uint32_t *xh, const float *x, int T, int K) {
+  int KP = (K + 1) / 2;
+  for (int t = 0; t < T; t++) {
+    const float *xr = x + (size_t)t * K;
+    uint32_t *o = xh + (size_t)t * KP;
+    for (int i = 0; i < KP; i++)
+      o[i] = kernels_bf16_round(xr[2 * i]) |
+             (uint32_t)(2 * i + 1 < K ? kernels_bf16_round(xr[2 * i + 1]) : 0) << 16;
+  }
+}
+
+const bf16_kernel bf16_portable = {"portable", bf16_cols_portable, bf16_rows_portable};
