@@ -111,6 +111,17 @@ static int reserve_units(gemm_scratch *s, const split_rule *rule, const int *n, 
   return 0;
 }
 
+/* The units of a job for the outputs of n[0..nout) columns and T rows on nt
+** threads, planned into s's table (reserve_units, plan_units): how many into
+** *nunits, and the table; NULL when out of memory. */
+static const gemm_unit *plan_job(gemm_scratch *s, const split_rule *rule, const int *n, int nout,
+                                 int T, int nt, int *nunits) {
+  int most;
+  if (reserve_units(s, rule, n, nout, T, nt, &most) != 0) return NULL;
+  *nunits = plan_units(rule, s->units, most, n, nout, T, nt);
+  return *nunits < 0 ? NULL : s->units;
+}
+
 void gemm_post_rows(gemm_post_fn post, const float *post_bias, float *y, int n, int t0, int t1,
                     int c0, int c1) {
   if (!post) return;
@@ -229,11 +240,11 @@ int gemm_xwt(bf_pool *p, gemm_scratch *s, int nthreads, const float *x, int T, i
   split_rule rule = {kt->dot_tile, kt->dot_unit, 1, 0, 1, 0};
   if (panel) rule = (split_rule){kt->panel, kt->panel, 0, 0, kt->panel_rows, 1};
   if (kernel == KERNEL_PACKED) rule = (split_rule){GEMM_PACK, GEMM_PACK, 0, 0, kt->packed_rows, 1};
-  int n[GEMM_MAX_OUT], most;
+  int n[GEMM_MAX_OUT];
   for (int o = 0; o < nout; o++) n[o] = out[o].n;
-  if (reserve_units(s, &rule, n, nout, T, nthreads, &most) != 0) return GEMM_NOMEM;
   gemm_job j;
   memset(&j, 0, sizeof j);
+  if (!(j.units = plan_job(s, &rule, n, nout, T, nthreads, &j.nunits))) return GEMM_NOMEM;
   j.kt = kt;
   j.s = s;
   j.x = x;
@@ -243,9 +254,6 @@ int gemm_xwt(bf_pool *p, gemm_scratch *s, int nthreads, const float *x, int T, i
   j.nt = nthreads;
   j.kernel = kernel;
   for (int o = 0; o < nout; o++) j.out[o] = out[o];
-  j.units = s->units;
-  j.nunits = plan_units(&rule, s->units, most, n, nout, T, nthreads);
-  if (j.nunits < 0) return GEMM_NOMEM;
   bf_pool_run(p, nthreads, j.nunits, run_unit, &j);
   return GEMM_OK;
 }
@@ -328,20 +336,12 @@ int gemm_xwt_bf16(bf_pool *p, gemm_scratch *s, int nthreads, const float *x, int
     free(solo);
     return GEMM_OK;
   }
-  split_rule rule = {GEMM_PACK, GEMM_PACK, 0, 0, 6, 1};
-  int n[GEMM_MAX_OUT], most;
+  split_rule rule = {GEMM_PACK, GEMM_PACK, 0, 0, bk->row_tile, 1};
+  int n[GEMM_MAX_OUT];
   for (int o = 0; o < nout; o++) n[o] = out[o].n;
-  if (reserve_units(s, &rule, n, nout, T, nthreads, &most) != 0) return GEMM_NOMEM;
-  bf16_job j;
-  memset(&j, 0, sizeof j);
-  j.bk = bk;
-  j.xh = xh;
-  j.KP = KP;
-  j.nt = nthreads;
+  bf16_job j = {bk, xh, KP, nthreads, 0, {{0}}, NULL};
   for (int o = 0; o < nout; o++) j.out[o] = out[o];
-  j.units = s->units;
-  j.nunits = plan_units(&rule, s->units, most, n, nout, T, nthreads);
-  if (j.nunits < 0) return GEMM_NOMEM;
+  if (!(j.units = plan_job(s, &rule, n, nout, T, nthreads, &j.nunits))) return GEMM_NOMEM;
   bf_pool_run(p, nthreads, j.nunits, run_unit_bf16, &j);
   return GEMM_OK;
 }
@@ -372,7 +372,7 @@ int gemm_xwt_int8(bf_pool *p, gemm_scratch *s, int nthreads, const qg_rows *x, i
   if (nthreads < 1) nthreads = 1;
   if (nthreads > BF_POOL_MAX_THREADS) nthreads = BF_POOL_MAX_THREADS;
   int8_job j = {kt, x, {{0}}, out, NULL};
-  int n[GEMM_MAX_OUT], most;
+  int n[GEMM_MAX_OUT];
   long work = 0;
   for (int o = 0; o < nout; o++) {
     j.out[o] = (int8_out){out[o].y, (size_t)out[o].w->n, NULL, 0, x, out[o].w, out[o].bias};
@@ -391,10 +391,8 @@ int gemm_xwt_int8(bf_pool *p, gemm_scratch *s, int nthreads, const qg_rows *x, i
     }
     return GEMM_OK;
   }
-  if (reserve_units(s, &rule, n, nout, x->t, nthreads, &most) != 0) return GEMM_NOMEM;
-  int nunits = plan_units(&rule, s->units, most, n, nout, x->t, nthreads);
-  if (nunits < 0) return GEMM_NOMEM;
-  j.units = s->units;
+  int nunits;
+  if (!(j.units = plan_job(s, &rule, n, nout, x->t, nthreads, &nunits))) return GEMM_NOMEM;
   bf_pool_run(p, nthreads, nunits, run_unit_int8, &j);
   return GEMM_OK;
 }

@@ -2,8 +2,10 @@
 models and the extension are, the check lines tests/run.sh counts
 ("ok NAME", "FAIL NAME: why", "skip NAME: why"), error_of, and the helpers of
 the tests of the files a load makes next to the weights (connect, one,
-copy_model, run_client, check_derived_file, model_texts, candidates)."""
+copy_model, run_client, check_derived_file, model_texts, candidates,
+load_read_only, check_read_only, agreement)."""
 import hashlib
+import json
 import os
 import random
 import shutil
@@ -170,3 +172,72 @@ def candidates(c, text, k=5):
     """fill_candidates(text, k) as (token, score) rows in mask and rank order."""
     return c.execute("SELECT token, score FROM fill_candidates(?, ?) ORDER BY mask, rank",
                      (text, k)).fetchall()
+
+
+READ_ONLY_CLIENT = r"""
+import json, sqlite3, sys
+c = sqlite3.connect(":memory:")
+c.enable_load_extension(True)
+c.load_extension(sys.argv[1])
+d = c.execute("SELECT bert_load(?, ?)", (sys.argv[2], sys.argv[3])).fetchone()[0]
+m = json.loads(c.execute("SELECT bert_debug()").fetchone()[0])["model"]
+c.execute("SELECT bert_cache('off')").fetchone()
+f = [tuple(r) for r in c.execute("SELECT token, score FROM fill_candidates('我[MASK]你', 5) ORDER BY mask, rank")]
+print(json.dumps([d, m, f]))
+"""
+
+
+def load_read_only(d, tmp, precision):
+    """bert_load(d, precision) in a fresh process that cannot write d (made
+    read-only for it; as nobody under root): (description, bert_debug's
+    model, the candidates of '我[MASK]你'), or None after a failed check."""
+    os.chmod(d, 0o555)
+    r = run_client(READ_ONLY_CLIENT, [d, precision], tmp=tmp)
+    os.chmod(d, 0o755)
+    if r.returncode != 0:
+        check("%s in a read-only directory" % precision, False, r.stderr.strip()[-400:])
+        return None
+    desc, model, got = json.loads(r.stdout)
+    return desc, model, [tuple(x) for x in got]
+
+
+def check_read_only(d, tmp, precision, name, field, want, same_answers):
+    """bert_load(d, precision) where the process cannot write d: it loads,
+    bert_debug's model[field] says want, d/name is not written, and (with
+    same_answers) it answers as a load that could write d/name."""
+    r = load_read_only(d, tmp, precision)
+    if not r:
+        return
+    desc, model, got = r
+    check("%s in a read-only directory loads" % precision, desc.endswith(precision), desc)
+    check("... with %s %s" % (field, want), model[field] == want, model[field])
+    check("... and writes nothing there", not os.path.exists(os.path.join(d, name)))
+    if same_answers:
+        c = connect()
+        one(c, "SELECT bert_load(?, ?)", (d, precision))
+        one(c, "SELECT bert_cache('off')")
+        want_fill = [tuple(x) for x in candidates(c, "我[MASK]你")]
+        c.close()
+        check("... same answers as from the file", got == want_fill, "%s vs %s" % (got, want_fill))
+
+
+def agreement(src, tmp, precision, n=300, seed=11):
+    """precision against fp32 on a copy of the model src, over n texts of
+    model_texts: (top-1 agreement, top-5 overlap, the sorted |dp| of fp32's
+    top 1), each as a fraction."""
+    d = copy_model(src, tmp, "agree-%s-%s" % (precision, os.path.basename(src)))
+    texts = model_texts(src, n, seed)
+    c = connect()
+    one(c, "SELECT bert_cache('off')")
+    one(c, "SELECT bert_load(?)", (d,))
+    f = [candidates(c, t) for t in texts]
+    one(c, "SELECT bert_load(?, ?)", (d, precision))
+    q = [candidates(c, t) for t in texts]
+    c.close()
+    top1 = sum(a[0][0] == b[0][0] for a, b in zip(f, q)) / len(texts)
+    overlap = sum(len({x[0] for x in a} & {x[0] for x in b}) for a, b in zip(f, q)) / (5 * len(texts))
+    dp = sorted(abs(a[0][1] - dict(b).get(a[0][0], 0.0)) for a, b in zip(f, q))
+    print("# %s: %s vs fp32 on %d texts: top-1 %.1f%%, top-5 overlap %.1f%%, |dp| of the fp32 "
+          "top-1 median %.4f max %.4f" % (os.path.basename(src), precision, len(texts), 100 * top1,
+                                          100 * overlap, dp[len(dp) // 2], dp[-1]))
+    return top1, overlap, dp

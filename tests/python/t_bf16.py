@@ -17,8 +17,8 @@ import shutil
 import sys
 import tempfile
 
-from bftest import (MODELS, TINY, candidates, check, check_derived_file, connect, copy_model,
-                    exit_code, model_texts, one, run_client, skip)
+from bftest import (MODELS, TINY, agreement, candidates, check, check_derived_file, check_read_only,
+                    connect, copy_model, exit_code, one, run_client, skip)
 
 BF16_FILE = "model.bf16.safetensors"
 
@@ -58,35 +58,8 @@ def test_stale_and_damaged(tmp):
 
 def test_read_only(tmp):
     """A directory the process cannot write: the bf16 panels in private memory."""
-    d = copy_model(TINY, tmp, "ro")
-    os.chmod(d, 0o555)
-    code = r"""
-import json, sqlite3, sys
-c = sqlite3.connect(":memory:")
-c.enable_load_extension(True)
-c.load_extension(sys.argv[1])
-d = c.execute("SELECT bert_load(?, 'bf16')", (sys.argv[2],)).fetchone()[0]
-m = json.loads(c.execute("SELECT bert_debug()").fetchone()[0])["model"]
-c.execute("SELECT bert_cache('off')").fetchone()
-f = [tuple(r) for r in c.execute("SELECT token, score FROM fill_candidates('我[MASK]你', 5) ORDER BY mask, rank")]
-print(json.dumps([d, m["packed_weights"], f]))
-"""
-    r = run_client(code, [d], tmp=tmp)  # as nobody under root
-    os.chmod(d, 0o755)
-    if r.returncode != 0:
-        check("bf16 in a read-only directory", False, r.stderr.strip()[-400:])
-        return
-    desc, source, got = json.loads(r.stdout)
-    check("bf16 in a read-only directory loads", desc.endswith("bf16"), desc)
-    check("... with its panels in private memory", source == "memory", source)
-    check("... and writes nothing there", not os.path.exists(os.path.join(d, BF16_FILE)))
-    c = connect()
-    one(c, "SELECT bert_load(?, 'bf16')", (d,))
-    one(c, "SELECT bert_cache('off')")
-    want = [tuple(x) for x in candidates(c, "我[MASK]你")]
-    check("... same answers as from the file", [tuple(x) for x in got] == want,
-          "%s vs %s" % (got, want))
-    c.close()
+    check_read_only(copy_model(TINY, tmp, "ro"), tmp, "bf16", BF16_FILE, "packed_weights", "memory",
+                    same_answers=True)
 
 
 def test_cache_keeps_precisions_apart(tmp):
@@ -167,19 +140,7 @@ def test_agreement(tmp):
         if not os.path.isdir(src):
             skip("bf16 agreement on %s" % name, "model missing (make models)")
             continue
-        d = copy_model(src, tmp, "agree-" + name)
-        texts = model_texts(src, 300, 11)
-        c = connect()
-        one(c, "SELECT bert_cache('off')")
-        one(c, "SELECT bert_load(?)", (d,))
-        f = [candidates(c, t) for t in texts]
-        one(c, "SELECT bert_load(?, 'bf16')", (d,))
-        b = [candidates(c, t) for t in texts]
-        c.close()
-        top1 = sum(x[0][0] == y[0][0] for x, y in zip(f, b)) / len(texts)
-        dp = sorted(abs(x[0][1] - dict(y).get(x[0][0], 0.0)) for x, y in zip(f, b))
-        print("# %s: bf16 vs fp32 on %d texts: top-1 %.1f%%, |dp| of the fp32 top-1 median %.4f "
-              "max %.4f" % (name, len(texts), 100 * top1, dp[len(dp) // 2], dp[-1]))
+        top1, _, dp = agreement(src, tmp, "bf16")
         check("bf16 agrees with fp32 on %s: top-1 >= %d%%" % (name, 100 * floor), top1 >= floor,
               "%.1f%%" % (100 * top1))
         check("bf16 stays near fp32 on %s: median |dp| < 0.01" % name, dp[len(dp) // 2] < 0.01,

@@ -18,8 +18,8 @@ import shutil
 import sys
 import tempfile
 
-from bftest import (MODELS, TINY, candidates, check, check_derived_file, connect, copy_model,
-                    error_of, exit_code, model_texts, one, run_client, skip)
+from bftest import (MODELS, TINY, agreement, candidates, check, check_derived_file, check_read_only,
+                    connect, copy_model, error_of, exit_code, model_texts, one, run_client, skip)
 
 INT8_FILE = "model.int8.safetensors"
 
@@ -70,34 +70,9 @@ def test_stale_and_damaged(tmp):
 
 
 def test_read_only(tmp):
-    """A directory the process cannot write: the int8 weights in memory."""
-    d = copy_model(TINY, tmp, "ro")
-    os.chmod(d, 0o555)
-    code = r"""
-import json, sqlite3, sys
-c = sqlite3.connect(":memory:")
-c.enable_load_extension(True)
-c.load_extension(sys.argv[1])
-d = c.execute("SELECT bert_load(?, 'int8')", (sys.argv[2],)).fetchone()[0]
-m = json.loads(c.execute("SELECT bert_debug()").fetchone()[0])["model"]
-f = [tuple(r) for r in c.execute("SELECT token, score FROM fill_candidates('我[MASK]你', 5) ORDER BY mask, rank")]
-print(json.dumps([d, m["int8_weights"], f]))
-"""
-    r = run_client(code, [d], tmp=tmp)  # as nobody under root
-    os.chmod(d, 0o755)
-    if r.returncode != 0:
-        check("int8 in a read-only directory", False, r.stderr.strip()[-400:])
-        return
-    desc, source, got = json.loads(r.stdout)
-    check("int8 in a read-only directory loads", desc.endswith("int8"), desc)
-    check("... with its weights in private memory", source == "memory", source)
-    check("... and writes nothing there", not os.path.exists(os.path.join(d, INT8_FILE)))
-    c = connect()
-    one(c, "SELECT bert_load(?, 'int8')", (d,))
-    want = [tuple(x) for x in candidates(c, "我[MASK]你")]
-    check("... same answers as from the file", [tuple(x) for x in got] == want,
-          "%s vs %s" % (got, want))
-    c.close()
+    """A directory the process cannot write: the int8 weights in private memory."""
+    check_read_only(copy_model(TINY, tmp, "ro"), tmp, "int8", INT8_FILE, "int8_weights", "memory",
+                    same_answers=True)
 
 
 def test_cache_keeps_precisions_apart(tmp):
@@ -179,21 +154,7 @@ def test_agreement(tmp):
         if not os.path.isdir(src):
             skip("int8 agreement on %s" % name, "model missing (make models)")
             continue
-        d = copy_model(src, tmp, "agree-" + name)
-        texts = model_texts(src, 300, 11)
-        c = connect()
-        one(c, "SELECT bert_cache('off')")
-        one(c, "SELECT bert_load(?)", (d,))
-        f = [candidates(c, t) for t in texts]
-        one(c, "SELECT bert_load(?, 'int8')", (d,))
-        q = [candidates(c, t) for t in texts]
-        c.close()
-        top1 = sum(a[0][0] == b[0][0] for a, b in zip(f, q)) / len(texts)
-        overlap = sum(len({x[0] for x in a} & {x[0] for x in b}) for a, b in zip(f, q)) / (5 * len(texts))
-        dp = sorted(abs(a[0][1] - dict(b).get(a[0][0], 0.0)) for a, b in zip(f, q))
-        print("# %s: int8 vs fp32 on %d texts: top-1 %.1f%%, top-5 overlap %.1f%%, |dp| of the "
-              "fp32 top-1 median %.4f max %.4f" % (name, len(texts), 100 * top1, 100 * overlap,
-                                                    dp[len(dp) // 2], dp[-1]))
+        top1, _, _ = agreement(src, tmp, "int8")
         check("int8 agrees with fp32 on %s: top-1 >= %d%%" % (name, 100 * floor), top1 >= floor,
               "%.1f%%" % (100 * top1))
 

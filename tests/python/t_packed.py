@@ -17,8 +17,8 @@ import shutil
 import sys
 import tempfile
 
-from bftest import (MODELS, TINY, check, check_derived_file, connect, copy_model, exit_code, one,
-                    run_client, skip)
+from bftest import (MODELS, TINY, check, check_derived_file, check_read_only, connect, copy_model,
+                    exit_code, one, run_client, skip)
 
 PACKED = "model.packed.safetensors"
 TEXTS = ["我[MASK]你", "今天天气真[MASK]啊，适合出去玩。", "学习要持之以恒，不能三天打鱼，两天[MASK]。"]
@@ -106,27 +106,8 @@ def test_stale_and_damaged(tmp):
 
 def test_read_only(tmp):
     """A directory the process cannot write: the weights read in place."""
-    d = copy_model(TINY, tmp, "ro")
-    os.chmod(d, 0o555)
-    code = r"""
-import json, sqlite3, sys
-c = sqlite3.connect(":memory:")
-c.enable_load_extension(True)
-c.load_extension(sys.argv[1])
-d = c.execute("SELECT bert_load(?)", (sys.argv[2],)).fetchone()[0]
-m = json.loads(c.execute("SELECT bert_debug()").fetchone()[0])["model"]
-print(json.dumps([d, m["packed_weights"]]))
-"""
-    r = run_client(code, [d], tmp=tmp)  # as nobody under root
-    os.chmod(d, 0o755)
-    if r.returncode != 0:
-        check("fp32 in a read-only directory", False, r.stderr.strip()[-400:])
-        return
-    desc, source = json.loads(r.stdout)
-    check("fp32 in a read-only directory loads", desc.endswith("fp32"), desc)
-    check("... with the weights read in place, saying why",
-          source == "in place (the directory could not be written)", source)
-    check("... and writes nothing there", not os.path.exists(os.path.join(d, PACKED)))
+    check_read_only(copy_model(TINY, tmp, "ro"), tmp, "fp32", PACKED, "packed_weights",
+                    "in place (the directory could not be written)", same_answers=False)
 
 
 def test_env_off(tmp):

@@ -1008,5 +1008,5 @@ AVX512BF16 static void bf16_rows(uint32_t *xh, const float *x, int T, int K) {
   }
 }
 
-const bf16_kernel bf16_avx512bf16 = {"avx512bf16", bf16_cols, bf16_rows};
+const bf16_kernel bf16_avx512bf16 = {"avx512bf16", BF16_MR, bf16_cols, bf16_rows};
 #endif /* BF_HAVE_AVX512 */

@@ -169,6 +169,7 @@ typedef struct int8_kernel_table {
 ** Meanwhile the panel of column next (if next < N) is prefetched. */
 typedef struct bf16_kernel {
   const char *name; /* "portable", "avx512bf16" */
+  int row_tile;     /* rows of x per register tile (units of work hold whole tiles) */
   void (*cols)(float *y, const uint32_t *xh, const uint32_t *Wh, int T, int N, int KP, int c0,
                int c1, int next);
   /* x[T, K] as rows of KP = ceil(K / 2) pairs of kernels_bf16_round's bf16

@@ -153,4 +153,4 @@ static void bf16_rows_portable(uint32_t *xh, const float *x, int T, int K) {
   }
 }
 
-const bf16_kernel bf16_portable = {"portable", bf16_cols_portable, bf16_rows_portable};
+const bf16_kernel bf16_portable = {"portable", 1, bf16_cols_portable, bf16_rows_portable};
