@@ -25,10 +25,10 @@
 **          --hits N (cache-hit calls timed in sql mode, default 20000)
 **          --column 0 (leave out the column fill: its plain UPDATE alone runs
 **                     the encoder once per row, minutes on a bert-base model)
-**          --precision fp32|int8 (default fp32: the model loaded with
-**                     bf_model_load_as(dir, BF_PRECISION_INT8, ...) in engine
-**                     mode, SELECT bert_load(dir, 'int8') in sql mode; fp32 is
-**                     plain bf_model_load / bert_load(dir))
+**          --precision fp32|int8|bf16 (default fp32: the model loaded with
+**                     bf_model_load_as(dir, BF_PRECISION_INT8 or _BF16, ...)
+**                     in engine mode, SELECT bert_load(dir, 'int8') in sql
+**                     mode; fp32 is plain bf_model_load / bert_load(dir))
 **
 ** A mode this build of bertfill does not have (int8 before bertfill.h defines
 ** BF_HAVE_PRECISION, or a bertfill.so whose bert_load refuses 'int8') is not an
@@ -202,8 +202,10 @@ static int engine_mode(const char *dir, const char *out) {
   if (o_threads > 0) bf_blas_set_threads(o_threads);
   t0 = now_s();
 #ifdef BF_HAVE_PRECISION
-  bf_model *m = bf_model_load_as(dir, strcmp(o_precision, "int8") ? BF_PRECISION_FP32 : BF_PRECISION_INT8, err,
-                                 sizeof err);
+  bf_precision want = BF_PRECISION_FP32;
+  if (bf_precision_parse(o_precision, &want) != 0)
+    return write_missing(out, "this bertfill has no such precision (bf_precision_parse)");
+  bf_model *m = bf_model_load_as(dir, want, err, sizeof err);
   const char *precision = m ? bf_precision_name(bf_model_precision(m)) : "";
 #else
   if (strcmp(o_precision, "fp32"))
@@ -242,6 +244,8 @@ static int engine_mode(const char *dir, const char *out) {
   fprintf(o, ",\n \"threads\": %d,\n \"batch_size\": %d,\n \"blas_init_ms\": %.3f,\n \"model_load_ms\": %.3f,\n"
           " \"load_ms\": %.3f,\n \"dtype\": \"%s\",\n \"token_mismatches\": %d,\n",
           bf_blas_threads(), o_batch, blas_ms, load_ms, blas_ms + load_ms, bf_model_dtype(m), mismatches);
+  fprintf(o, " \"gemm_kernels\": \"%s\",\n \"int8_kernels\": \"%s\",\n \"bf16_kernels\": \"%s\",\n",
+          bf_gemm_kernels(), bf_int8_kernels(), bf_bf16_kernels());
 
   bf_cand cand[4096];
   /* First fill: pages of the mmapped weights come in here. */
@@ -708,8 +712,8 @@ int main(int argc, char **argv) {
     die("usage: bench_bertfill engine|sql MODEL_DIR SENTENCES.tsv OUT.json [--reps N ...]%s%s", "", "");
   if (o_reps < 1 || o_rounds < 1 || o_big_rounds < 1 || o_batch < 1 || o_batch > 4096 || o_warmup < 0 || o_hits < 20)
     die("bad option values%s%s", "", "");
-  if (strcmp(o_precision, "fp32") && strcmp(o_precision, "int8"))
-    die("--precision %s: expected fp32 or int8%s", o_precision, "");
+  if (strcmp(o_precision, "fp32") && strcmp(o_precision, "int8") && strcmp(o_precision, "bf16"))
+    die("--precision %s: expected fp32, int8 or bf16%s", o_precision, "");
   read_sentences(pos[2]);
   if (!strcmp(pos[0], "engine")) return engine_mode(pos[1], pos[3]);
   if (!o_ext) die("sql mode needs --ext PATH_TO_bertfill.so%s%s", "", "");

@@ -156,6 +156,7 @@ def main():
     bf, sql, ort, pt, pta, pts, meta = (load(d, n) for n in ("bertfill", "bertfill_sql", "ort", "torch",
                                                              "torch_asis", "torch_spin", "meta"))
     bf8, sql8, ort8, pt8 = (load(d, n) for n in ("bertfill_int8", "bertfill_sql_int8", "ort_int8", "torch_int8"))
+    bf16 = load(d, "bertfill_bf16")
     meta = meta or {}
     sets, ntok = read_sentences(sent_path)
     vocab = read_vocab(vocab_path)
@@ -276,6 +277,30 @@ def main():
         v = [get(e, "peak_rss_mb") for _, e in peers8]
         row8("peak RSS (MB)", [fmt(x) for x in v], ratio(v[0], v[1]), ratio(v[0], get(ort, "peak_rss_mb")))
 
+    # bertfill bf16 against bertfill fp32 and ORT fp32 (no bf16 peer in this harness).
+    rows16 = []
+    ratios16 = {}
+    if bf16:
+        for n in singles:
+            v = get(bf16, "single", n, "median_ms")
+            a, o = get(bf, "single", n, "median_ms"), get(ort, "single", n, "median_ms")
+            ratios16[f"single_{n}_vs_bertfill_fp32"], ratios16[f"single_{n}_vs_ort_fp32"] = ratio(v, a), ratio(v, o)
+            rows16.append(f"| {single_label(n)} | {fmt(v)} | {fmt(a)} | {fmt(o)} | {fmt_ratio(ratio(v, a))} | "
+                          f"{fmt_ratio(ratio(v, o))} |")
+        for b in BATCHES:
+            v = get(bf16, "batch", b, "sent_per_s")
+            a, o = get(bf, "batch", b, "sent_per_s"), get(ort, "batch", b, "sent_per_s")
+            ratios16[f"batch_{b}_vs_bertfill_fp32"], ratios16[f"batch_{b}_vs_ort_fp32"] = ratio(v, a), ratio(v, o)
+            n = get(bf16, "batch", b, "sentences") or b
+            rows16.append(f"| batch {'of ' + str(n) if str(n) == b else f'set {b}, first {n}'} sentences, 16-23 "
+                          f"tokens (sentences/s) | {fmt(v)} | {fmt(a)} | {fmt(o)} | {fmt_ratio(ratio(v, a))} | "
+                          f"{fmt_ratio(ratio(v, o))} |")
+        for label, key in (("model load (ms)", "load_ms"), ("first inference after load, 8 tokens (ms)",
+                                                            "first_run_ms"), ("peak RSS (MB)", "peak_rss_mb")):
+            v, a, o = get(bf16, key), get(bf, key), get(ort, key)
+            rows16.append(f"| {label} | {fmt(v)} | {fmt(a)} | {fmt(o)} | {fmt_ratio(ratio(v, a))} | "
+                          f"{fmt_ratio(ratio(v, o))} |")
+
     # Each int8 engine against its own fp32.
     agree8 = {}
     for name, a, b in (("bertfill int8 vs bertfill fp32", bf8, bf), ("ONNX Runtime int8 vs ONNX Runtime fp32", ort8, ort),
@@ -283,6 +308,9 @@ def main():
         r = agreement(a, b)
         if r:
             agree8[name] = r
+    r = agreement(bf16, bf)
+    if r:
+        agree8["bertfill bf16 vs bertfill fp32"] = r
 
     # Agreement on top-1.
     agree = {}
@@ -368,8 +396,17 @@ def main():
         lines.append("|---" * (len(peers8) + 3) + "|")
         lines.extend(rows8)
         lines.append("")
+    if rows16:
+        lines.append(f"bf16 (bertfill's bf16 mode, {get(bf16, 'bf16_kernels') or 'kernel not reported'}: bf16 "
+                     "weights and activations, float sums; against bertfill fp32 and ORT fp32 of this run):")
+        lines.append("")
+        lines.append("| bf16 | bertfill bf16 | bertfill fp32 | ONNX Runtime fp32 | bf16 / bertfill fp32 | "
+                     "bf16 / ORT fp32 |")
+        lines.append("|---" * 6 + "|")
+        lines.extend(rows16)
+        lines.append("")
     if agree8:
-        lines.append("Agreement of int8 with fp32, each engine with itself, on the benchmark sentences (random "
+        lines.append("Agreement of int8 (and bf16) with fp32, each engine with itself, on the benchmark sentences (random "
                      "weights: large logits with small gaps, a harsh test; top-5: mean |A∩B|/5 of the two top-5 "
                      "sets; |Δp|: the top-1 probability of each mode):")
         lines.append("")
@@ -405,7 +442,8 @@ def main():
 
     # What else the machine did meanwhile (run.sh's /proc/stat snapshots).
     noise = {}
-    for name, e in (("bertfill", bf), ("bertfill_int8", bf8), ("bertfill_sql", sql), ("bertfill_sql_int8", sql8),
+    for name, e in (("bertfill", bf), ("bertfill_int8", bf8), ("bertfill_bf16", bf16), ("bertfill_sql", sql),
+                    ("bertfill_sql_int8", sql8),
                     ("ort", ort), ("ort_int8", ort8), ("torch", pt), ("torch_int8", pt8),
                     ("torch_asis", pta), ("torch_spin", pts)):
         n = noise_of(d, name, e)
@@ -537,7 +575,7 @@ def main():
            "int8_ratios_to_ort_fp32": {k[:-8]: v for k, v in ratios8.items() if k.endswith("_vs_fp32")},
            "machine_during_runs": noise,
            "agreement": {k: {"same": s, "total": t, "percent": 100.0 * s / t} for k, (s, t) in agree.items()},
-           "agreement_int8_vs_fp32": agree8}
+           "agreement_int8_vs_fp32": agree8, "bertfill_bf16": bf16, "bf16_ratios": ratios16}
     for e in raw.values():   # the top-1 lists are long and checked above
         if isinstance(e, dict):
             e.pop("filled", None)

@@ -34,7 +34,9 @@
 #      default (spinning) wait policy; then int8: bertfill --precision int8
 #      (bf_model_load_as; through SQL bert_load(dir, 'int8'), without the
 #      column fill), ONNX Runtime on model.int8.onnx, PyTorch with
-#      quantize_dynamic (bench_torch.py --precision int8);
+#      quantize_dynamic (bench_torch.py --precision int8); and bertfill
+#      --precision bf16 (the engine only: no peer here runs bf16 on the CPU
+#      in this harness, so it is set against bertfill fp32 and ORT fp32);
 #   4. tests/bench/report.py: the markdown table (printed, and written to
 #      build/bench/results.md), raw numbers in build/bench/results.json, the
 #      top-1 agreement of the engines on every benchmark sentence, and the
@@ -54,7 +56,7 @@
 # more and keeps the quieter try; the table shows what each run shared.
 #
 # Environment: BENCH_QUICK=1, BUILD (default build), BENCH_SKIP="sql ort torch
-# torch_asis torch_spin int8" to leave engines out (int8: every int8 run),
+# torch_asis torch_spin int8 bf16" to leave engines out (int8: every int8 run),
 # BENCH_NOISE_LIMIT, BENCH_THREADS (default 2: the peers'
 # thread count; bertfill uses its own default, the number of cores, and
 # reports it).  BERTFILL_PRECISION is unset: bert_load(dir) is fp32 here.
@@ -155,6 +157,7 @@ ${CC:-cc} -O2 -march=x86-64-v2 -std=c11 -D_GNU_SOURCE -Wall -Iext/engine -o "$OU
 
 # ---- runs (sequential) --------------------------------------------------------
 rm -f "$OUT"/{bertfill,bertfill_sql,ort,torch,torch_asis,torch_spin,meta,results}.json "$OUT"/*_int8.json \
+  "$OUT"/*_bf16.json \
   "$OUT"/*.stat "$OUT"/*.try1.*
 loadavg_before=$(cut -d' ' -f1-3 /proc/loadavg)
 start=$(date +%s)
@@ -195,6 +198,8 @@ run() {   # run NAME COMMAND...: one engine, its own process; failure is reporte
 run bertfill "$OUT/bench_bertfill" engine "$MODEL" "$OUT/sentences.tsv" "$OUT/bertfill.json" "${COMMON[@]}"
 skipped int8 || run bertfill_int8 "$OUT/bench_bertfill" engine "$MODEL" "$OUT/sentences.tsv" "$OUT/bertfill_int8.json" \
   "${COMMON[@]}" --precision int8
+skipped bf16 || run bertfill_bf16 "$OUT/bench_bertfill" engine "$MODEL" "$OUT/sentences.tsv" "$OUT/bertfill_bf16.json" \
+  "${COMMON[@]}" --precision bf16
 skipped sql || run bertfill_sql "$OUT/bench_bertfill" sql "$MODEL" "$OUT/sentences.tsv" "$OUT/bertfill_sql.json" \
   "${COMMON[@]}" --ext "./bertfill.so" --hits "$HITS"
 skipped sql || skipped int8 || run bertfill_sql_int8 "$OUT/bench_bertfill" sql "$MODEL" "$OUT/sentences.tsv" \

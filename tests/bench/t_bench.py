@@ -113,6 +113,7 @@ def test_report(tmp):
     int8 = {"single-8": [[[5, 6, 7, 8, 10], [0.45] + p[1:]]],
             "batch-256": [[[5, 6, 7, 8, 9], p], [[6, 5, 7, 8, 9], [0.3] + p[1:]], [[15, 16, 17, 18, 19], [0.2] + p[1:]]]}
     files = {"bertfill": engine(fp32, precision="fp32"), "bertfill_int8": engine(int8, ms=4.0, precision="int8"),
+             "bertfill_bf16": engine(fp32, ms=6.0, rate=150.0, precision="bf16", bf16_kernels="avx512bf16"),
              "ort": engine(fp32), "ort_int8": engine(fp32, ms=5.0),
              "torch": engine(fp32), "torch_int8": {"missing": "no quantized engine (made up)"},
              "meta": {"missing": ["torch_int8: no quantized engine (made up)"], "cpu": "made-up CPU"}}
@@ -143,12 +144,24 @@ def test_report(tmp):
           "| bertfill int8 vs bertfill fp32 | 50.0% (2/4) | 70.0% | 0.3000 | 0.0750 |" in md, md[-1500:])
     check("report.py: the int8 table, with bertfill int8 / ORT int8 and / ORT fp32",
           "| 1 sentence, 8 tokens (ms) | 4.00 | 5.00 | n/a | 0.80× | 0.40× |" in md)
-    for name in ("bertfill_int8", "ort_int8", "torch_int8"):
+    check("report.py: the bf16 table, against bertfill fp32 and ORT fp32",
+          "| 1 sentence, 8 tokens (ms) | 6.00 | 10.0 | 10.0 | 0.60× | 0.60× |" in md and
+          "| batch set 256, first 3 sentences, 16-23 tokens (sentences/s) | 150 | 100 | 100 | 1.50× | "
+          "1.50× |" in md
+          and "bf16 (bertfill's bf16 mode, avx512bf16:" in md, md[md.find("bf16 (bert"):][:900])
+    b16 = ag.get("bertfill bf16 vs bertfill fp32", {})
+    check("report.py: bf16 in the agreement table (identical top 5 here: 100%)",
+          b16.get("top1_pct") == 100.0 and b16.get("n") == 4, str(b16))
+    check("report.py: results.json has the bf16 ratios",
+          abs(res.get("bf16_ratios", {}).get("single_8_vs_bertfill_fp32", 0) - 0.6) < 1e-9,
+          str(res.get("bf16_ratios")))
+    for name in ("bertfill_int8", "ort_int8", "torch_int8", "bertfill_bf16"):
         os.remove(os.path.join(d, name + ".json"))
     r = subprocess.run([PY, os.path.join(ROOT, "tests", "bench", "report.py"), d, sent, vocab],
                        capture_output=True, text=True)
-    check("report.py: a run without int8 engines has no int8 tables",
-          r.returncode == 0 and "bertfill int8 / ORT int8" not in r.stdout and "Agreement of int8" not in r.stdout,
+    check("report.py: a run without int8 and bf16 engines has no int8 or bf16 tables",
+          r.returncode == 0 and "bertfill int8 / ORT int8" not in r.stdout and "Agreement of int8" not in r.stdout
+          and "bf16 / bertfill fp32" not in r.stdout,
           r.stderr.strip()[-300:])
 
 
