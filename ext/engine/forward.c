@@ -168,25 +168,26 @@ static void rows_run(bf_run *r, int kind, int T, int n, float *x, float *y, cons
                      const float *g, const float *b, float eps);
 enum { ROWS_BIAS, ROWS_RESLN };
 
+/* bf16 (every o[i].wh set, a bf16 model): gemm.c's bf16 products, on this
+** thread alone when the job's buffers cannot be allocated; 0 when there are
+** no bf16 panels or even that fails (out of memory for x's bf16 copy). */
+static int products_bf16(bf_run *r, const float *x, int T, int in, int np, const gemm_out *o) {
+  for (int i = 0; i < np; i++)
+    if (!o[i].wh) return 0;
+  return gemm_xwt_bf16(run_pool(r), &r->gemm, run_threads(), x, T, in, np, o) == GEMM_OK ||
+         gemm_xwt_bf16(NULL, NULL, 1, x, T, in, np, o) == GEMM_OK;
+}
+
 /* fp32: bertfill's kernels through gemm.c, or OpenBLAS on CPUs without
-** AVX-512 or AVX2 (or if the kernels' panel buffers cannot be allocated).
-** bf16 (every p[i].wh set): gemm.c's bf16 products, on this thread alone
-** when the job's buffers cannot be allocated, and only when even that fails
-** (out of memory for x's bf16 copy) the fp32 products of the same weights. */
+** AVX-512 or AVX2 (or if the kernels' panel buffers cannot be allocated);
+** a bf16 model's bf16 products (products_bf16), and only where those cannot
+** run the fp32 products of the same weights. */
 static void products_fp32(bf_run *r, const float *x, int T, int in, int np, const product *p) {
   gemm_out o[3];
-  int bf16 = 1;
-  for (int i = 0; i < np; i++) {
+  for (int i = 0; i < np; i++)
     o[i] = (gemm_out){p[i].y, p[i].w, p[i].n, p[i].post, p[i].post_bias, p[i].wp, p[i].wh};
-    bf16 &= p[i].wh != NULL;
-  }
-  if (bf16 && (gemm_xwt_bf16(run_pool(r), &r->gemm, run_threads(), x, T, in, np, o) == GEMM_OK ||
-               gemm_xwt_bf16(NULL, NULL, 1, x, T, in, np, o) == GEMM_OK)) {
-    for (int i = 0; i < np; i++)
-      if (p[i].b) rows_run(r, ROWS_BIAS, T, p[i].n, NULL, p[i].y, p[i].b, NULL, NULL, 0);
-    return;
-  }
-  if (gemm_xwt(run_pool(r), &r->gemm, run_threads(), x, T, in, np, o) != GEMM_OK)
+  if (!products_bf16(r, x, T, in, np, o) &&
+      gemm_xwt(run_pool(r), &r->gemm, run_threads(), x, T, in, np, o) != GEMM_OK)
     for (int i = 0; i < np; i++) {
       bf_sgemm(0, 1, T, p[i].n, in, 1.0f, x, in, p[i].w, in, 0.0f, p[i].y, p[i].n);
       gemm_post_rows(p[i].post, p[i].post_bias, p[i].y, p[i].n, 0, T, 0, p[i].n);

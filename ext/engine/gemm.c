@@ -122,6 +122,23 @@ static const gemm_unit *plan_job(gemm_scratch *s, const split_rule *rule, const 
   return *nunits < 0 ? NULL : s->units;
 }
 
+/* The threads a job of work multiply-adds runs on: nthreads within [1,
+** BF_POOL_MAX_THREADS], and 1 when it is too little to be worth waking
+** anyone or there is no pool and scratch to share it with. */
+static int job_threads(const bf_pool *p, const gemm_scratch *s, int nthreads, long work) {
+  if (nthreads > BF_POOL_MAX_THREADS) nthreads = BF_POOL_MAX_THREADS;
+  return nthreads < 1 || work < 65536 || !p || !s ? 1 : nthreads;
+}
+
+/* The first column of the strip the thread running unit u most likely takes
+** next (the unit after the ones the other nt - 1 threads are taking now),
+** if it is further along the same output; else n (none): what a kernel
+** prefetches meanwhile. */
+static int next_strip(const gemm_unit *units, int nunits, int u, int nt, int n) {
+  int v = u + nt;
+  return v < nunits && units[v].o == units[u].o && units[v].c0 > units[u].c0 ? units[v].c0 : n;
+}
+
 void gemm_post_rows(gemm_post_fn post, const float *post_bias, float *y, int n, int t0, int t1,
                     int c0, int c1) {
   if (!post) return;
@@ -172,10 +189,7 @@ static void run_unit(void *arg, int u, int tid) {
   if (j->kernel == KERNEL_DOT) {
     j->kt->dot_cols(y, x, g->w, T, g->n, j->K, w->c0, w->c1);
   } else {
-    /* meanwhile prefetch the strip this thread most likely takes next: the
-    ** unit after the ones the other threads are taking now */
-    int next = g->n, v = u + j->nt;
-    if (v < j->nunits && j->units[v].o == w->o && j->units[v].c0 > w->c0) next = j->units[v].c0;
+    int next = next_strip(j->units, j->nunits, u, j->nt, g->n); /* prefetched meanwhile */
     if (j->kernel == KERNEL_PACKED)
       j->kt->packed_cols(y, x, g->wp, T, g->n, j->K, w->c0, w->c1, next);
     else
@@ -189,11 +203,9 @@ int gemm_xwt(bf_pool *p, gemm_scratch *s, int nthreads, const float *x, int T, i
   const gemm_kernel_table *kt = kernels_chosen()->gemm; /* NULL: none of our own (OpenBLAS) */
   if (!kt) return GEMM_NO_KERNEL;
   if (nout < 1 || nout > GEMM_MAX_OUT || T < 1 || K < 1) return GEMM_NO_KERNEL;
-  if (nthreads < 1) nthreads = 1;
-  if (nthreads > BF_POOL_MAX_THREADS) nthreads = BF_POOL_MAX_THREADS;
   long work = 0;
   for (int o = 0; o < nout; o++) work += (long)out[o].n * K;
-  if (work < 65536 || !p || !s) nthreads = 1; /* too little to be worth waking anyone */
+  nthreads = job_threads(p, s, nthreads, work);
   int packed = kt->packed_cols != NULL;
   for (int o = 0; o < nout; o++) packed &= out[o].wp != NULL;
   int kernel = packed ? KERNEL_PACKED : gemm_kernel_dot(kt, T, K) ? KERNEL_DOT : KERNEL_PANEL;
@@ -260,11 +272,6 @@ int gemm_xwt(bf_pool *p, gemm_scratch *s, int nthreads, const float *x, int T, i
 
 /* ---- bf16 ---- */
 
-static uint32_t bf16_pair(const float *v, int j, int k) {
-  uint32_t lo = kernels_bf16_round(v[j]), hi = j + 1 < k ? kernels_bf16_round(v[j + 1]) : 0;
-  return lo | hi << 16;
-}
-
 size_t gemm_bf16_words(int n, int k) {
   return (size_t)((n + GEMM_PACK - 1) / GEMM_PACK) * GEMM_PACK * (size_t)((k + 1) / 2);
 }
@@ -277,7 +284,7 @@ void gemm_pack_bf16(uint32_t *wh, const float *w, int n, int k) {
       int r = p * GEMM_PACK + c;
       const float *row = r < n ? w + (size_t)r * k : NULL;
       for (int i = 0; i < KP; i++)
-        dst[(size_t)i * GEMM_PACK + c] = row ? bf16_pair(row, 2 * i, k) : 0;
+        dst[(size_t)i * GEMM_PACK + c] = row ? kernels_bf16_pair(row, i, k) : 0;
     }
   }
 }
@@ -295,8 +302,7 @@ static void run_unit_bf16(void *arg, int u, int tid) {
   const bf16_job *j = arg;
   const gemm_unit *w = &j->units[u];
   const gemm_out *g = &j->out[w->o];
-  int next = g->n, v = u + j->nt; /* the strip this thread most likely takes next */
-  if (v < j->nunits && j->units[v].o == w->o && j->units[v].c0 > w->c0) next = j->units[v].c0;
+  int next = next_strip(j->units, j->nunits, u, j->nt, g->n); /* prefetched meanwhile */
   j->bk->cols(g->y + (size_t)w->t0 * g->n, j->xh + (size_t)w->t0 * j->KP, g->wh, w->t1 - w->t0,
               g->n, j->KP, w->c0, w->c1, next);
   gemm_post_rows(g->post, g->post_bias, g->y, g->n, w->t0, w->t1, w->c0, w->c1);
@@ -323,11 +329,9 @@ int gemm_xwt_bf16(bf_pool *p, gemm_scratch *s, int nthreads, const float *x, int
     }
   }
   bk->rows(xh, x, T, K);
-  if (nthreads < 1) nthreads = 1;
-  if (nthreads > BF_POOL_MAX_THREADS) nthreads = BF_POOL_MAX_THREADS;
   long work = 0;
   for (int o = 0; o < nout; o++) work += (long)out[o].n * K;
-  if (work < 65536 || !p || !s) nthreads = 1;
+  nthreads = job_threads(p, s, nthreads, work);
   if (nthreads == 1) {
     for (int o = 0; o < nout; o++) {
       bk->cols(out[o].y, xh, out[o].wh, T, out[o].n, KP, 0, out[o].n, out[o].n);
@@ -369,8 +373,6 @@ int gemm_xwt_int8(bf_pool *p, gemm_scratch *s, int nthreads, const qg_rows *x, i
                   const gemm_out8 *out) {
   const int8_kernel_table *kt = kernels_int8(x->path);
   if (!kt || nout < 1 || nout > GEMM_MAX_OUT || x->t < 1) return GEMM_NO_KERNEL;
-  if (nthreads < 1) nthreads = 1;
-  if (nthreads > BF_POOL_MAX_THREADS) nthreads = BF_POOL_MAX_THREADS;
   int8_job j = {kt, x, {{0}}, out, NULL};
   int n[GEMM_MAX_OUT];
   long work = 0;
@@ -383,7 +385,7 @@ int gemm_xwt_int8(bf_pool *p, gemm_scratch *s, int nthreads, const qg_rows *x, i
   ** shrink towards the end, for many rows each panel for every block of rows */
   int rb = qg_row_block(x);
   split_rule rule = {INT8_PANEL, INT8_PANEL, x->t <= rb, rb, kt->row_tile, 0};
-  if (work < 65536 || !p || !s) nthreads = 1;
+  nthreads = job_threads(p, s, nthreads, work);
   if (nthreads == 1) {
     for (int o = 0; o < nout; o++) {
       qg_matmul(out[o].y, (size_t)n[o], x, out[o].w, out[o].bias);

@@ -511,7 +511,7 @@ static int make_display_strings(bf_model *m, char *err, size_t errlen) {
 ** far slower than fp32 (bert-base: ~50x); said once per process on stderr. */
 static void warn_portable_bf16(void) {
   static atomic_int said;
-  if (strcmp(kernels_bf16_chosen()->name, "portable") != 0 || atomic_exchange(&said, 1)) return;
+  if (kernels_bf16_chosen() != &bf16_portable || atomic_exchange(&said, 1)) return;
   fprintf(stderr,
           "bertfill: bf16 runs a portable loop here (%s), far slower than fp32 (for "
           "bert-base ~50x): use fp32 or int8 on this machine\n",

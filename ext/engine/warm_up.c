@@ -35,9 +35,10 @@ static void populate(const bf_model *m, const void *p, size_t len) {
 }
 
 /* The warm-up: the weights the products use come into the page tables (an
-** fp32 model's packed file, or its whole file when it has none; a bf16
-** model's bf16 file; an int8 model's int8 file; the fp32 file then holds only embeddings, LayerNorms,
-** biases and the head's matrices, which the first calls bring in),
+** fp32 model's packed file, or its whole file when it has none; an int8 or
+** bf16 model's int8 or bf16 file; the fp32 file then holds only embeddings,
+** LayerNorms, biases and (int8) the head's matrices, which the first calls
+** bring in),
 ** then the fingerprint is computed, so that the first call after bert_load
 ** pays for neither.
 **
@@ -124,9 +125,7 @@ void bf_model_warm_up(bf_model *m, uint64_t t0) {
   warm_job *w = calloc(1, sizeof *w);
   if (!w) return;
   w->m = m;
-  if (m->precision == BF_PRECISION_INT8) { /* the int8 file (none: the copy in memory) */
-    add_part(w, m->dmap, m->dmap_len);
-  } else if (m->precision == BF_PRECISION_BF16) { /* the bf16 file (none: in memory) */
+  if (m->precision != BF_PRECISION_FP32) { /* the int8 or bf16 file (none: a copy in memory) */
     add_part(w, m->dmap, m->dmap_len);
   } else if (m->dmap) {
     /* the packed panels, then the fp32 file's matrices that are not packed:

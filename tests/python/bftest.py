@@ -3,7 +3,7 @@ models and the extension are, the check lines tests/run.sh counts
 ("ok NAME", "FAIL NAME: why", "skip NAME: why"), error_of, and the helpers of
 the tests of the files a load makes next to the weights (connect, one,
 copy_model, run_client, check_derived_file, model_texts, candidates,
-load_read_only, check_read_only, agreement)."""
+fresh_load, load_read_only, check_read_only, agreement, debug)."""
 import hashlib
 import json
 import os
@@ -174,31 +174,46 @@ def candidates(c, text, k=5):
                      (text, k)).fetchall()
 
 
-READ_ONLY_CLIENT = r"""
+FRESH_CLIENT = r"""
 import json, sqlite3, sys
 c = sqlite3.connect(":memory:")
 c.enable_load_extension(True)
 c.load_extension(sys.argv[1])
 d = c.execute("SELECT bert_load(?, ?)", (sys.argv[2], sys.argv[3])).fetchone()[0]
-m = json.loads(c.execute("SELECT bert_debug()").fetchone()[0])["model"]
+dbg = json.loads(c.execute("SELECT bert_debug()").fetchone()[0])
 c.execute("SELECT bert_cache('off')").fetchone()
-f = [tuple(r) for r in c.execute("SELECT token, score FROM fill_candidates('我[MASK]你', 5) ORDER BY mask, rank")]
-print(json.dumps([d, m, f]))
+out = [c.execute("SELECT token, score FROM fill_candidates(?, 5) ORDER BY mask, rank", (t,)).fetchall()
+       for t in json.loads(sys.argv[4])]
+print(json.dumps([d, dbg, out]))
 """
 
 
-def load_read_only(d, tmp, precision):
-    """bert_load(d, precision) in a fresh process that cannot write d (made
-    read-only for it; as nobody under root): (description, bert_debug's
-    model, the candidates of '我[MASK]你'), or None after a failed check."""
-    os.chmod(d, 0o555)
-    r = run_client(READ_ONLY_CLIENT, [d, precision], tmp=tmp)
-    os.chmod(d, 0o755)
+def fresh_load(d, precision, texts, env=None, tmp=None):
+    """bert_load(d, precision) in a fresh process (env: its environment; tmp:
+    as nobody under root, see run_client), cache off, then the top 5 of each
+    text: (description, bert_debug(), [candidates per text], stderr), or None
+    after a failed check."""
+    r = run_client(FRESH_CLIENT, [d, precision, json.dumps(texts)], env=env, tmp=tmp)
     if r.returncode != 0:
-        check("%s in a read-only directory" % precision, False, r.stderr.strip()[-400:])
+        check("bert_load(dir, '%s') in a fresh process" % precision, False, r.stderr.strip()[-400:])
         return None
-    desc, model, got = json.loads(r.stdout)
-    return desc, model, [tuple(x) for x in got]
+    desc, dbg, out = json.loads(r.stdout)
+    return desc, dbg, [[tuple(x) for x in rows] for rows in out], r.stderr
+
+
+def load_read_only(d, tmp, precision):
+    """fresh_load in a process that cannot write d (made read-only for it; as
+    nobody under root): (description, bert_debug's model, the candidates of
+    '我[MASK]你'), or None after a failed check."""
+    os.chmod(d, 0o555)
+    r = fresh_load(d, precision, ["我[MASK]你"], tmp=tmp)
+    os.chmod(d, 0o755)
+    return r and (r[0], r[1]["model"], r[2][0])
+
+
+def debug(c):
+    """bert_debug() of connection c, parsed."""
+    return json.loads(one(c, "SELECT bert_debug()"))
 
 
 def check_read_only(d, tmp, precision, name, field, want, same_answers):

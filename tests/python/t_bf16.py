@@ -11,20 +11,15 @@ Each check copies a test model into a temporary directory, so that the file
 it writes never lands in build/models.  Through /usr/bin/python3's sqlite3.
 Run by tests/run.sh; prints "ok NAME" / "FAIL NAME: why" / "skip NAME: why".
 """
-import json
 import os
 import shutil
 import sys
 import tempfile
 
 from bftest import (MODELS, TINY, agreement, candidates, check, check_derived_file, check_read_only,
-                    connect, copy_model, exit_code, one, run_client, skip)
+                    connect, copy_model, debug, exit_code, fresh_load, one, run_client, skip)
 
 BF16_FILE = "model.bf16.safetensors"
-
-
-def debug(c):
-    return json.loads(one(c, "SELECT bert_debug()"))
 
 
 def test_load_and_file(tmp):
@@ -98,25 +93,13 @@ def test_portable_kernel(tmp):
     the same bits (test_bf16.c); the rest of the encoder is the AVX2 set's,
     within ~1e-6 of the AVX-512 set's."""
     d = copy_model(TINY, tmp, "portable")
-    code = r"""
-import json, sqlite3, sys
-c = sqlite3.connect(":memory:")
-c.enable_load_extension(True)
-c.load_extension(sys.argv[1])
-c.execute("SELECT bert_load(?, 'bf16')", (sys.argv[2],)).fetchone()
-c.execute("SELECT bert_cache('off')").fetchone()
-k = json.loads(c.execute("SELECT bert_debug()").fetchone()[0])["bf16_kernels"]
-f = [tuple(r) for r in c.execute("SELECT token, score FROM fill_candidates(?, 5) ORDER BY mask, rank", (sys.argv[3],))]
-print(json.dumps([k, f]))
-"""
     text = "今天天气真[MASK]啊，适合出去玩。"
     runs = {}
     for cap in ("avx512", "avx2"):
-        r = run_client(code, [d, text], env=dict(os.environ, BERTFILL_KERNELS=cap))
-        if r.returncode != 0:
-            check("bf16 with BERTFILL_KERNELS=%s" % cap, False, r.stderr.strip()[-300:])
+        r = fresh_load(d, "bf16", [text], env=dict(os.environ, BERTFILL_KERNELS=cap))
+        if not r:
             return
-        runs[cap] = json.loads(r.stdout) + [r.stderr]
+        runs[cap] = (r[1]["bf16_kernels"], r[2][0], r[3])
     check("BERTFILL_KERNELS=avx2: the portable bf16 kernel", runs["avx2"][0] == "portable",
           runs["avx2"][0])
     warning = "bertfill: bf16 runs a portable loop here ("

@@ -12,20 +12,16 @@ int8 file it writes never lands in build/models.  Through /usr/bin/python3's
 sqlite3.  Run by tests/run.sh; prints "ok NAME" / "FAIL NAME: why" /
 "skip NAME: why".
 """
-import json
 import os
 import shutil
 import sys
 import tempfile
 
 from bftest import (MODELS, TINY, agreement, candidates, check, check_derived_file, check_read_only,
-                    connect, copy_model, error_of, exit_code, model_texts, one, run_client, skip)
+                    connect, copy_model, debug, error_of, exit_code, model_texts, one, run_client,
+                    skip)
 
 INT8_FILE = "model.int8.safetensors"
-
-
-def debug(c):
-    return json.loads(one(c, "SELECT bert_debug()"))
 
 
 def test_load_and_file(tmp):

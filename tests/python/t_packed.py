@@ -18,14 +18,10 @@ import sys
 import tempfile
 
 from bftest import (MODELS, TINY, check, check_derived_file, check_read_only, connect, copy_model,
-                    exit_code, one, run_client, skip)
+                    debug, exit_code, fresh_load, one, skip)
 
 PACKED = "model.packed.safetensors"
 TEXTS = ["我[MASK]你", "今天天气真[MASK]啊，适合出去玩。", "学习要持之以恒，不能三天打鱼，两天[MASK]。"]
-
-
-def model_debug(c):
-    return json.loads(one(c, "SELECT bert_debug()"))["model"]
 
 
 def answers(c):
@@ -47,25 +43,10 @@ def close_enough(a, b, tol=2e-5):
 
 
 def in_place_answers(d):
-    """The answers with the weights read in place, from a fresh process."""
-    code = r"""
-import json, sqlite3, sys
-c = sqlite3.connect(":memory:")
-c.enable_load_extension(True)
-c.load_extension(sys.argv[1])
-c.execute("SELECT bert_load(?)", (sys.argv[2],)).fetchone()
-c.execute("SELECT bert_cache('off')").fetchone()
-m = json.loads(c.execute("SELECT bert_debug()").fetchone()[0])["model"]
-out = [c.execute("SELECT token, score FROM fill_candidates(?, 5) ORDER BY mask, rank", (t,)).fetchall()
-       for t in json.loads(sys.argv[3])]
-print(json.dumps([m["packed_weights"], out]))
-"""
-    env = dict(os.environ, BERTFILL_PACKED="0")
-    r = run_client(code, [d, json.dumps(TEXTS)], env=env)
-    if r.returncode != 0:
-        return None, r.stderr.strip()[-400:]
-    src, out = json.loads(r.stdout)
-    return src, [[tuple(x) for x in rows] for rows in out]
+    """The answers with the weights read in place, from a fresh process:
+    (packed_weights, answers), or (None, None) after a failed check."""
+    r = fresh_load(d, "fp32", TEXTS, env=dict(os.environ, BERTFILL_PACKED="0"))
+    return (r[1]["model"]["packed_weights"], r[2]) if r else (None, None)
 
 
 def test_file(tmp, model):
@@ -73,7 +54,7 @@ def test_file(tmp, model):
     name = os.path.basename(model)
     c = connect()
     one(c, "SELECT bert_load(?)", (d,))
-    dbg = model_debug(c)
+    dbg = debug(c)["model"]
     check("%s: bert_debug: packed weights from the file" % name,
           dbg.get("packed_weights") == "file", str(dbg))
     p = os.path.join(d, PACKED)
@@ -94,14 +75,14 @@ def test_file(tmp, model):
     check("%s: a later load reuses the file (not rewritten)" % name, os.stat(p).st_ino == ino)
     check("%s: ... same answers, bit for bit" % name, answers(c) == got)
     one(c, "SELECT bert_load(?, 'int8')", (d,))
-    check("%s: int8 has no packed weights" % name, model_debug(c).get("packed_weights") == "",
-          str(model_debug(c)))
+    check("%s: int8 has no packed weights" % name, debug(c)["model"].get("packed_weights") == "",
+          str(debug(c)["model"]))
     c.close()
 
 
 def test_stale_and_damaged(tmp):
     check_derived_file(copy_model(TINY, tmp, "stale"), PACKED, "SELECT bert_load(?)", answers,
-                       made=lambda c: model_debug(c).get("packed_weights") == "file")
+                       made=lambda c: debug(c)["model"].get("packed_weights") == "file")
 
 
 def test_read_only(tmp):
@@ -131,7 +112,7 @@ def main():
             d = copy_model(TINY, tmp, "no-avx512")
             c = connect()
             one(c, "SELECT bert_load(?)", (d,))
-            src = model_debug(c).get("packed_weights")
+            src = debug(c)["model"].get("packed_weights")
             c.close()
             check("without AVX-512 kernels: weights in place, saying why",
                   src == "in place (no AVX-512 kernels)", str(src))

@@ -188,6 +188,13 @@ static inline uint16_t kernels_bf16_round(float f) {
   return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 
+/* Pair i of a row v of k floats: v[2i] and v[2i + 1] (0 past k) as bf16,
+** v[2i] in the low half. */
+static inline uint32_t kernels_bf16_pair(const float *v, int i, int k) {
+  return kernels_bf16_round(v[2 * i]) |
+         (uint32_t)(2 * i + 1 < k ? kernels_bf16_round(v[2 * i + 1]) : 0) << 16;
+}
+
 extern const kernel_set kernels_portable; /* portable.c */
 extern const kernel_set kernels_avx2;     /* avx2.c: only in builds with avx2.h's BF_HAVE_AVX2 */
 extern const kernel_set kernels_avx512;   /* avx512.c: only with avx512.h's BF_HAVE_AVX512 */

@@ -1,9 +1,11 @@
 /*
 ** portable.c — the portable kernel set (kernels.h): forward.c's loops over
 ** rows in plain C, for CPUs with neither AVX-512 nor AVX2 and FMA, and under
-** BERTFILL_KERNELS=openblas.  No products of its own: gemm_xwt says
+** BERTFILL_KERNELS=openblas.  No fp32 products of its own: gemm_xwt says
 ** GEMM_NO_KERNEL and forward.c gives them to OpenBLAS (blas.h).  expf and
 ** erff from libm; the vector sets' polynomials agree with them to ~1e-7.
+** Also the int8 products' plain C, and the bf16 products' (the definition
+** that the AVX512-BF16 kernel matches bit for bit, for every CPU without it).
 */
 #include <float.h>
 #include <math.h>
@@ -129,8 +131,7 @@ static void bf16_cols_portable(float *y, const uint32_t *xh, const uint32_t *Wh,
   (void)next;
   for (int n0 = c0; n0 < c1; n0 += GEMM_PACK) {
     const uint32_t *wp = Wh + (size_t)(n0 / GEMM_PACK) * (size_t)KP * GEMM_PACK;
-    int nc = (c1 - n0 < GEMM_PACK ? c1 - n0 : GEMM_PACK);
-    if (nc > N - n0) nc = N - n0;
+    int nc = c1 - n0 < GEMM_PACK ? c1 - n0 : GEMM_PACK; /* c1 <= N */
     for (int t = 0; t < T; t++) {
       const uint32_t *xr = xh + (size_t)t * KP;
       float acc[GEMM_PACK] = {0};
@@ -147,9 +148,7 @@ static void bf16_rows_portable(uint32_t *xh, const float *x, int T, int K) {
   for (int t = 0; t < T; t++) {
     const float *xr = x + (size_t)t * K;
     uint32_t *o = xh + (size_t)t * KP;
-    for (int i = 0; i < KP; i++)
-      o[i] = kernels_bf16_round(xr[2 * i]) |
-             (uint32_t)(2 * i + 1 < K ? kernels_bf16_round(xr[2 * i + 1]) : 0) << 16;
+    for (int i = 0; i < KP; i++) o[i] = kernels_bf16_pair(xr, i, K);
   }
 }
 
