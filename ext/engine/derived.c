@@ -1,7 +1,48 @@
 /*
 ** derived.c — a file of weights made from model.safetensors and kept next
-** to it: layout, header, matching, writing and mapping (derived.h).
+** to it: layout, record, the checks that it was made from these very
+** weights and is whole, writing and mapping (derived.h).
+**
+** Why a file is trusted (issue 41): the size and modification time of
+** model.safetensors are not enough (two models of one shape unpacked with
+** the same mtime, by a reproducible tarball, cp -p or rsync -t, have the
+** same size and mtime; a derived file damaged in place keeps its size, and
+** its mtime can be set back), and a wrong file gives wrong answers with
+** nothing to see, which the shared queue and the memo cache then spread
+** under the true fingerprint.  So the record says what the file was made
+** from and what it holds, and derived_map checks both before a load uses it:
+**
+**   - its provenance: the record's weights hash (bf_fp_hash_bytes of
+**     model.safetensors, what the fingerprint keys on) must be the weights'
+**     hash.  That hash is not computed again when the record also holds the
+**     identity of the weights file it was made from (device, inode, size,
+**     mtime, ctime: model.h's bf_file_id) and that is the identity of the
+**     file just mapped: a file with other bytes has another identity (the
+**     kernel sets ctime on every change and no tool sets it back; a copy or
+**     a file renamed into place has another inode).  The identity is
+**     recorded only for a weights file that had settled when it was mapped
+**     (fingerprint.c's settle rule: a change within the same clock tick
+**     could keep its times) and had not changed when the file was written.
+**     Otherwise the hash is the one model.fingerprint keeps for this very
+**     file, or model.safetensors is hashed now (bert-base, 409 MB in the
+**     page cache: about 45 ms on one core of a Zen 5; once per new copy of
+**     the weights: the hash then goes into model.fingerprint).
+**   - its integrity: the record holds a checksum of every tensor
+**     (bf_fp_hash_bytes of its bytes), and every tensor is read and checked
+**     at every load, with pread() (a file truncated meanwhile cannot raise
+**     SIGBUS here) on the engine's helper threads (pool.h), before any
+**     answer comes from it (bert-base fp32 panels, 340 MB in the page
+**     cache: see docs/security.md for the measured cost).  A file that
+**     fails says so once on stderr ("... is damaged ...: made again").
+**
+** A file that fails either check (or is stale, of another format, or not
+** laid out as the spec says) is made again from the weights and replaces
+** the old one whole (bf_write_file_replace: a temporary file renamed into
+** place), or, where the directory cannot be written, the load does without
+** it as its caller says.  Temporary files left by a writer that was killed
+** are removed at the next load (util.h's bf_remove_stale_temps).
 */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,12 +50,27 @@
 #include <unistd.h>
 
 #include "derived.h"
+#include "pool.h"
 #include "util.h"
 
-#define SOURCE_BYTES (3 * sizeof(int64_t))
+/* The record: I64 [RECORD_HEAD + n] */
+enum {
+  R_VERSION,      /* the spec's format version */
+  R_WEIGHTS_HASH, /* bf_fp_hash_bytes of model.safetensors */
+  R_DEV,          /* its identity, or all five 0 (not recorded) */
+  R_INO,
+  R_SIZE,
+  R_MTIME,
+  R_CTIME,
+  RECORD_HEAD /* then the checksum of each tensor, in the spec's order */
+};
+
+static size_t record_bytes(const derived_spec *d) {
+  return (size_t)(RECORD_HEAD + d->n) * sizeof(int64_t);
+}
 
 void derived_layout(derived_spec *d) {
-  size_t o = SOURCE_BYTES;
+  size_t o = record_bytes(d);
   for (int i = 0; i < d->n; i++) {
     o = (o + d->t[i].align - 1) & ~(d->t[i].align - 1);
     d->t[i].off = o;
@@ -23,36 +79,21 @@ void derived_layout(derived_spec *d) {
   d->data_len = o;
 }
 
-static void source_id(const bf_model *m, const derived_spec *d, int64_t id[3]) {
-  id[0] = d->version;
-  id[1] = (int64_t)m->map_len;
-  id[2] = m->map_mtime_ns;
-}
-
-void derived_source_id(const bf_model *m, const derived_spec *d, unsigned char *data) {
-  int64_t id[3];
-  source_id(m, d, id);
-  memcpy(data, id, sizeof id);
-}
-
 void derived_zero_gaps(const derived_spec *d, unsigned char *data) {
-  size_t o = SOURCE_BYTES;
+  size_t o = record_bytes(d);
   for (int i = 0; i < d->n; i++) {
     memset(data + o, 0, d->t[i].off - o);
     o = d->t[i].off + d->t[i].bytes;
   }
 }
 
-/* 1 if f is d's file of this very model (source entry, and every tensor
-** with the dtype, shape and place d gives it), else 0. */
-static int file_matches(const bf_model *m, const derived_spec *d, const st_file *f) {
+/* 1 if f is laid out as d says: the record, and every tensor with the
+** dtype, shape and place d gives it; else 0. */
+static int layout_matches(const derived_spec *d, const st_file *f) {
   const st_tensor *t = st_find(f, d->source);
-  int64_t want[3];
-  source_id(m, d, want);
-  if (!t || t->dtype != ST_I64 || t->n_elems != 3 || t->begin != 0 ||
-      memcmp(t->data, want, sizeof want) != 0)
+  if (!t || t->dtype != ST_I64 || t->n_elems != (uint64_t)(RECORD_HEAD + d->n) ||
+      t->begin != 0 || f->data_len != d->data_len || f->n != d->n + 1)
     return 0;
-  if (f->data_len != d->data_len || f->n != d->n + 1) return 0;
   for (int i = 0; i < d->n; i++) {
     const derived_tensor *w = &d->t[i];
     t = st_find(f, w->name);
@@ -65,14 +106,88 @@ static int file_matches(const bf_model *m, const derived_spec *d, const st_file 
   return 1;
 }
 
+/* 1 if the record r was made by this format from m's weights: the identity
+** it holds is the mapped file's, or the hash it holds is the weights' (known,
+** or hashed now); else 0. */
+static int made_from_these_weights(bf_model *m, const derived_spec *d, const int64_t *r) {
+  if (r[R_VERSION] != d->version) return 0;
+  const bf_file_id *id = &m->map_id;
+  if (r[R_INO] != 0 && (unsigned long long)r[R_DEV] == id->dev &&
+      (unsigned long long)r[R_INO] == id->ino && (unsigned long long)r[R_SIZE] == id->size &&
+      r[R_MTIME] == id->mtime_ns && r[R_CTIME] == id->ctime_ns)
+    return 1;
+  uint64_t h;
+  return bf_model_weights_hash(m, &h) == 0 && (uint64_t)r[R_WEIGHTS_HASH] == h;
+}
+
+/* ---- the integrity check, a tensor per unit on the helper threads ---- */
+
+typedef struct verify_job {
+  const derived_spec *d;
+  const int64_t *sums; /* the record's checksums */
+  int fd;
+  uint64_t data_at;    /* where the data area starts in the file */
+  unsigned char **buf; /* a BF_FP_CHUNK buffer per thread */
+  atomic_int bad;      /* 1 + a tensor found wrong, or 0 */
+} verify_job;
+
+static void verify_one(void *arg, int unit, int tid) {
+  verify_job *j = arg;
+  const derived_tensor *w = &j->d->t[unit];
+  uint64_t h;
+  if (bf_fp_hash_file(j->fd, j->data_at + w->off, w->bytes, j->buf[tid], &h) != 0 ||
+      h != (uint64_t)j->sums[unit]) {
+    int none = 0;
+    atomic_compare_exchange_strong(&j->bad, &none, unit + 1);
+  }
+}
+
+/* 1 if every tensor of f has the checksum its record gives, else 0 (and
+** one line on stderr saying which file is damaged). */
+static int tensors_whole(const bf_model *m, const derived_spec *d, const st_file *f,
+                         const int64_t *r) {
+  int nt = bf_pool_threads();
+  if (nt > d->n) nt = d->n;
+  if (nt < 1) nt = 1;
+  unsigned char *bufs[BF_POOL_MAX_THREADS] = {0};
+  verify_job j = {.d = d, .sums = r + RECORD_HEAD, .fd = f->fd,
+                  .data_at = 8 + f->header_len, .buf = bufs};
+  atomic_init(&j.bad, 0);
+  int ok = 1;
+  for (int i = 0; i < nt && ok; i++) ok = (bufs[i] = malloc(BF_FP_CHUNK)) != NULL;
+  if (ok) {
+    bf_pool *p = nt > 1 ? bf_pool_new() : NULL;
+    bf_pool_run(p, p ? nt : 1, d->n, verify_one, &j);
+    bf_pool_free(p);
+  }
+  for (int i = 0; i < nt; i++) free(bufs[i]);
+  if (!ok) return 0; /* out of memory: not shown whole, so not used */
+  int bad = atomic_load(&j.bad);
+  if (bad)
+    fprintf(stderr,
+            "bertfill: %s/%s is damaged (the bytes of %s are not those it was written with); "
+            "it is made again from model.safetensors\n",
+            m->dir, d->file, d->t[bad - 1].name);
+  return bad == 0;
+}
+
 int derived_map(bf_model *m, const derived_spec *d, const unsigned char **data) {
   char *path = bf_path_join(m->dir, d->file);
+  if (!path) return 0;
+  bf_remove_stale_temps(path);
   st_file f;
   char ignored[256];
-  int rc = path && st_open(&f, path, ignored, sizeof ignored) == 0;
+  int rc = st_open(&f, path, ignored, sizeof ignored) == 0;
   free(path);
   if (!rc) return 0;
-  if (!file_matches(m, d, &f)) {
+  int64_t *r = layout_matches(d, &f) ? malloc(record_bytes(d)) : NULL;
+  rc = r != NULL;
+  if (rc) {
+    memcpy(r, st_find(&f, d->source)->data, record_bytes(d));
+    rc = made_from_these_weights(m, d, r) && tensors_whole(m, d, &f, r);
+  }
+  free(r);
+  if (!rc) {
     st_close(&f);
     return 0;
   }
@@ -88,6 +203,34 @@ int derived_map(bf_model *m, const derived_spec *d, const unsigned char **data) 
   return 1;
 }
 
+/* The record of d for m's weights and the tensors in data, into data[0..):
+** 0, or -1 when the weights changed since they were loaded or cannot be
+** hashed (then the file is not written: it could not be checked). */
+static int make_record(bf_model *m, const derived_spec *d, unsigned char *data) {
+  uint64_t h;
+  bf_file_id now;
+  if (bf_model_weights_hash(m, &h) != 0 || bf_file_id_of(m->map_fd, &now) != 0 ||
+      !bf_file_id_same(&now, &m->map_id))
+    return -1;
+  int64_t *r = malloc(record_bytes(d));
+  if (!r) return -1;
+  memset(r, 0, record_bytes(d));
+  r[R_VERSION] = d->version;
+  r[R_WEIGHTS_HASH] = (int64_t)h;
+  if (m->map_id_settled) {
+    r[R_DEV] = (int64_t)now.dev;
+    r[R_INO] = (int64_t)now.ino;
+    r[R_SIZE] = (int64_t)now.size;
+    r[R_MTIME] = now.mtime_ns;
+    r[R_CTIME] = now.ctime_ns;
+  }
+  for (int i = 0; i < d->n; i++)
+    r[RECORD_HEAD + i] = (int64_t)bf_fp_hash_bytes(data + d->t[i].off, d->t[i].bytes);
+  memcpy(data, r, record_bytes(d));
+  free(r);
+  return 0;
+}
+
 /* The safetensors header of d (JSON padded with spaces so that the 8-byte
 ** length and the header end on a multiple of 64 bytes), malloc'd, length in
 ** *len; NULL when out of memory. */
@@ -98,8 +241,8 @@ static char *make_header(const derived_spec *d, size_t *len) {
   n += (size_t)snprintf(h + n, cap - n,
                         "{\"__metadata__\":{\"format\":\"%s\",\"version\":\"%d\","
                         "\"made_from\":\"model.safetensors\"},"
-                        "\"%s\":{\"dtype\":\"I64\",\"shape\":[3],\"data_offsets\":[0,%zu]}",
-                        d->format, d->version, d->source, SOURCE_BYTES);
+                        "\"%s\":{\"dtype\":\"I64\",\"shape\":[%d],\"data_offsets\":[0,%zu]}",
+                        d->format, d->version, d->source, RECORD_HEAD + d->n, record_bytes(d));
   for (int i = 0; i < d->n; i++) {
     const derived_tensor *w = &d->t[i];
     n += (size_t)snprintf(h + n, cap - n, ",\"%s\":{\"dtype\":\"%s\",\"shape\":[", w->name,
@@ -115,7 +258,8 @@ static char *make_header(const derived_spec *d, size_t *len) {
   return h;
 }
 
-int derived_write(const bf_model *m, const derived_spec *d, const unsigned char *data) {
+int derived_write(bf_model *m, const derived_spec *d, unsigned char *data) {
+  if (make_record(m, d, data) != 0) return -1;
   size_t hlen = 0;
   char *header = make_header(d, &hlen);
   char *path = bf_path_join(m->dir, d->file);

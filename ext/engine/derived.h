@@ -9,22 +9,29 @@
 ** never see half a file; two processes making it at once are harmless), and
 ** mapped read-only by every later load (MAP_SHARED: processes share one copy
 ** in the page cache).  It is a safetensors file:
-**   "<source>"   I64 [3]  {format version, size and mtime (ns) of the
-**                          model.safetensors it was made from}
+**   "<source>"   I64 [7 + n]  the record: {format version, weights hash
+**                             (bf_fp_hash_bytes of the model.safetensors it
+**                             was made from), that file's device, inode,
+**                             size, mtime and ctime (ns; all 0 when not
+**                             recorded), then the checksum of each of the n
+**                             tensors (bf_fp_hash_bytes of its bytes)}
 **   then the tensors of the spec, in its order, each at an offset that is a
 **   multiple of its alignment (the header is padded so that the data area
 **   starts on a multiple of 64 bytes too).
-** A file is used only when its source entry names the model just loaded and
-** every tensor has the dtype, shape and place the spec gives it; anything
-** else (stale, another model's, damaged) is made again.
+** A file is used only when it is laid out as the spec says, its record
+** proves it was made from the weights just loaded (the same file by its
+** identity, or the same bytes by their hash) and every tensor has the
+** checksum recorded (derived.c says why and what it costs); anything else
+** (stale, another model's, damaged; files from before issue 41 have a
+** 3-element record) is made again.
 **
 **   derived_spec d = {.file = "model.int8.safetensors", .format = "bertfill int8 weights",
 **                     .source = "bertfill.int8.source", .version = 2, .t = t, .n = n};
 **   derived_layout(&d);                            // t[i].off, d.data_len
 **   const unsigned char *data;
 **   if (derived_map(m, &d, &data)) ...use data + t[i].off...
-**   else { make d.data_len bytes (derived_source_id, derived_zero_gaps, the
-**          tensors), derived_write, derived_map }
+**   else { make d.data_len bytes (derived_zero_gaps, the tensors),
+**          derived_write (the record, then the file), derived_map }
 ** The mapping goes to the model (m->dmap ...: a model has at most one such
 ** file), which bf_model_check watches and derived_unmap releases.
 */
@@ -59,26 +66,28 @@ typedef struct derived_spec {
   size_t data_len; /* derived_layout: the size of the data area */
 } derived_spec;
 
-/* The offsets of d's tensors (after the 24-byte source entry) and the size
-** of the data area. */
+/* The offsets of d's tensors (after the record) and the size of the data
+** area. */
 void derived_layout(derived_spec *d);
-
-/* The source entry of d for m (24 bytes) into data[0..24). */
-void derived_source_id(const bf_model *m, const derived_spec *d, unsigned char *data);
 
 /* Zero the bytes between d's tensors in a data area laid out as d says
 ** (the alignment gaps: the file holds no stray heap bytes), so that whoever
 ** fills the tensors writes each byte once. */
 void derived_zero_gaps(const derived_spec *d, unsigned char *data);
 
-/* Map m's file of d and, if it is this model's, hand the mapping to m
-** (m->dmap ...) and its data area to *data: 1.  Not there, or not a match:
-** 0 (nothing changed). */
+/* Map m's file of d and, if it was made from m's weights and is whole,
+** hand the mapping to m (m->dmap ...) and its data area to *data: 1.  Not
+** there, not a match or damaged: 0 (nothing changed in m but, perhaps, its
+** weights' hash, computed to check the file).  First removes the temporary
+** files of d's file left by a writer that was killed. */
 int derived_map(bf_model *m, const derived_spec *d, const unsigned char **data);
 
-/* Write d's file in m's directory, data being its data area (source entry
-** first), replacing any old one whole: 0, or -1 (nothing left behind). */
-int derived_write(const bf_model *m, const derived_spec *d, const unsigned char *data);
+/* Write d's file in m's directory, data being its data area with the
+** tensors in place: the record goes into data's first bytes (the weights'
+** hash, computed now if not known; the tensors' checksums), then the file
+** replaces any old one whole.  0, or -1 (nothing left behind: the directory
+** cannot be written, or the weights changed since loading). */
+int derived_write(bf_model *m, const derived_spec *d, unsigned char *data);
 
 /* Unmap and close what derived_map gave m (nothing if none). */
 void derived_unmap(bf_model *m);

@@ -17,6 +17,17 @@
 #include "bertfill.h"
 #include "qgemm.h"
 
+/* What identifies a file's contents without reading them: device, inode,
+** size, modification and change times (ns).  The change time is set by the
+** kernel on every write, rename or copy over the file and no tool sets it
+** back, and a copy has another inode: a file with other bytes never has the
+** identity another had, except for a change within the same clock tick as
+** the one before (see fingerprint.c's settle rule). */
+typedef struct bf_file_id {
+  unsigned long long dev, ino, size;
+  long long mtime_ns, ctime_ns;
+} bf_file_id;
+
 typedef struct bf_layer {
   const float *q_w, *q_b;     /* [H,H], [H]  attention.self.query */
   const float *k_w, *k_b;     /* attention.self.key */
@@ -85,6 +96,8 @@ struct bf_model {
   size_t map_len;       /* mmap of model.safetensors */
   int map_fd;           /* its descriptor, kept to notice changes (bf_model_check) */
   int64_t map_mtime_ns; /* its modification time when mapped */
+  bf_file_id map_id;    /* its identity when mapped (fingerprint.c) */
+  int map_id_settled;   /* 1: it had not changed for FP_FILE_SETTLE_NS then */
   void **owned;
   int n_owned, cap_owned; /* converted tensors, freed at release */
 
@@ -93,6 +106,7 @@ struct bf_model {
   char fingerprint[17];  /* "" until computed */
   uint64_t weights_hash; /* hash of model.safetensors's bytes (weights_known) */
   int weights_known;     /* 1: from dir/model.fingerprint at load, or hashed */
+  const char *weights_source; /* "model.fingerprint" or "hashed" (weights_known) */
   const char *fp_source; /* "model.fingerprint" or "hashed" once computed */
   uint64_t fp_files;     /* hash of config.json, vocab.txt and the tokenizer
                                        JSON files as read at load (model.c) */
@@ -106,9 +120,27 @@ void bf_model_free(bf_model *m);
 /* fingerprint.c: the 4-lane hash of n bytes from seed (config.json and the
 ** tokenizer files go into m->fp_files with it at load). */
 uint64_t bf_fp_hash(const unsigned char *p, size_t n, uint64_t seed);
-/* fingerprint.c: at load, the weights' hash from dir/model.fingerprint when
-** it was made from the mapped model.safetensors (m->weights_known = 1). */
+/* fingerprint.c: at load, the identity of the mapped model.safetensors
+** (m->map_id, m->map_id_settled) and the weights' hash from
+** dir/model.fingerprint when it was made from that very file
+** (m->weights_known = 1). */
 void bf_fp_read_file(bf_model *m);
+/* fingerprint.c: the weights' hash (what the fingerprint keys on): known
+** since loading, else model.safetensors hashed now through its descriptor
+** (and kept in dir/model.fingerprint).  0, or -1 when the file changed
+** since loading or cannot be read. */
+int bf_model_weights_hash(bf_model *m, uint64_t *out);
+/* fingerprint.c: the identity of the file open as fd: 0, or -1. */
+int bf_file_id_of(int fd, bf_file_id *id);
+int bf_file_id_same(const bf_file_id *a, const bf_file_id *b);
+/* fingerprint.c: the hash of n bytes as the fingerprint hashes a file
+** (bf_fp_hash over chunks of BF_FP_CHUNK bytes, chained): of bytes in
+** memory, and of the bytes [off, off + n) of the file open as fd, read with
+** pread() into buf (BF_FP_CHUNK bytes) and never through a mapping (a file
+** that shrank gives -1, not SIGBUS).  Both give the same value. */
+#define BF_FP_CHUNK (1u << 20)
+uint64_t bf_fp_hash_bytes(const unsigned char *p, size_t n);
+int bf_fp_hash_file(int fd, uint64_t off, size_t n, unsigned char *buf, uint64_t *out);
 
 /* warm_up.c: the last step of a load: bring the weights into the page
 ** tables (waiting until a bound after t0, when the load began) and compute

@@ -128,7 +128,6 @@ static const unsigned char *attach(bf_model *m, derived_spec *d, int bf16, void 
   if (derived_map(m, d, &mapped)) return mapped;
   unsigned char *data = NULL;
   if (posix_memalign((void **)&data, 64, d->data_len) != 0) return NULL;
-  derived_source_id(m, d, data);
   derived_zero_gaps(d, data);
   for (int i = 0; i < nm; i++) {
     matrix a = matrix_at(m, i);

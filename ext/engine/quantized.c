@@ -146,11 +146,10 @@ static void point_into(bf_model *m, int nm, const derived_spec *d, const unsigne
 
 /* ------------------------------------------------------ making the file */
 
-/* Quantize every matrix into data (laid out as d says), the source entry
-** included.  0, or -1 with err (a weight that is NaN or infinite). */
+/* Quantize every matrix into data (laid out as d says).  0, or -1 with err
+** (a weight that is NaN or infinite). */
 static int quantize_all(bf_model *m, int nm, const derived_spec *d, unsigned char *data, char *err,
                         size_t errlen) {
-  derived_source_id(m, d, data);
   qmat q;
   for (int i = 0; i < nm; i++) {
     matrix_at(m, i, &q);

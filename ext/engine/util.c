@@ -3,8 +3,10 @@
 */
 #include "util.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdarg.h>
@@ -240,11 +242,17 @@ const char *bf_open_failure(int e) {
   return bf_not_regular(e) ? "not a regular file" : strerror(e);
 }
 
+/* The temporary name of bf_write_file_replace: PATH.tmp.PID.TID (the
+** writer's process id in decimal, its pthread_self in hex), into buf. */
+static int temp_name(char *buf, size_t n, const char *path, long pid, unsigned long tid) {
+  return snprintf(buf, n, "%s.tmp.%ld.%lx", path, pid, tid);
+}
+
 int bf_write_file_replace(const char *path, int n, const void *const *part, const size_t *len) {
   size_t cap = strlen(path) + 64;
   char *tmp = malloc(cap);
   if (!tmp) return -1;
-  snprintf(tmp, cap, "%s.tmp.%ld.%lx", path, (long)getpid(), (unsigned long)pthread_self());
+  temp_name(tmp, cap, path, (long)getpid(), (unsigned long)pthread_self());
   int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   int rc = -1;
   if (fd >= 0) {
@@ -257,4 +265,76 @@ int bf_write_file_replace(const char *path, int n, const void *const *part, cons
   }
   free(tmp);
   return rc;
+}
+
+/* When process pid started, in ns of the wall clock (its /proc/PID/stat
+** start time after boot, plus /proc/stat's btime), or -1 when unknown. */
+static long long process_start_ns(long pid) {
+  char p[64], buf[1024];
+  snprintf(p, sizeof p, "/proc/%ld/stat", pid);
+  FILE *f = fopen(p, "re");
+  if (!f) return -1;
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = 0;
+  const char *c = strrchr(buf, ')'); /* the command name may hold spaces and ')' */
+  unsigned long long start = 0;
+  /* after ") ": state, then fields 4..21, then 22 starttime */
+  if (!c || sscanf(c + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d "
+                          "%*d %llu", &start) != 1)
+    return -1;
+  f = fopen("/proc/stat", "re");
+  if (!f) return -1;
+  long long btime = -1;
+  char line[256];
+  while (fgets(line, sizeof line, f))
+    if (sscanf(line, "btime %lld", &btime) == 1) break;
+  fclose(f);
+  long hz = sysconf(_SC_CLK_TCK);
+  if (btime < 0 || hz <= 0) return -1;
+  return btime * 1000000000ll + (long long)(start / (unsigned long long)hz) * 1000000000ll +
+         (long long)(start % (unsigned long long)hz) * (1000000000ll / hz);
+}
+
+/* 1 when the writer pid of a temporary file last written at mtime_ns is
+** gone: no such process, or one that started after the file was last
+** written (its pid was reused; BF_STALE_CLOCK_SLACK_NS allows for btime's
+** whole seconds). */
+#define BF_STALE_CLOCK_SLACK_NS 2000000000ll
+static int writer_gone(long pid, long long mtime_ns) {
+  if (kill((pid_t)pid, 0) != 0 && errno == ESRCH) return 1;
+  long long start = process_start_ns(pid);
+  return start > 0 && start > mtime_ns + BF_STALE_CLOCK_SLACK_NS;
+}
+
+void bf_remove_stale_temps(const char *path) {
+  const char *slash = strrchr(path, '/');
+  char *dir = slash ? strndup(path, (size_t)(slash - path)) : strdup(".");
+  const char *base = slash ? slash + 1 : path;
+  size_t blen = strlen(base);
+  DIR *d = dir ? opendir(dir[0] ? dir : "/") : NULL;
+  free(dir);
+  if (!d) return;
+  long long now = (long long)bf_wall_ns();
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    const char *name = e->d_name;
+    if (strncmp(name, base, blen) != 0 || strncmp(name + blen, ".tmp.", 5) != 0) continue;
+    long pid = 0;
+    unsigned long tid = 0;
+    char again[512];
+    /* the exact pattern: written back from what was read, it is the name */
+    if (sscanf(name + blen + 5, "%ld.%lx", &pid, &tid) != 2 || pid <= 0 ||
+        (size_t)temp_name(again, sizeof again, base, pid, tid) >= sizeof again ||
+        strcmp(again, name) != 0)
+      continue;
+    struct stat st;
+    if (fstatat(dirfd(d), name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode) ||
+        st.st_uid != geteuid())
+      continue;
+    long long mtime = (long long)st.st_mtim.tv_sec * 1000000000ll + st.st_mtim.tv_nsec;
+    if (now - mtime < BF_STALE_QUIET_NS || !writer_gone(pid, mtime)) continue;
+    (void)unlinkat(dirfd(d), name, 0);
+  }
+  closedir(d);
 }

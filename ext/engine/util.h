@@ -63,6 +63,18 @@ char *bf_path_join(const char *dir, const char *name);
 ** full). */
 int bf_write_file_replace(const char *path, int n, const void *const *part, const size_t *len);
 
+/* Remove the temporary files of path that bf_write_file_replace left behind
+** when its writer was killed (SIGKILL, a power cut): every directory entry
+** named exactly PATH.tmp.PID.TID that is a regular file (not followed if a
+** link) owned by this process's user, unchanged for BF_STALE_QUIET_NS, and
+** whose writer is gone (no process PID, or one that started after the file
+** was last written).  A live writer's file is left alone, and so is one a
+** writer in another pid namespace may still be writing (it changes, or is
+** renamed, within the quiet time).  Failures (a read-only directory) are
+** silent. */
+#define BF_STALE_QUIET_NS 60000000000ll
+void bf_remove_stale_temps(const char *path);
+
 /* Open path (flags: O_RDONLY or O_RDWR, plus O_CREAT / O_NOFOLLOW) without
 ** ever blocking, and only if it is a regular file: the open itself is
 ** O_NONBLOCK (a FIFO or a device would otherwise block the caller until a

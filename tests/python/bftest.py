@@ -2,16 +2,21 @@
 models and the extension are, the check lines tests/run.sh counts
 ("ok NAME", "FAIL NAME: why", "skip NAME: why"), error_of, and the helpers of
 the tests of the files a load makes next to the weights (connect, one,
-copy_model, run_client, check_derived_file, model_texts, candidates,
-fresh_load, load_read_only, check_read_only, agreement, debug)."""
+copy_model, run_client, check_derived_file with other_weights,
+check_other_weights, check_damaged_in_place and check_stale_temps,
+model_texts, candidates, fresh_load, load_read_only, check_read_only,
+agreement, debug)."""
+import array
 import hashlib
 import json
 import os
 import random
 import shutil
 import sqlite3
+import struct
 import subprocess
 import sys
+import time
 
 BUILD = os.environ.get("BUILD", "build")
 MODELS = os.path.abspath(os.path.join(BUILD, "models"))
@@ -104,14 +109,164 @@ def run_client(code, args, env=None, tmp=None):
                           text=True, env=env, preexec_fn=pre, timeout=120)
 
 
+def other_weights(src, dst):
+    """Write to dst the weights of src with every encoder matrix's values in
+    reverse order: a model of the same shape and the same size, other
+    weights (other answers)."""
+    with open(src, "rb") as f:
+        data = bytearray(f.read())
+    n = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8:8 + n])
+    for key, t in header.items():
+        if ".encoder.layer." in "." + key and key.endswith("weight") and len(t["shape"]) == 2:
+            assert t["dtype"] == "F32"
+            b, e = (8 + n + x for x in t["data_offsets"])
+            v = array.array("f", bytes(data[b:e]))
+            v.reverse()
+            data[b:e] = v.tobytes()
+    with open(dst, "wb") as f:
+        f.write(data)
+
+
+def load_with_stderr(d, load_sql):
+    """load_sql (with d as its parameter) in a fresh process: its stderr, or
+    None when it failed."""
+    code = ("import sqlite3, sys\nc = sqlite3.connect(':memory:')\nc.enable_load_extension(True)\n"
+            "c.load_extension(sys.argv[1])\nc.execute(sys.argv[3], (sys.argv[2],)).fetchone()\n")
+    r = run_client(code, [d, load_sql])
+    return r.stderr if r.returncode == 0 else None
+
+
+def check_other_weights(d, name, load_sql, answers, want, made):
+    """Issue 41 (a): other weights of the same shape put in d's
+    model.safetensors with the same size and mtime (rsync -t: a file renamed
+    into place; cp -p: written in place) are not answered from the file made
+    from the first ones: the load makes its own, and answers as a load of
+    those weights in a fresh directory."""
+    what = "the " + name.split(".")[1] + " file"
+    w = os.path.join(d, "model.safetensors")
+    p = os.path.join(d, name)
+    ref = d + "-other"
+    shutil.copytree(d, ref, ignore=shutil.ignore_patterns(*DERIVED_FILES))
+    other_weights(w, os.path.join(ref, "model.safetensors"))
+    c = connect()
+    one(c, load_sql, (ref,))
+    want2 = answers(c)
+    c.close()
+    check("other weights of the same shape give other answers (so the checks below can fail)",
+          want2 != want)
+    with open(w, "rb") as f:
+        mine = f.read()
+    with open(os.path.join(ref, "model.safetensors"), "rb") as f:
+        theirs = f.read()
+    st = os.stat(w)
+    for how in ("renamed into place", "written in place"):
+        for data, expect, whose in ((theirs, want2, "other"), (mine, want, "first")):
+            if how == "renamed into place":
+                with open(w + ".new", "wb") as f:
+                    f.write(data)
+                os.utime(w + ".new", ns=(st.st_atime_ns, st.st_mtime_ns))
+                os.rename(w + ".new", w)
+            else:
+                with open(w, "r+b") as f:
+                    f.write(data)
+                os.utime(w, ns=(st.st_atime_ns, st.st_mtime_ns))
+            ino = os.stat(p).st_ino
+            c = connect()
+            r = error_of(c, load_sql, (d,))
+            got = answers(c) if r is None else None
+            check("the %s weights %s, same size and mtime: %s made again, answers as a fresh "
+                  "directory's" % (whose, how, what),
+                  r is None and os.stat(p).st_ino != ino and (made is None or made(c)) and
+                  got == expect, r or "%s vs %s" % (got, expect))
+            c.close()
+    shutil.rmtree(ref, ignore_errors=True)
+
+
+def check_damaged_in_place(d, name, load_sql, answers, want, made):
+    """Issue 41 (b): the derived file damaged in place, its size kept and
+    its mtime set back, is found out at the next load (which says so on
+    stderr) and made again; the next load maps the new one."""
+    what = "the " + name.split(".")[1] + " file"
+    p = os.path.join(d, name)
+    size, st = os.path.getsize(p), os.stat(p)
+    with open(p, "r+b") as f:
+        f.seek(size // 4)
+        before = f.read(size // 4)
+        f.seek(size // 4)
+        f.write(bytes(size // 4))
+    os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))
+    check("%s damaged in place (size and mtime kept): the damage changed bytes" % what,
+          before != bytes(size // 4))
+    err = load_with_stderr(d, load_sql)
+    check("... the next load says it is damaged and makes it again",
+          err is not None and "%s is damaged" % name in err and os.stat(p).st_ino != st.st_ino,
+          err)
+    ino = os.stat(p).st_ino
+    c = connect()
+    r = error_of(c, load_sql, (d,))
+    check("... and the load after maps the new one, with the same answers",
+          r is None and os.stat(p).st_ino == ino and (made is None or made(c)) and
+          answers(c) == want, r)
+    c.close()
+
+
+def check_stale_temps(d, name, load_sql):
+    """Issue 6: the temporary files a writer killed while writing name left
+    (NAME.tmp.PID.TID) are removed by a later load when the writer is gone
+    and they have not changed for a minute; those of a live writer, recent
+    ones, links, others' files and names not of that exact pattern stay."""
+    p = os.path.join(d, name)
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    old = time.time_ns() - 120 * 10**9
+    stale = "%s.tmp.%d.%x" % (p, dead.pid, 0x7f3a5c1ff640)
+    keep = {"a live writer's": "%s.tmp.1.%x" % (p, 0x7f3a5c1ff640),  # pid 1: alive, started first
+            "a recent one": "%s.tmp.%d.%x" % (p, dead.pid, 0x7f3a5c1ff641),
+            "a name not of the pattern": "%s.tmp.%d.%x.x" % (p, dead.pid, 0x7f3a5c1ff640),
+            "a symbolic link": "%s.tmp.%d.%x" % (p, dead.pid, 0x7f3a5c1ff642)}
+    if os.geteuid() == 0:
+        keep["another user's"] = "%s.tmp.%d.%x" % (p, dead.pid, 0x7f3a5c1ff643)
+    for f in [stale] + list(keep.values()):
+        if f == keep["a symbolic link"]:
+            os.symlink(os.path.join(d, "config.json"), f)
+            os.utime(f, ns=(old, old), follow_symlinks=False)
+            continue
+        with open(f, "wb") as out:
+            out.write(b"\0" * 4096)
+        if f != keep["a recent one"]:
+            os.utime(f, ns=(old, old))
+    if "another user's" in keep:
+        os.chown(keep["another user's"], 65534, 65534)
+    c = connect()
+    one(c, load_sql, (d,))
+    c.close()
+    check("a stale %s left by a writer that is gone: removed by the next load" %
+          os.path.basename(stale).replace(name, "NAME"), not os.path.lexists(stale))
+    for what, f in keep.items():
+        check("... %s temporary file stays" % what, os.path.lexists(f))
+        os.unlink(f)
+
+
+def uncached(answers):
+    """answers(c), with c's memo cache off first."""
+    def run(c):
+        one(c, "SELECT bert_cache('off')")
+        return answers(c)
+    return run
+
+
 def check_derived_file(d, name, load_sql, answers, made=None):
     """What every file a load derives from model.safetensors must do (the int8
-    file, the packed fp32 file), in the model copy d: load_sql (with d as its
-    parameter) writes d/name; a newer model.safetensors (as after a
-    replacement) makes it again; a change under a loaded model is an error of
-    bert_fill that names the file, never a crash; a truncated or garbage file
-    is made again; answers(c) stays the same throughout.  made(c), if given,
-    says whether a load read the file it made."""
+    file, the packed fp32 file, the bf16 file), in the model copy d: load_sql
+    (with d as its parameter) writes d/name; a touched model.safetensors
+    (same bytes) keeps it; other weights of the same size and mtime make it
+    again (check_other_weights); damage in place is found and made good
+    (check_damaged_in_place); a change under a loaded model is an error of
+    bert_fill that names the file, never a crash; a truncated or garbage
+    file is made again; stale temporary files are removed
+    (check_stale_temps); answers(c) stays the same throughout.  made(c), if
+    given, says whether a load read the file it made."""
     p = os.path.join(d, name)
     what = "the " + name.split(".")[1] + " file"
     c = connect()
@@ -123,12 +278,15 @@ def check_derived_file(d, name, load_sql, answers, made=None):
     os.utime(os.path.join(d, "model.safetensors"), ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
     c = connect()
     one(c, load_sql, (d,))
-    check("a newer model.safetensors makes %s again" % what, os.stat(p).st_ino != ino)
-    check("... with the same answers (same weights)", answers(c) == want)
+    check("a touched model.safetensors (same bytes) keeps %s (its weights hash matches)" % what,
+          os.stat(p).st_ino == ino)
+    check("... with the same answers", answers(c) == want)
     c.close()
+    check_other_weights(d, name, load_sql, answers, want, made)
+    check_damaged_in_place(d, name, load_sql, answers, want, made)
     c = connect()
     one(c, load_sql, (d,))
-    one(c, "SELECT bert_cache('off')")  # (the answers above are in the process's LRU)
+    one(c, "SELECT bert_cache('off')")
     size = os.path.getsize(p)
     with open(p, "r+b") as f:
         f.seek(size - 100)
@@ -153,6 +311,7 @@ def check_derived_file(d, name, load_sql, answers, made=None):
               r is None and os.path.getsize(p) > 5000 and (made is None or made(c)) and
               answers(c) == want, r)
         c.close()
+    check_stale_temps(d, name, load_sql)
 
 
 def model_texts(model, n, seed):
