@@ -91,8 +91,8 @@ void derived_zero_gaps(const derived_spec *d, unsigned char *data) {
 ** dtype, shape and place d gives it; else 0. */
 static int layout_matches(const derived_spec *d, const st_file *f) {
   const st_tensor *t = st_find(f, d->source);
-  if (!t || t->dtype != ST_I64 || t->n_elems != (uint64_t)(RECORD_HEAD + d->n) ||
-      t->begin != 0 || f->data_len != d->data_len || f->n != d->n + 1)
+  if (!t || t->dtype != ST_I64 || t->n_elems != (uint64_t)(RECORD_HEAD + d->n) || t->begin != 0 ||
+      f->data_len != d->data_len || f->n != d->n + 1)
     return 0;
   for (int i = 0; i < d->n; i++) {
     const derived_tensor *w = &d->t[i];
@@ -150,8 +150,11 @@ static int tensors_whole(const bf_model *m, const derived_spec *d, const st_file
   if (nt > d->n) nt = d->n;
   if (nt < 1) nt = 1;
   unsigned char *bufs[BF_POOL_MAX_THREADS] = {0};
-  verify_job j = {.d = d, .sums = r + RECORD_HEAD, .fd = f->fd,
-                  .data_at = 8 + f->header_len, .buf = bufs};
+  verify_job j = {.d = d,
+                  .sums = r + RECORD_HEAD,
+                  .fd = f->fd,
+                  .data_at = 8 + f->header_len,
+                  .buf = bufs};
   atomic_init(&j.bad, 0);
   int ok = 1;
   for (int i = 0; i < nt && ok; i++) ok = (bufs[i] = malloc(BF_FP_CHUNK)) != NULL;

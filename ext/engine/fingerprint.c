@@ -11,8 +11,12 @@
 ** the same file (see "the fingerprint file").  It is computed on first
 ** request, or earlier by the warm-up that each load starts (warm_up.c).
 **
-** The identity of a file (device, inode, size, times) tells whether a mapped
-** file changed since loading: bf_model_check, bf_model_is_current.
+** The identity of a file (device, inode, size, times: bf_file_id_of) tells
+** whether a mapped file changed since loading (bf_model_check,
+** bf_model_is_current) and, with the weights' hash (bf_model_weights_hash,
+** which a load may ask for first), whether a derived file was made from
+** these weights (derived.c).  bf_fp_hash_bytes / bf_fp_hash_file are the one
+** definition of a file's hash, from memory or read with pread().
 */
 #include "model.h"
 #include "util.h"

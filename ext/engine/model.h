@@ -103,12 +103,12 @@ struct bf_model {
 
   atomic_int refcount;
   pthread_mutex_t fp_mu;
-  char fingerprint[17];  /* "" until computed */
-  uint64_t weights_hash; /* hash of model.safetensors's bytes (weights_known) */
-  int weights_known;     /* 1: from dir/model.fingerprint at load, or hashed */
+  char fingerprint[17];       /* "" until computed */
+  uint64_t weights_hash;      /* hash of model.safetensors's bytes (weights_known) */
+  int weights_known;          /* 1: from dir/model.fingerprint at load, or hashed */
   const char *weights_source; /* "model.fingerprint" or "hashed" (weights_known) */
-  const char *fp_source; /* "model.fingerprint" or "hashed" once computed */
-  uint64_t fp_files;     /* hash of config.json, vocab.txt and the tokenizer
+  const char *fp_source;      /* "model.fingerprint" or "hashed" once computed */
+  uint64_t fp_files;          /* hash of config.json, vocab.txt and the tokenizer
                                        JSON files as read at load (model.c) */
 };
 

@@ -14,15 +14,17 @@
 ** they run for the masks only).  The copy
 ** is a deterministic function of model.safetensors, so it is made once and
 ** kept next to it (derived.h: written under a temporary name, renamed into
-** place, mapped read-only and shared by every process):
+** place, mapped read-only and shared by every process; used only when it
+** proves it was made from these weights and every tensor's checksum holds,
+** derived.c):
 **
 **   dir/model.packed.safetensors                (fp32 loads)
-**     "bertfill.packed.source"  I64 [3]  {format version, size and mtime (ns)
-**                                         of the model.safetensors it was
-**                                         made from}
+**     "bertfill.packed.source"  I64 [7 + n]  the record (derived.h: the
+**                                         weights' hash and identity, a
+**                                         checksum per tensor)
 **     "<matrix>.panels"          F32 [ceil(n/64), k, 64]  (64-byte aligned)
 **   dir/model.bf16.safetensors                  (bf16 loads)
-**     "bertfill.bf16.source"    I64 [3]  (the same)
+**     "bertfill.bf16.source"    I64 [7 + n]  (the same)
 **     "<matrix>.panels"          BF16 [ceil(n/64), ceil(k/2), 64, 2]
 **   with <matrix> "encoder.layer.L.attention.self.query", ... (and in the
 **   bf16 file "cls.predictions.transform.dense", "cls.predictions.decoder")

@@ -9,9 +9,9 @@
 ** so it is made once and kept next to it:
 **
 **   dir/model.int8.safetensors
-**     "bertfill.int8.source"  I64 [3]  {format version, size and mtime (ns)
-**                                       of the model.safetensors it was made
-**                                       from}
+**     "bertfill.int8.source"  I64 [7 + n]  the record (derived.h: the
+**                                       weights' hash and identity, a
+**                                       checksum per tensor)
 **     "<matrix>.scale"        F32 [n]
 **     "<matrix>.sum"          I32 [n]
 **     "<matrix>.int8"         I8  [ceil(n/64), ceil(k/4), 64, 4]  (the codes
@@ -22,8 +22,9 @@
 **   "cls.predictions.transform.dense", "cls.predictions.decoder".
 **
 ** An int8 load maps that file read-only (MAP_SHARED: processes share one
-** copy in the page cache, as they do the fp32 file) when it exists and its
-** source entry matches the model.safetensors just loaded.  Otherwise it
+** copy in the page cache, as they do the fp32 file) when it exists, its
+** record proves it was made from the model.safetensors just loaded and
+** every tensor's checksum holds (derived.c).  Otherwise it
 ** quantizes now (about a second for bert-base), writes the file under a
 ** temporary name and renames it into place (so readers never see half a
 ** file, and two processes doing this at once are harmless), and maps it.

@@ -280,8 +280,10 @@ static long long process_start_ns(long pid) {
   const char *c = strrchr(buf, ')'); /* the command name may hold spaces and ')' */
   unsigned long long start = 0;
   /* after ") ": state, then fields 4..21, then 22 starttime */
-  if (!c || sscanf(c + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d "
-                          "%*d %llu", &start) != 1)
+  if (!c || sscanf(c + 2,
+                   "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d "
+                   "%*d %llu",
+                   &start) != 1)
     return -1;
   f = fopen("/proc/stat", "re");
   if (!f) return -1;
