@@ -160,7 +160,7 @@ def check_other_weights(d, name, load_sql, answers, want, made):
     with open(os.path.join(ref, "model.safetensors"), "rb") as f:
         theirs = f.read()
     st = os.stat(w)
-    for how in ("renamed into place", "written in place"):
+    for how in ("written in place", "renamed into place"):  # the first meets a recorded identity
         for data, expect, whose in ((theirs, want2, "other"), (mine, want, "first")):
             if how == "renamed into place":
                 with open(w + ".new", "wb") as f:
@@ -183,10 +183,33 @@ def check_other_weights(d, name, load_sql, answers, want, made):
     shutil.rmtree(ref, ignore_errors=True)
 
 
-def check_damaged_in_place(d, name, load_sql, answers, want, made):
-    """Issue 41 (b): the derived file damaged in place, its size kept and
-    its mtime set back, is found out at the next load (which says so on
-    stderr) and made again; the next load maps the new one."""
+def derived_header(p):
+    """The safetensors header of the file p (a dict) and where its data starts."""
+    with open(p, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        return json.loads(f.read(n)), 8 + n
+
+
+def derived_record(p):
+    """The record of the derived file p: its I64 "bertfill.*.source" entry."""
+    header, data = derived_header(p)
+    key = [k for k in header if k.endswith(".source")][0]
+    b, e = header[key]["data_offsets"]
+    with open(p, "rb") as f:
+        f.seek(data + b)
+        return list(struct.unpack("<%dq" % ((e - b) // 8), f.read(e - b)))
+
+
+def derived_tensors(p):
+    """How many tensors the derived file p holds besides its record."""
+    return len([k for k in derived_header(p)[0] if k != "__metadata__"]) - 1
+
+
+def check_damaged_in_place(d, name, load_sql, answers, want, made, mtime_kept):
+    """Issue 41 (b): the derived file damaged in place, its size kept (and,
+    with mtime_kept, its mtime set back), is found out at the next load
+    (which says so on stderr) and made again; the next load maps the new
+    one."""
     what = "the " + name.split(".")[1] + " file"
     p = os.path.join(d, name)
     size, st = os.path.getsize(p), os.stat(p)
@@ -195,9 +218,10 @@ def check_damaged_in_place(d, name, load_sql, answers, want, made):
         before = f.read(size // 4)
         f.seek(size // 4)
         f.write(bytes(size // 4))
-    os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))
-    check("%s damaged in place (size and mtime kept): the damage changed bytes" % what,
-          before != bytes(size // 4))
+    if mtime_kept:
+        os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))
+    check("%s damaged in place (size%s kept): the damage changed bytes" %
+          (what, " and mtime" if mtime_kept else ""), before != bytes(size // 4))
     err = load_with_stderr(d, load_sql)
     check("... the next load says it is damaged and makes it again",
           err is not None and "%s is damaged" % name in err and os.stat(p).st_ino != st.st_ino,
@@ -282,8 +306,21 @@ def check_derived_file(d, name, load_sql, answers, made=None):
           os.stat(p).st_ino == ino)
     check("... with the same answers", answers(c) == want)
     c.close()
+    # weights settled (unchanged for 2 s): the file made now records their identity too
+    changed = os.stat(os.path.join(d, "model.safetensors")).st_ctime_ns
+    time.sleep(max(0.0, 2.2 - (time.time_ns() - changed) / 1e9))
+    os.unlink(p)
+    c = connect()
+    one(c, load_sql, (d,))
+    c.close()
+    w = os.stat(os.path.join(d, "model.safetensors"))
+    r = derived_record(p)
+    check("made from settled weights, %s records their hash, identity and each tensor's checksum"
+          % what, r[2:7] == [w.st_dev, w.st_ino, w.st_size, w.st_mtime_ns, w.st_ctime_ns] and
+          len(r) == 7 + derived_tensors(p), str(r[:7]))
     check_other_weights(d, name, load_sql, answers, want, made)
-    check_damaged_in_place(d, name, load_sql, answers, want, made)
+    for mtime_kept in (False, True):
+        check_damaged_in_place(d, name, load_sql, answers, want, made, mtime_kept)
     c = connect()
     one(c, load_sql, (d,))
     one(c, "SELECT bert_cache('off')")
