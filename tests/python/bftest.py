@@ -245,13 +245,15 @@ def check_stale_temps(d, name, load_sql):
     dead.wait()
     old = time.time_ns() - 120 * 10**9
     stale = "%s.tmp.%d.%x" % (p, dead.pid, 0x7f3a5c1ff640)
+    reused = subprocess.Popen(["sleep", "60"])  # its pid is alive, but started after the file
+    stale_reused = "%s.tmp.%d.%x" % (p, reused.pid, 0x7f3a5c1ff644)
     keep = {"a live writer's": "%s.tmp.1.%x" % (p, 0x7f3a5c1ff640),  # pid 1: alive, started first
             "a recent one": "%s.tmp.%d.%x" % (p, dead.pid, 0x7f3a5c1ff641),
             "a name not of the pattern": "%s.tmp.%d.%x.x" % (p, dead.pid, 0x7f3a5c1ff640),
             "a symbolic link": "%s.tmp.%d.%x" % (p, dead.pid, 0x7f3a5c1ff642)}
     if os.geteuid() == 0:
         keep["another user's"] = "%s.tmp.%d.%x" % (p, dead.pid, 0x7f3a5c1ff643)
-    for f in [stale] + list(keep.values()):
+    for f in [stale, stale_reused] + list(keep.values()):
         if f == keep["a symbolic link"]:
             os.symlink(os.path.join(d, "config.json"), f)
             os.utime(f, ns=(old, old), follow_symlinks=False)
@@ -265,8 +267,12 @@ def check_stale_temps(d, name, load_sql):
     c = connect()
     one(c, load_sql, (d,))
     c.close()
-    check("a stale %s left by a writer that is gone: removed by the next load" %
-          os.path.basename(stale).replace(name, "NAME"), not os.path.lexists(stale))
+    check("a stale %s.tmp.PID.TID left by a writer that is gone: removed by the next load" % name,
+          not os.path.lexists(stale))
+    check("... and one whose pid was taken since by a process started later: removed",
+          not os.path.lexists(stale_reused))
+    reused.kill()
+    reused.wait()
     for what, f in keep.items():
         check("... %s temporary file stays" % what, os.path.lexists(f))
         os.unlink(f)
