@@ -40,6 +40,9 @@
 **      completely, or is longer than max_input_chars_per_word (100)
 **      characters, becomes a single [UNK].
 **   5. [CLS] ... [SEP] around the result.
+** Also bf_mask_lookalike (its section at the end of bf_tokenize): what a
+** person meant as a blank but the tokenizer reads as text ("[mask]",
+** "[MA" U+200B "SK]"), found by running the text through this normalizer.
 ** Each token also gets its bytes in the text (bf_span, bertfill.h): every
 ** code point carries the span of the character it came from through steps
 ** 2-4, and a token's span holds those of its code points.
