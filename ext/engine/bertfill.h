@@ -113,13 +113,27 @@ void bf_tokens_free(bf_tokens *t);
 
 /* Something in s[0..n) that a person meant as a blank but that is not the
 ** exact text "[MASK]", and so is tokenized as plain text (as Hugging Face
-** does): an opening bracket "[", full-width "［" or "【"; then spaces
-** (ASCII, no-break or ideographic) or none; the letters M A S K in any
-** letter case, ASCII or full-width; spaces or none; a closing "]", "］" or
-** "】".  For example "［MASK］", "[mask]", "[ MASK ]", "【ＭＡＳＫ】".
-** Returns the byte offset of the first one, with its length in *len, or -1
-** when there is none. */
-long bf_mask_lookalike(const char *s, size_t n, size_t *len);
+** does).  It is read as the tokenizer reads a text, with every step of its
+** normalizer on whatever the model's settings (tokenizer.c): characters
+** clean_text drops (U+200B, U+00AD, U+FEFF, U+2060, NUL) are not there, any
+** White_Space is a space, accents and combining marks are stripped, letters
+** are lower-cased.  On that reading it is: an opening bracket "[", "［" or
+** "【"; spaces or none; the letters m a s k, ASCII or full-width; spaces or
+** none; a closing "]", "］" or "】".  For example "［MASK］", "[mask]",
+** "[ MASK ]", "【ＭＡＳＫ】", "[MA" U+200B "SK]", "[MÁSK]", "[MASK\n]". */
+#define BF_LOOKALIKE_SHOWN 8
+typedef struct bf_lookalike {
+  long at;    /* byte offset of the first one in s, -1 when there is none */
+  size_t len; /* its length in bytes */
+  /* Its characters that do not show as what they are (all but printable
+  ** ASCII, the full-width forms, 【 】 and U+3000): U+200B, a newline, "Á",
+  ** U+0301...; the first BF_LOOKALIKE_SHOWN of them, n_unplain in all. */
+  uint32_t unplain[BF_LOOKALIKE_SHOWN];
+  int n_unplain;
+} bf_lookalike;
+/* Finds the first look-alike in s[0..n) (valid UTF-8: bf_tokenize checks
+** it first) into *out.  BF_OK, or BF_ERR_NOMEM. */
+int bf_mask_lookalike(const char *s, size_t n, bf_lookalike *out);
 
 int bf_tokenizer_vocab_size(const bf_tokenizer *tok);
 const char *bf_tokenizer_token(const bf_tokenizer *tok, int32_t id); /* NULL if out of range */

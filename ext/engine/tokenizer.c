@@ -40,6 +40,9 @@
 **      completely, or is longer than max_input_chars_per_word (100)
 **      characters, becomes a single [UNK].
 **   5. [CLS] ... [SEP] around the result.
+** Also bf_mask_lookalike (its section at the end of bf_tokenize): what a
+** person meant as a blank but the tokenizer reads as text ("[mask]",
+** "[MA" U+200B "SK]"), found by running the text through this normalizer.
 ** Each token also gets its bytes in the text (bf_span, bertfill.h): every
 ** code point carries the span of the character it came from through steps
 ** 2-4, and a token's span holds those of its code points.
@@ -728,15 +731,31 @@ done:
 }
 
 /* ---- look-alikes of [MASK] ---- */
+/* A look-alike is read the way the tokenizer reads a text: each character
+** through the normalizer (clean_push, case_and_accents) with every step on,
+** whatever the model's settings (lookalike_view): U+200B, U+00AD, U+FEFF,
+** U+2060, NUL and the other characters clean_text drops are not there; any
+** White_Space (a newline, U+2009) is a space; accents and combining marks
+** are stripped ("MÁSK", "MASK" + U+0301 are "mask"); the letters are lower
+** case.  On that view the pattern is: an opening bracket ("[", "［", "【"),
+** spaces or none, the letters m a s k (ASCII or full-width), spaces or none,
+** a closing bracket ("]", "］", "】").  The pre-tokenizer splits the brackets
+** off as punctuation and drops the spaces, so "[ mask ]" and "[\nMASK\n]"
+** are the tokens "[" "mask" "]" like "[mask]": a look-alike; "[M ASK]" is
+** four words and "[MASKS]", "mask", "[面具]" are text.  The view is the
+** tokenizer's with every step on, not the model's own settings, so that a
+** cased model (bert-base-chinese: no lower-casing, no accent stripping)
+** refuses the same texts as an uncased one: whatever any BERT tokenizer reads
+** as the word mask between brackets.  Each character is read on its own
+** (one character in, its code points out): the canonical reordering of
+** marks the tokenizer does across characters changes nothing here, since
+** every Mn mark is dropped.  A scan from one opening bracket stops at the
+** first code point that breaks the pattern, and that is never inside the
+** scan from the next opening bracket, so a text is read once: O(n). */
 
-/* The character at s[*at], *at moved past it; 0 at the end of s.  utf8_next
-** expects valid UTF-8 (the fill functions check it first); invalid bytes
-** read as some character, never past n. */
-static uint32_t char_at(const char *s, size_t n, size_t *at) {
-  return *at < n ? utf8_next((const unsigned char *)s, n, at) : 0;
-}
+static const bf_tokenizer lookalike_view = {.clean_text = 1, .strip_accents = 1, .lowercase = 1};
 
-static int is_blank_space(uint32_t c) { return c == ' ' || c == '\t' || c == 0xA0 || c == 0x3000; }
+enum { LA_OPEN, LA_BEFORE_M, LA_AFTER_K = LA_BEFORE_M + 4, LA_CLOSED, LA_NO = -1 };
 
 /* The ASCII capital of letter c, ASCII or full-width (U+FF21..U+FF5A); 0 for
 ** anything else. */
@@ -748,33 +767,77 @@ static int ascii_capital(uint32_t c) {
   return 0;
 }
 
-/* The length of the look-alike that starts at s[i], or 0. */
-static size_t lookalike_at(const char *s, size_t n, size_t i) {
-  size_t at = i;
-  uint32_t c = char_at(s, n, &at);
-  if (c != '[' && c != 0xFF3B && c != 0x3010) return 0;
-  do c = char_at(s, n, &at);
-  while (is_blank_space(c));
-  for (const char *w = "MASK"; *w; w++, c = char_at(s, n, &at))
-    if (ascii_capital(c) != (unsigned char)*w) return 0;
-  while (is_blank_space(c)) c = char_at(s, n, &at);
-  if (c != ']' && c != 0xFF3D && c != 0x3011) return 0;
-  if (at - i == (size_t)BF_MASK_TEXT_LEN && memcmp(s + i, BF_MASK_TEXT, BF_MASK_TEXT_LEN) == 0)
-    return 0; /* the real one */
-  return at - i;
+/* The pattern after code point c of the view, in state step: the next
+** state, LA_CLOSED at the closing bracket, or LA_NO. */
+static int lookalike_step(int step, uint32_t c) {
+  if (step == LA_OPEN) return c == '[' || c == 0xFF3B || c == 0x3010 ? LA_BEFORE_M : LA_NO;
+  if ((step == LA_BEFORE_M || step == LA_AFTER_K) && c == ' ') return step;
+  if (step >= LA_BEFORE_M && step < LA_AFTER_K)
+    return ascii_capital(c) == "MASK"[step - LA_BEFORE_M] ? step + 1 : LA_NO;
+  if (step == LA_AFTER_K && (c == ']' || c == 0xFF3D || c == 0x3011)) return LA_CLOSED;
+  return LA_NO;
 }
 
-long bf_mask_lookalike(const char *s, size_t n, size_t *len) {
-  for (size_t i = 0; i < n; i++) {
+/* The end (a byte offset) of the look-alike that starts at s[i] in *end, 0
+** when there is none; one and view are scratch for one character's code
+** points.  BF_OK or BF_ERR_NOMEM. */
+static int lookalike_end(const char *s, size_t n, size_t i, u32vec *one, u32vec *view,
+                         size_t *end) {
+  int step = LA_OPEN;
+  *end = 0;
+  for (size_t at = i; at < n && step != LA_NO;) {
+    size_t from = at;
+    uint32_t c = utf8_next((const unsigned char *)s, n, &at);
+    one->n = 0;
+    if (!clean_push(&lookalike_view, one, c, (bf_span){(int)from, (int)at}) ||
+        !case_and_accents(&lookalike_view, one, view))
+      return BF_ERR_NOMEM;
+    for (size_t k = 0; k < view->n && step != LA_NO; k++) {
+      step = lookalike_step(step, view->v[k]);
+      if (step == LA_CLOSED) {
+        if (k + 1 == view->n) *end = at;
+        return BF_OK;
+      }
+    }
+    if (step == LA_OPEN) return BF_OK; /* s[i] is no bracket (U+FEFF also starts with 0xEF) */
+  }
+  return BF_OK;
+}
+
+/* Shown as what it is: printable ASCII, the ideographic space, 【 】 and
+** the full-width forms; a look-alike's other characters are listed. */
+static int shows_plainly(uint32_t c) {
+  return (c >= 0x20 && c < 0x7F) || c == 0x3000 || c == 0x3010 || c == 0x3011 ||
+         (c >= 0xFF01 && c <= 0xFF5E);
+}
+
+int bf_mask_lookalike(const char *s, size_t n, bf_lookalike *out) {
+  memset(out, 0, sizeof *out);
+  out->at = -1;
+  if (n > (size_t)INT_MAX) n = (size_t)INT_MAX; /* spans are ints; bf_tokenize refuses more */
+  u32vec one = {0}, view = {0};
+  int rc = u32_reserve(&one, 4) && u32_reserve(&view, 32) ? BF_OK : BF_ERR_NOMEM;
+  for (size_t i = 0; i < n && rc == BF_OK; i++) {
     unsigned char b = (unsigned char)s[i];
     if (b != '[' && b != 0xEF && b != 0xE3) continue; /* the first bytes of the brackets */
-    size_t l = lookalike_at(s, n, i);
-    if (l) {
-      *len = l;
-      return (long)i;
+    size_t end = 0;
+    rc = lookalike_end(s, n, i, &one, &view, &end);
+    if (rc != BF_OK || end == 0) continue;
+    if (end - i == (size_t)BF_MASK_TEXT_LEN && memcmp(s + i, BF_MASK_TEXT, BF_MASK_TEXT_LEN) == 0)
+      continue; /* the real one */
+    out->at = (long)i;
+    out->len = end - i;
+    for (size_t at = i; at < end;) {
+      uint32_t c = utf8_next((const unsigned char *)s, end, &at);
+      if (shows_plainly(c)) continue;
+      if (out->n_unplain < BF_LOOKALIKE_SHOWN) out->unplain[out->n_unplain] = c;
+      out->n_unplain++;
     }
+    break;
   }
-  return -1;
+  u32_free(&one);
+  u32_free(&view);
+  return rc;
 }
 
 void bf_tokens_free(bf_tokens *t) {

@@ -56,6 +56,14 @@
 ** time using all cores) batching is what makes concurrent callers cheap; with
 ** bert_max_concurrent(n) raised, calls batch only when all n slots are busy.
 **
+** Fork.  The calls queued by the parent's other threads, and their leader,
+** live on those threads' stacks: in a child (one thread) nobody would ever
+** lead them, and every call of the child would queue behind them until the
+** busy timeout.  In the child (pthread_atfork) the queues start again empty,
+** with a fresh mutex; the parent's queue records are dropped, not freed
+** (another thread may have been changing them at the fork).  guard.c does
+** the same for the encoder slots.
+**
 ** Test hook: BERTFILL_BATCH_GATHER=n (environment, read once) makes a leader
 ** that has its slot wait until n calls are queued for its model (at most 250 ms)
 ** before taking them, so tests can make merged batches happen
@@ -115,11 +123,21 @@ static struct {
   atomic_int on;
 } batcher = {.once = PTHREAD_ONCE_INIT, .mu = PTHREAD_MUTEX_INITIALIZER};
 
+/* In a forked child: the parent's queued calls are not the child's (see
+** Fork above).  Settings kept. */
+static void forget_in_child(void) {
+  pthread_mutex_init(&batcher.mu, NULL);
+  batcher.queues = NULL;
+  batcher.leaders = 0;
+  batcher.queued = 0;
+}
+
 static void batcher_init(void) {
   pthread_condattr_init(&batcher.cattr);
   pthread_condattr_setclock(&batcher.cattr, CLOCK_MONOTONIC);
   atomic_store(&batcher.on, bf_env_flag("BERTFILL_BATCHING", 1));
   batcher.gather = (int)bf_env_int("BERTFILL_BATCH_GATHER", 0, BFX_BATCH_MAX_SEQS, 0);
+  pthread_atfork(NULL, NULL, forget_in_child);
 }
 
 int bfx_batching(void) {

@@ -57,6 +57,23 @@ static struct {
          BFC_DEFAULT_LRU_ENTRIES,
          BFC_DEFAULT_LRU_BYTES};
 
+/* Fork.  A thread of the parent holding the LRU's mutex at fork() would
+** leave it held, forever, in the child, and the LRU half changed.  So the
+** mutex is taken before fork() (pthread_atfork; no other lock is ever taken
+** under it, and it is held only for a lookup, an insertion or an eviction)
+** and given back after it, in the parent and in the child: the child gets
+** the LRU whole, as it was between two operations. */
+static pthread_once_t lru_once = PTHREAD_ONCE_INIT;
+static void lru_before_fork(void) { pthread_mutex_lock(&lru.mu); }
+static void lru_after_fork(void) { pthread_mutex_unlock(&lru.mu); }
+static void lru_at_fork(void) { pthread_atfork(lru_before_fork, lru_after_fork, lru_after_fork); }
+
+/* The LRU's mutex, taken (the fork handlers set up on first use). */
+static void lru_lock(void) {
+  pthread_once(&lru_once, lru_at_fork);
+  pthread_mutex_lock(&lru.mu);
+}
+
 static uint64_t key_hash(const char *fp, const int32_t *ids, int n) {
   uint64_t h = 1469598103934665603ull; /* FNV-1a offset */
   for (const char *p = fp; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
@@ -131,7 +148,7 @@ int bfc_lru_get(const char *fp, const int32_t *ids, int n, int n_masks, int k_ne
   uint64_t h = key_hash(fp, ids, n);
   int rc = 0;
   *out = NULL;
-  pthread_mutex_lock(&lru.mu);
+  lru_lock();
   if (lru.nbuckets) {
     lru_ent *e = *lru_slot(h, fp, ids, n);
     if (e && e->k >= k_need && e->n_masks == n_masks) {
@@ -157,7 +174,7 @@ void bfc_lru_put(const char *fp, const int32_t *ids, int n, int n_masks, int k, 
   size_t bytes = sizeof(lru_ent) + (size_t)n * sizeof(int32_t) + nc * sizeof(bf_cand);
   if (n < 0 || k < 1 || strlen(fp) > 16) return;
   uint64_t h = key_hash(fp, ids, n);
-  pthread_mutex_lock(&lru.mu);
+  lru_lock();
   if (bytes > lru.max_bytes || lru.max_entries < 1 || !lru_grow()) goto done;
   lru_ent **pp = lru_slot(h, fp, ids, n);
   if (*pp) {
@@ -194,7 +211,7 @@ done:
 }
 
 long bfc_lru_clear(void) {
-  pthread_mutex_lock(&lru.mu);
+  lru_lock();
   long n = lru.count;
   while (lru.count > 0) lru_remove(lru.head.prev);
   pthread_mutex_unlock(&lru.mu);
@@ -203,7 +220,7 @@ long bfc_lru_clear(void) {
 
 /* New bounds (0: keep that one), evicting what no longer fits. */
 static void lru_set_bounds(long max_entries, size_t max_bytes) {
-  pthread_mutex_lock(&lru.mu);
+  lru_lock();
   if (max_entries > 0) lru.max_entries = max_entries;
   if (max_bytes > 0) lru.max_bytes = max_bytes;
   lru_evict();
@@ -214,21 +231,21 @@ void bfc_lru_set_max_entries(long n) { lru_set_bounds(n > 0 ? n : BFC_DEFAULT_LR
 void bfc_lru_set_max_bytes(size_t n) { lru_set_bounds(0, n > 0 ? n : BFC_DEFAULT_LRU_BYTES); }
 
 long bfc_lru_max_entries(void) {
-  pthread_mutex_lock(&lru.mu);
+  lru_lock();
   long n = lru.max_entries;
   pthread_mutex_unlock(&lru.mu);
   return n;
 }
 
 size_t bfc_lru_max_bytes(void) {
-  pthread_mutex_lock(&lru.mu);
+  lru_lock();
   size_t n = lru.max_bytes;
   pthread_mutex_unlock(&lru.mu);
   return n;
 }
 
 void bfc_lru_usage(long *entries, size_t *bytes) {
-  pthread_mutex_lock(&lru.mu);
+  lru_lock();
   *entries = lru.count;
   *bytes = lru.bytes;
   pthread_mutex_unlock(&lru.mu);

@@ -26,6 +26,17 @@
 ** BERTFILL_MACHINE_SLOTS of them (default, and 0: cores / threads per run,
 ** like the process's own bound), so N worker processes together run no more
 ** encoders at once than one process would.  Read once from the environment.
+**
+** FORK.  A child has one thread, the one that called fork(): the runs other
+** threads of the parent had in flight, and the callers they had queued, are
+** not the child's, and it would count them forever ("busy: 1 encoder runs in
+** progress" on every call).  In the child (pthread_atfork) the guard starts
+** again empty: no run in flight, nobody queued, a fresh mutex and condition
+** variable (another thread may have held them at the fork), the settings
+** kept.  The pool of finished runs is dropped too, not freed: another thread
+** may have been moving it at the fork (a run is scratch memory; its helper
+** threads were the parent's, pool.c).  machine_guard.c forgets the parent's
+** machine slots in the same way.
 */
 #include <errno.h>
 #include <pthread.h>
@@ -58,18 +69,35 @@ static struct {
   int npool, cap;
 } guard = {.once = PTHREAD_ONCE_INIT, .mu = PTHREAD_MUTEX_INITIALIZER};
 
-static void guard_init(void) {
+/* The condition variable, new, on CLOCK_MONOTONIC (as bf_now_ns). */
+static void cv_init(void) {
   pthread_condattr_t a;
   pthread_condattr_init(&a);
   pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
   pthread_cond_init(&guard.cv, &a);
   pthread_condattr_destroy(&a);
+}
+
+/* In a forked child: the runs and waiters of the parent's other threads
+** are not the child's.  Start empty, settings kept (see FORK above). */
+static void forget_in_child(void) {
+  pthread_mutex_init(&guard.mu, NULL);
+  cv_init();
+  guard.in_flight = 0;
+  guard.head = guard.tail = NULL;
+  guard.pool = NULL;
+  guard.npool = guard.cap = 0;
+}
+
+static void guard_init(void) {
+  cv_init();
   guard.max = (int)bf_env_int("BERTFILL_MAX_CONCURRENT", 0, BFX_MAX_CONCURRENT_MAX, 0);
   guard.timeout_ms = (int)bf_env_int("BERTFILL_BUSY_TIMEOUT_MS", 0, BFX_BUSY_TIMEOUT_MAX_MS,
                                      BFX_DEFAULT_BUSY_TIMEOUT_MS);
   guard.machine = bf_env_flag("BERTFILL_MACHINE_GUARD", 0);
   guard.machine_slots = (int)bf_env_int("BERTFILL_MACHINE_SLOTS", 0, BFX_MACHINE_SLOTS_MAX, 0);
   bf_blas_init(NULL, 0); /* the automatic bound needs the thread count (0 if no BLAS) */
+  pthread_atfork(NULL, NULL, forget_in_child);
 }
 
 /* The guard's mutex, initialising the guard on first use. */

@@ -74,6 +74,21 @@ typedef struct reg_ent {
 static pthread_mutex_t reg_mu = PTHREAD_MUTEX_INITIALIZER;
 static reg_ent *reg_head;
 
+/* Fork.  reg_mu is held for a whole load (seconds): a fork() meanwhile, from
+** another thread, would leave it held forever in the child.  The child
+** (pthread_atfork) gets a fresh mutex and the registry as it was; the load
+** in progress is not in it (an entry goes in whole at the end of a load),
+** and the child loads that model itself when it needs it. */
+static pthread_once_t reg_once = PTHREAD_ONCE_INIT;
+static void reg_forget_lock_in_child(void) { pthread_mutex_init(&reg_mu, NULL); }
+static void reg_at_fork(void) { pthread_atfork(NULL, NULL, reg_forget_lock_in_child); }
+
+/* The registry's mutex, taken (the fork handler set up on first use). */
+static void reg_lock(void) {
+  pthread_once(&reg_once, reg_at_fork);
+  pthread_mutex_lock(&reg_mu);
+}
+
 /* Load (or share) the model in dir.  On failure *err says why; from (may be
 ** "") follows the directory's name in the message, howto is the advice when
 ** the directory cannot be opened. */
@@ -87,7 +102,7 @@ static bf_model *registry_get(const char *dir, bf_precision precision, const cha
     return NULL;
   }
   bf_model *m = NULL;
-  pthread_mutex_lock(&reg_mu);
+  reg_lock();
   for (reg_ent *e = reg_head; e; e = e->next) {
     if (e->stale || e->precision != precision || strcmp(e->path, canon) != 0) continue;
     /* model.safetensors replaced (rename) or changed since it was loaded:
@@ -134,7 +149,7 @@ static bf_model *registry_get(const char *dir, bf_precision precision, const cha
 
 static void registry_put(bf_model *m) {
   bf_model *drop = NULL;
-  pthread_mutex_lock(&reg_mu);
+  reg_lock();
   for (reg_ent **pp = &reg_head; *pp; pp = &(*pp)->next) {
     reg_ent *e = *pp;
     if (e->m == m) {
@@ -153,7 +168,7 @@ static void registry_put(bf_model *m) {
 
 int bfx_models_loaded(void) {
   int n = 0;
-  pthread_mutex_lock(&reg_mu);
+  reg_lock();
   for (reg_ent *e = reg_head; e; e = e->next) n++;
   pthread_mutex_unlock(&reg_mu);
   return n;

@@ -161,15 +161,28 @@ int bfx_tokenize(const char *fname, bf_model *m, const char *s, int n, bf_tokens
 int bfx_tokenize_fill(const char *fname, bf_model *m, const char *s, int n, bf_tokens *t,
                       uint64_t *ns, bfx_err *e) {
   int rc = bfx_tokenize(fname, m, s, n, t, ns, e);
-  size_t len = 0;
-  long at = rc == SQLITE_OK ? bf_mask_lookalike(s, (size_t)n, &len) : -1;
-  if (at < 0) return rc;
+  if (rc != SQLITE_OK) return rc;
+  bf_lookalike la;
+  if (bf_mask_lookalike(s, (size_t)n, &la) != BF_OK) {
+    bfx_err_nomem(e);
+    return SQLITE_NOMEM;
+  }
+  if (la.at < 0) return SQLITE_OK;
+  char unplain[16 * BF_LOOKALIKE_SHOWN + 128] = ""; /* " (it has U+200B: ...)" */
+  if (la.n_unplain > 0) {
+    size_t k = (size_t)snprintf(unplain, sizeof unplain, " (it has");
+    for (int i = 0; i < la.n_unplain && i < BF_LOOKALIKE_SHOWN; i++)
+      k += (size_t)snprintf(unplain + k, sizeof unplain - k, " U+%04X", (unsigned)la.unplain[i]);
+    snprintf(unplain + k, sizeof unplain - k,
+             "%s: characters the tokenizer drops, or reads as a space or a plain letter)",
+             la.n_unplain > BF_LOOKALIKE_SHOWN ? " ..." : "");
+  }
   bfx_quote q;
   bfx_errf(e, SQLITE_ERROR, BF_CT_ERR_INPUT,
-           "%s: the text holds '%s' at byte %ld, which is not a mask and would be read as "
+           "%s: the text holds '%s' at byte %ld%s, which is not a mask and would be read as "
            "plain text: write %s (ASCII brackets, capital letters, no spaces) where a token "
            "should be filled",
-           fname, bfx_quoted(&q, s + at, (long)len), at, BF_MASK_TEXT);
+           fname, bfx_quoted(&q, s + la.at, (long)la.len), la.at, unplain, BF_MASK_TEXT);
   return SQLITE_ERROR;
 }
 

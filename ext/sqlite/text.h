@@ -64,9 +64,11 @@ int bfx_tokenize_part(const char *fname, const char *part, bf_model *m, const ch
                       bf_tokens *t, uint64_t *ns, bfx_err *e);
 /* bfx_tokenize for the text of a fill function: also an error (counted as
 ** err_input) when the text holds a look-alike of [MASK] (bf_mask_lookalike:
-** "［MASK］", "[mask]", "[ MASK ]"...), which would otherwise be left
-** silently unfilled; the message quotes it, gives its byte offset and says
-** what to write.  bert_tokenize uses bfx_tokenize: it shows tokens as they are. */
+** "［MASK］", "[mask]", "[ MASK ]", "[MA" U+200B "SK]", "[MÁSK]"...), which
+** would otherwise be left silently unfilled; the message quotes it, gives its
+** byte offset, lists its characters that do not show as what they are
+** ("it has U+200B") and says what to write.  bert_tokenize uses bfx_tokenize:
+** it shows tokens as they are. */
 int bfx_tokenize_fill(const char *fname, bf_model *m, const char *s, int n, bf_tokens *t,
                       uint64_t *ns, bfx_err *e);
 /* The model's limit on tokens per sequence ([CLS] and [SEP] included). */

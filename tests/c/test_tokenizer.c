@@ -3,8 +3,9 @@
 ** made by an independent reference (tests/golden/tokenizer/make_golden.mjs,
 ** @huggingface/transformers reading tokenizer.json), plus load errors,
 ** invalid UTF-8, the tokens' byte spans (the rules of bertfill.h on every golden
-** case, and spans written out by hand), reuse of bf_tokens and a random-input
-** smoke test.
+** case, and spans written out by hand), reuse of bf_tokens, a random-input
+** smoke test, and look-alikes of [MASK] (bf_mask_lookalike) against what the
+** tokenizer reads as "[" "mask" "]", with each setting of the small tokenizer.
 **
 **   test_tokenizer GOLDEN.tsv SMALL_DIR ZH_DIR WORK_DIR
 **
@@ -559,6 +560,156 @@ static void test_zh(const char *zhdir) {
 
 /* ---------------------------------------------------------------- small vocab */
 
+/* ---------------------------------------------------------------- look-alikes of [MASK] */
+
+/* Whether t holds the three tokens "[" "mask" "]" one after another. */
+static int has_bracketed_mask(const bf_tokenizer *tok, const bf_tokens *t) {
+  int32_t open = bf_tokenizer_find(tok, "[", 1), word = bf_tokenizer_find(tok, "mask", 4),
+          close = bf_tokenizer_find(tok, "]", 1);
+  for (int i = 0; i + 2 < t->n; i++)
+    if (t->ids[i] == open && t->ids[i + 1] == word && t->ids[i + 2] == close) return 1;
+  return 0;
+}
+
+/* The look-alikes of issue 41 (in 中华人民共 x 国): each one tokenizes as
+** "[mask]" does with the uncased tokenizer (lower), and bf_mask_lookalike
+** finds it whole, at byte 15, with the character that cannot be seen. */
+static void lookalike_cases(const bf_tokenizer *lower) {
+  static const struct {
+    const char *name, *x;
+    size_t len;
+    uint32_t unplain;
+  } c[] = {
+    {"newline", "[MASK\n]", 7, 0x0A},
+    {"zero_width_space", "[MA\xe2\x80\x8bSK]", 9, 0x200B},
+    {"byte_order_mark", "[\xef\xbb\xbfMASK]", 9, 0xFEFF},
+    {"word_joiner", "[MASK\xe2\x81\xa0]", 9, 0x2060},
+    {"soft_hyphen", "[MA\xc2\xadSK]", 8, 0xAD},
+    {"thin_space", "[\xe2\x80\x89MASK]", 9, 0x2009},
+    {"accented_letter", "[M\xc3\x81SK]", 7, 0xC1},
+    {"combining_accent", "[MASK\xcc\x81]", 8, 0x301},
+    {"nul", "[MA\0SK]", 7, 0},
+    {"kelvin_sign", "[MAS\xe2\x84\xaa]", 8, 0x212A},
+  };
+  bf_tokens t = {0}, want = {0};
+  int rc = bf_tokenize(lower,
+                       "\xe4\xb8\xad\xe5\x8d\x8e\xe4\xba\xba\xe6\xb0\x91\xe5\x85\xb1[mask]"
+                       "\xe5\x9b\xbd",
+                       -1, &want, err, sizeof err);
+  CHECKF("lookalike_mask_lower_case", rc == BF_OK && has_bracketed_mask(lower, &want), "%s", err);
+  for (size_t i = 0; i < sizeof c / sizeof *c; i++) {
+    char text[64], name[96];
+    memcpy(text, "\xe4\xb8\xad\xe5\x8d\x8e\xe4\xba\xba\xe6\xb0\x91\xe5\x85\xb1", 15);
+    memcpy(text + 15, c[i].x, c[i].len);
+    memcpy(text + 15 + c[i].len, "\xe5\x9b\xbd", 3);
+    size_t n = 15 + c[i].len + 3;
+    rc = bf_tokenize(lower, text, (long)n, &t, err, sizeof err);
+    snprintf(name, sizeof name, "lookalike_tokens_as_lower_mask_%s", c[i].name);
+    CHECKF(name, rc == BF_OK && t.n == want.n && !memcmp(t.ids, want.ids, sizeof *t.ids * t.n),
+           "not the tokens of [mask]: %s", err);
+    bf_lookalike la;
+    rc = bf_mask_lookalike(text, n, &la);
+    snprintf(name, sizeof name, "lookalike_found_%s", c[i].name);
+    CHECKF(name,
+           rc == BF_OK && la.at == 15 && la.len == c[i].len && la.n_unplain == 1 &&
+             la.unplain[0] == c[i].unplain,
+           "at %ld len %zu, %d unplain (U+%04X)", la.at, la.len, la.n_unplain,
+           la.n_unplain ? (unsigned)la.unplain[0] : 0u);
+  }
+  static const char *plain[] =
+    {"[MASK]", "mask",     "[\xe9\x9d\xa2\xe5\x85\xb7]", "[M ASK]", "[MASKS]",
+     "[MAS]",  "[[MASK]]", "\xe2\x80\x8b[MASK]\xcc\x81"};
+  for (size_t i = 0; i < sizeof plain / sizeof *plain; i++) {
+    bf_lookalike la;
+    char name[96];
+    snprintf(name, sizeof name, "lookalike_not_%zu", i);
+    CHECKF(name, bf_mask_lookalike(plain[i], strlen(plain[i]), &la) == BF_OK && la.at < 0,
+           "'%s' found at %ld", plain[i], la.at);
+  }
+  bf_tokens_free(&t);
+  bf_tokens_free(&want);
+}
+
+/* A random number below n (a 64-bit LCG; the state in *seed). */
+static int lcg_below(uint64_t *seed, int n) {
+  *seed = *seed * 6364136223846793005ull + 1442695040888963407ull;
+  return (int)((*seed >> 33) % (uint64_t)n);
+}
+
+/* Random texts shaped like a look-alike (an opening bracket, fillers, the
+** letters, fillers, a closing bracket, each part now and then something
+** else): whenever the tokenizer reads "[" "mask" "]", the detector finds a
+** look-alike, whatever the tokenizer's settings (tok, set); with every
+** normalizer step on (exact: the "lower" set) it finds one only then, but
+** for the full-width brackets (look-alikes the tokenizer reads otherwise). */
+static void lookalike_random(const bf_tokenizer *tok, const char *set, int exact) {
+  static const char *filler[] = {" ",
+                                 "\n",
+                                 "\t",
+                                 "\xe2\x80\x8b",
+                                 "\xcc\x81",
+                                 "\xc2\xad",
+                                 "\xef\xbb\xbf",
+                                 "\xe2\x80\x89",
+                                 "\xe2\x80\xa8",
+                                 "\xe3\x80\x80",
+                                 "\0",
+                                 "x",
+                                 "\xe4\xb8\xad",
+                                 "[MASK]"};
+  static const char *letters[] = {"mask", "MASK",        "Mask",
+                                  "ma",   "MA",          "sk",
+                                  "SK",   "M\xc3\x81SK", "MAS\xe2\x84\xaa",
+                                  "m",    "ask",         "masks"};
+  static const char *open[] = {"[", "[", "[", "\xef\xbc\xbb", "]", "x"};
+  static const char *close[] = {"]", "]", "]", "\xe3\x80\x91", "[", "\xe4\xb8\xad"};
+  const int nf = (int)(sizeof filler / sizeof *filler),
+            nl = (int)(sizeof letters / sizeof *letters);
+  uint64_t seed = 41;
+  bf_tokens t = {0};
+  int missed = 0, extra = 0, found = 0;
+  char first_bad[160] = "";
+  for (int iter = 0; iter < 20000; iter++) {
+    const char *part[16];
+    int np = 0;
+    for (int j = lcg_below(&seed, 2); j > 0; j--) part[np++] = filler[lcg_below(&seed, nf)];
+    int o = lcg_below(&seed, 6), c = lcg_below(&seed, 6);
+    part[np++] = open[o];
+    for (int j = lcg_below(&seed, 3); j > 0; j--) part[np++] = filler[lcg_below(&seed, nf)];
+    for (int j = 1 + lcg_below(&seed, 2); j > 0; j--) part[np++] = letters[lcg_below(&seed, nl)];
+    for (int j = lcg_below(&seed, 3); j > 0; j--) part[np++] = filler[lcg_below(&seed, nf)];
+    part[np++] = close[c];
+    for (int j = lcg_below(&seed, 2); j > 0; j--) part[np++] = filler[lcg_below(&seed, nf)];
+    char text[160];
+    size_t n = 0;
+    for (int j = 0; j < np; j++) {
+      size_t l = part[j][0] ? strlen(part[j]) : 1; /* "\0": one NUL */
+      memcpy(text + n, part[j], l);
+      n += l;
+    }
+    bf_lookalike la;
+    if (bf_tokenize(tok, text, (long)n, &t, err, sizeof err) != BF_OK ||
+        bf_mask_lookalike(text, n, &la) != BF_OK) {
+      missed++;
+      continue;
+    }
+    int reads = has_bracketed_mask(tok, &t);
+    found += reads;
+    int wide = o == 3 || c == 3; /* full-width brackets: look-alikes read as other tokens */
+    if ((reads && la.at < 0) || (exact && !wide && !reads && la.at >= 0)) {
+      if (reads) missed++;
+      else extra++;
+      if (!first_bad[0]) snprintf(first_bad, sizeof first_bad, "%.*s", (int)n, text);
+    }
+  }
+  char name[96];
+  snprintf(name, sizeof name, "lookalike_random_%s", set);
+  CHECKF(name, missed == 0 && extra == 0 && found > 100,
+         "%d texts read as [ mask ] not found, %d found but not read so, %d read so; first: '%s'",
+         missed, extra, found, first_bad);
+  bf_tokens_free(&t);
+}
+
 static void test_small(const char *small, const char *work) {
   char p[4096];
   size_t vlen;
@@ -616,6 +767,8 @@ static void test_small(const char *small, const char *work) {
            tok ? bf_tokenizer_strip_accents(tok) : -1);
     if (!tok) continue;
     run_set(tok, v[i].set, v[i].label, v[i].verbose);
+    if (v[i].verbose) lookalike_random(tok, v[i].set, !strcmp(v[i].set, "lower"));
+    if (!strcmp(v[i].dir, "lower_cfg")) lookalike_cases(tok);
     bf_tokenizer_free(tok);
   }
 

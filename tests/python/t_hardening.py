@@ -16,17 +16,22 @@ timeout instead of taking this suite down:
     "changed on disk" error, never a signal;
   * a FIFO (and a directory) in place of each file of a model directory,
     through bert_load and BERTFILL_MODEL, and as the machine guard's slot
-    file: an error naming the file within seconds, never a hang.
+    file: an error naming the file within seconds, never a hang;
+  * fork() while other threads are inside bert_fill (one in the encoder,
+    one queued for it): the child's own calls are answered, never "busy"
+    forever on the parent's runs and queue (guard.c, batcher.c), never a
+    hang on a lock another thread held at the fork.
 
 Prints "ok NAME" / "FAIL NAME: why" / "skip NAME: why" (tests/run.sh).
 """
+import json
 import os
 import shutil
 import signal
 import subprocess
 import tempfile
 
-from bftest import DERIVED_FILES, EXT, TINY, check, exit_code, skip
+from bftest import DERIVED_FILES, EXT, MODELS, TINY, check, exit_code, run_client, skip
 
 SQLITE3 = shutil.which("sqlite3")
 MODEL_FILES = ("config.json", "vocab.txt", "tokenizer_config.json", "model.safetensors")
@@ -139,6 +144,104 @@ def test_fifos(tmp):
     check("fifo_machine_guard_file", rc == 0 and "not a regular file" in out and out.splitlines()[0] == "1",
           "%s: %s" % (died_how(rc), out[-300:]))
 
+# Two threads call bert_fill in a loop (one in the encoder, the other queued
+# for it); the main thread forks while both are inside a call (their calls
+# began before the fork and ended after it: checked, else the fork does not
+# count), and the child calls bert_fill once on a connection of its own.
+# Prints {"proved": forks that counted, "results": the child's answers}.
+FORK_CLIENT = """
+import ctypes, json, os, random, sqlite3, sys, threading, time
+ext = sys.argv[1]
+# SQLite's allocator takes a lock of its own for its memory statistics: a
+# thread inside SQLite at the fork would leave it taken in the child, a hang
+# of SQLite's (it says not to fork with threads), not bertfill's.  Off.
+lib = ctypes.CDLL("libsqlite3.so.0")
+if lib.sqlite3_shutdown() or lib.sqlite3_config(9, ctypes.c_int(0)) or lib.sqlite3_initialize():
+    raise SystemExit("cannot turn SQLite's memory statistics off")  # 9: SQLITE_CONFIG_MEMSTATUS
+rng = random.Random(5)
+def text():
+    return "".join(chr(rng.randrange(0x4E00, 0x4F00)) for _ in range(60)) + "[MASK]" + \
+        "".join(chr(rng.randrange(0x4E00, 0x4F00)) for _ in range(60))
+def conn():
+    c = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+    c.enable_load_extension(True)
+    c.load_extension(ext)
+    return c
+stop = False
+spans = {0: [], 1: []}
+def work(i):
+    c = conn()
+    r = random.Random(i)
+    while not stop:
+        t = "".join(chr(r.randrange(0x4E00, 0x9F00)) for _ in range(120)) + "[MASK]"
+        t0 = time.monotonic()
+        c.execute("select bert_fill(?)", (t,)).fetchall()
+        spans[i].append((t0, time.monotonic()))
+ths = [threading.Thread(target=work, args=(i,)) for i in (0, 1)]
+for t in ths: t.start()
+dbg = conn()
+while min(len(s) for s in spans.values()) < 3:
+    if not all(t.is_alive() for t in ths):
+        raise SystemExit("a calling thread failed")
+    time.sleep(0.01)
+results, proved, tries = [], 0, 0
+while proved < 3 and tries < 200:
+    tries += 1
+    d = json.loads(dbg.execute("select bert_debug()").fetchone()[0])
+    if d["guard"]["in_flight"] < 1: continue
+    rd, wr = os.pipe()
+    t_fork = time.monotonic()
+    pid = os.fork()
+    if pid == 0:
+        os.close(rd)
+        try:
+            c = conn()
+            c.execute("select bert_busy_timeout(1000)").fetchall()
+            got = "ok: " + c.execute("select bert_fill(?)", (text(),)).fetchone()[0][:8]
+        except Exception as e:
+            got = "error: " + str(e)
+        os.write(wr, got.encode())
+        os._exit(0)
+    os.close(wr)
+    deadline = time.monotonic() + 30
+    st = None
+    while True:
+        w = os.waitpid(pid, os.WNOHANG)
+        if w != (0, 0):
+            st = w[1]
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, 9); os.waitpid(pid, 0); break
+        time.sleep(0.01)
+    got = os.read(rd, 4096).decode() or ("hung" if st is None else "died: status %d" % st)
+    os.close(rd)
+    # the fork counts when both callers were inside bert_fill at the fork
+    while not all(s and s[-1][1] > t_fork for s in spans.values()): time.sleep(0.005)
+    inside = all(any(a < t_fork < b for a, b in s) for s in spans.values())
+    if inside:
+        proved += 1
+        results.append(got)
+stop = True
+for t in ths: t.join()
+print(json.dumps({"proved": proved, "tries": tries, "results": results}))
+"""
+
+
+def test_fork_in_encoder():
+    env = dict(os.environ, BERTFILL_MODEL=os.path.join(MODELS, "small"),
+               BERTFILL_SHARED_BATCH="0")  # else the parent could answer the child
+    r = run_client(FORK_CLIENT, [], env=env)
+    try:
+        out = json.loads(r.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        check("fork_in_encoder", False, "client failed: %s" % (r.stdout + r.stderr)[-500:])
+        return
+    if out["proved"] < 3:
+        skip("fork_in_encoder", "no fork landed inside both calls in %d tries" % out["tries"])
+        return
+    bad = [x for x in out["results"] if not x.startswith("ok: ")]
+    check("fork_in_encoder", not bad, "the child's call failed: %s" % bad)
+
 
 def main():
     if not SQLITE3:
@@ -150,6 +253,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         test_truncation(tmp)
         test_fifos(tmp)
+    test_fork_in_encoder()
     return exit_code()
 
 

@@ -27,7 +27,41 @@ select * from fill_sequences('我[mask][MASK]');
 select bert_fill('我[mask]你', 'joint');
 -- error score: bert_score: the text holds '[mask]' at byte 3
 select bert_score('我[mask]你', '爱');
+-- Invisible look-alikes: read as the tokenizer reads the text (characters
+-- clean_text drops, any White_Space a space, accents stripped, lower case),
+-- each is "[" "mask" "]" like '[mask]'; the message lists what cannot be seen.
+-- error newline_inside: the text holds '[MASK\x0A]' at byte 15 (it has U+000A: characters the tokenizer drops, or reads as a space or a plain letter), which is not a mask
+select bert_fill('中华人民共[MASK' || char(10) || ']国');
+-- error zero_width_space: at byte 15 (it has U+200B: characters the tokenizer drops
+select bert_fill('中华人民共[MA' || char(0x200B) || 'SK]国');
+-- error byte_order_mark: at byte 15 (it has U+FEFF: characters the tokenizer drops
+select bert_fill('中华人民共[' || char(0xFEFF) || 'MASK]国');
+-- error word_joiner: at byte 15 (it has U+2060: characters the tokenizer drops
+select bert_fill('中华人民共[MASK' || char(0x2060) || ']国');
+-- error soft_hyphen: at byte 15 (it has U+00AD: characters the tokenizer drops
+select bert_fill('中华人民共[MA' || char(0xAD) || 'SK]国');
+-- error thin_space: at byte 15 (it has U+2009: characters the tokenizer drops
+select bert_fill('中华人民共[' || char(0x2009) || 'MASK]国');
+-- error accented_letter: at byte 15 (it has U+00C1: characters the tokenizer drops
+select bert_fill('中华人民共[M' || char(0xC1) || 'SK]国');
+-- error combining_accent: at byte 15 (it has U+0301: characters the tokenizer drops
+select bert_fill('中华人民共[MASK' || char(0x301) || ']国');
+-- error nul_inside: the text holds '[MA\x00SK]' at byte 15 (it has U+0000: characters
+select bert_fill('中华人民共[MA' || char(0) || 'SK]国');
+-- error kelvin_sign: at byte 15 (it has U+212A: characters the tokenizer drops
+select bert_fill('中华人民共[MAS' || char(0x212A) || ']国');
+-- error spaces_of_every_kind: at byte 15 (it has U+000A U+0009 U+2028 U+00A0 U+2003 U+205F U+200B U+2060 ...: characters
+select bert_fill('中华人民共[ ' || char(10, 9, 0x3000, 0x2028, 0xA0, 0x2003, 0x205F, 0x200B, 0x2060) || 'mask' || char(10) || ']国');
+-- error candidates_invisible: fill_candidates: the text holds
+select * from fill_candidates('[MA' || char(0x200B) || 'SK]好');
+-- error invisible_beside_real_mask: bert_fill: the text holds '[MASK
+select bert_fill('[MASK]和[MASK' || char(0x200B) || ']');
+-- error invisible_beside_real_mask_where: ' at byte 9 (it has U+200B:
+select bert_fill('[MASK]和[MASK' || char(0x200B) || ']');
 
+select 'real_mask_beside_invisible', instr(bert_fill(char(0x200B) || '今天天气真[MASK]' || char(0x200B, 0x301) || '啊'), '[MASK]') = 0;
+select 'mask_between_brackets_real', instr(bert_fill('[[MASK]]'), '[MASK]') = 0;
+select 'not_lookalikes_invisible', bert_fill('[M' || char(0x200B) || ' ASK] [面具] mask [MAS' || char(0x200B) || 'KS]') = '[M' || char(0x200B) || ' ASK] [面具] mask [MAS' || char(0x200B) || 'KS]';
 select 'real_mask_filled', instr(bert_fill('今天天气真[MASK]啊'), '[MASK]') = 0;
 select 'not_lookalikes_unchanged', bert_fill('[MAS] [MASKS] [M ASK] MASK [] 【】') = '[MAS] [MASKS] [M ASK] MASK [] 【】';
 select 'tokenize_as_plain_text', bert_tokenize('[mask]') = '["[CLS]","[","[UNK]","]","[SEP]"]' or json_array_length(bert_tokenize('[mask]')) > 3;
