@@ -245,12 +245,14 @@ def read_header(path):
         m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         slot_size, nslots = struct.unpack_from("<II", m, 16)
         leader_pid = struct.unpack_from("<I", m, 68)[0]
-        states = [struct.unpack_from("<I", m, 4096 + i * slot_size)[0] for i in range(nslots)]
+        states = [struct.unpack_from("<I", m, 4096 + i * slot_size)[0] & STATE_BITS
+                  for i in range(nslots)]
         m.close()
     return slot_size, nslots, leader_pid, states
 
 
 TAKEN, POSTED = 3, 2
+STATE_BITS = 0xF  # a slot's state word: the state, and the request's ticket above it
 
 
 def sum_counters(results, name):
