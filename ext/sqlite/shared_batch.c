@@ -35,16 +35,32 @@
 **
 **   +--------------------+  page 0: the header (magic, version, sizes,
 **   | header             |  fingerprint; leader pid, leader changes,
-**   +--------------------+  shared batches)
+**   +--------------------+  shared batches; progress, expect_ns: STALLS)
 **   | slot 0             |  BFX_SHARED_SLOTS slots of fixed size, each:
-**   | slot 1             |    state (a 32-bit word: the futex),
-**   | ...                |    owner key, taker key, n, n_masks, k, rc,
-**   +--------------------+    token ids[BFX_SHARED_MAX_TOKENS],
+**   | slot 1             |    state (a 32-bit word: the futex; the state in
+**   | ...                |    its low 4 bits, the request's ticket above),
+**   +--------------------+    n, n_masks, k, rc, owner pid, owner key,
+**                             taker key, nonce, echo, times,
+**                             token ids[BFX_SHARED_MAX_TOKENS],
 **                             results[BFX_SHARED_MAX_MASKS * BFX_SHARED_MAX_K]
 **
-** About 800 KB with the bounds of bounds.h (the test of the layout prints
-** it); /dev/shm pages are only used once touched.  Calls beyond the bounds
+** About 800 KB with the bounds of bounds.h.  Calls beyond the bounds
 ** (longer texts, more masks, larger k) take the in-process path.
+**
+** Every page of the file is reserved when the file is made (fallocate; on
+** a file system that cannot, zeros written), and again, as a check, by
+** every process that opens an existing one (fallocate KEEP_SIZE: a no-op
+** where the pages exist; where the file system cannot reserve, the file
+** must have a block for every byte).  A tmpfs page is otherwise allocated
+** when first touched, and a full /dev/shm (Docker's default is 64 MB)
+** answers that touch with SIGBUS: the host process would die.  When the
+** reservation fails the file is refused like any other (one line on
+** stderr, the process batches alone) and a new file is left empty, so the
+** next process tries again.  What stays open: a process of the user that
+** truncates the file (ftruncate, a shell's >, cp over it) while others
+** have it mapped makes their next touch of a page beyond the new end a
+** SIGBUS; a mapping cannot be protected from that short of a SIGBUS
+** handler, which a library must not install (docs/security.md).
 **
 ** Beyond the end of the file, bytes that are only ever record-locked (OFD
 ** locks, fcntl F_OFD_SETLK: they belong to the open file description, and
@@ -60,13 +76,16 @@
 **
 **     FREE --owner--> FILLING --owner--> POSTED --leader--> TAKEN
 **      ^                 ^                  |                 |
-**      |                 +-owner: timeout---+          leader: DONE
+**      |                 +-owner: timeout,--+          leader: WRITING
+**      |                   stall                              |
+**      |                                               leader: DONE
 **      +------------------------owner: answer read------------+
 **
 **   1. A call that misses the cache claims a FREE slot: it takes the slot's
 **      lock byte first, then FREE -> FILLING; writes its token ids, n,
-**      n_masks and k; then POSTED (a release store: the ids are visible to
-**      whoever sees POSTED).
+**      n_masks, k, rc = RC_PENDING and a nonce new for the request; then
+**      POSTED with the request's ticket (from the nonce) in the state word
+**      (a release store: the ids are visible to whoever sees POSTED).
 **   2. It then tries to become the leader: the process-local flag (record
 **      locks belong to the file description, so two threads of one process
 **      would both "get" the byte) and then LEADER_BYTE, together with an
@@ -82,44 +101,98 @@
 **      after another, take the slot back each time.  The leader takes every
 **      POSTED slot (POSTED -> TAKEN; its own first, then in slot order from
 **      a rotating start, within BFX_BATCH_MAX_SEQS sequences and
-**      BFX_BATCH_MAX_TOKENS tokens, as batcher.c), copies their ids into its
-**      own memory, checks them, runs them as ONE bf_fill batch with the
-**      largest k asked for (bfx_encode_on), writes each slot's k candidates
-**      back into it, marks it DONE and wakes its owner (FUTEX_WAKE on the
-**      state word; not FUTEX_PRIVATE_FLAG: the word is shared between
-**      processes).  Once its own request is done it gives up the lead and
+**      BFX_BATCH_MAX_TOKENS tokens, as batcher.c), reads each slot's n,
+**      n_masks, k and nonce ONCE into locals, checks those and uses only
+**      them (the ids are copied into its own memory with that n: the file
+**      may change under it, see TRUST), runs them as ONE bf_fill batch with
+**      the largest k asked for (bfx_encode_on).  For each slot it then
+**      moves TAKEN -> WRITING (a CAS on the state word with the ticket: a
+**      slot that is no longer the request it took gets nothing written),
+**      writes the k candidates, rc and the echo (a digest of the nonce, n,
+**      n_masks, k and the ids it ran), marks it DONE and wakes its owner
+**      (FUTEX_WAKE on the state word; not FUTEX_PRIVATE_FLAG: the word is
+**      shared between processes).  Once its own request is done it gives up the lead and
 **      wakes the owners of what is still POSTED, one of which leads next:
 **      its caller does not wait for other people's batches.
 **   3. Otherwise it sleeps on its slot's state word (FUTEX_WAIT, always with
 **      a timeout of RECHECK_NS: a lost wake-up or a dead leader costs at most
-**      that long) and looks again: DONE -> it copies its answer out (ids
-**      checked against the vocabulary) and frees the slot; still POSTED or
-**      TAKEN and no leader -> it tries to lead.  A slot still POSTED at the
-**      busy timeout goes back POSTED -> FILLING -> FREE and the call fails
-**      with "bertfill: busy: ...", as in batcher.c.
+**      that long) and looks again: DONE with its ticket -> it takes the
+**      answer only when rc is 0 and the echo is the digest of its own nonce
+**      and request (computed from its own memory), and the ids are within
+**      the vocabulary; anything else is computed again in its own process;
+**      still POSTED, TAKEN or WRITING and no leader -> it tries to lead; a
+**      state word without its ticket -> someone wrote over it: computed in
+**      its own process.  A slot still POSTED at the busy timeout goes back
+**      POSTED -> FILLING -> FREE and the call fails with "bertfill: busy:
+**      waited N ms in the machine-wide queue of this model: ..." (how many
+**      requests wait, how many are in the batch of which process), or the
+**      guard's message when what it waited for was an encoder slot of its
+**      own process.
 **
 ** CRASHES
 **
 **   - A leader killed in the middle of a batch: its LEADER_BYTE lock dies
-**     with it.  Its TAKEN slots stay TAKEN; their owners wake within
-**     RECHECK_NS, find no leader, and one of them becomes leader.  A leader
-**     that has just taken the lead has no batch of its own yet, so every
-**     TAKEN slot it sees then is an orphan of a dead leader: it takes it
-**     into its batch like a POSTED one (counted as shared_rerun) and
-**     computes it again from its ids.  (A leader gives up the lead only
-**     after marking its whole batch DONE.)
+**     with it.  Its TAKEN (or WRITING) slots stay so; their owners wake
+**     within RECHECK_NS, find no leader, and one of them becomes leader.  A
+**     leader that has just taken the lead has no batch of its own yet, so
+**     every TAKEN or WRITING slot it sees then is an orphan of a dead
+**     leader: it takes it into its batch like a POSTED one (counted as
+**     shared_rerun) and computes it again from its ids.  (A leader gives up
+**     the lead only after marking its whole batch DONE.)
 **   - A requester killed while waiting: its slot byte lock dies with it.
 **     Whoever looks for a free slot and finds a POSTED, FILLING, DONE or
 **     unknown state whose byte it can lock takes the slot over (one CAS from
-**     the state it saw; counted as shared_reclaimed).  A TAKEN slot is never
-**     taken over (a live leader may be writing it): it becomes DONE first.
-**   - A leader stopped for good (SIGSTOP): a requester whose slot stays
-**     TAKEN for ABANDON_FACTOR busy timeouts abandons it (drops its lock
-**     byte, leaving the slot to be reclaimed once DONE) and computes its
-**     sentence in its own process: no call hangs.
+**     the state it saw; counted as shared_reclaimed).  A TAKEN or WRITING
+**     slot is never taken over (a live leader may write it): it becomes
+**     DONE first.
 **   - A corrupt slot (n, n_masks, k out of the bounds, ids the engine
 **     refuses): the leader marks it DONE with an error code; its owner runs
 **     the call in its own process and gets its own error message.
+**
+** STALLS (a leader stopped: SIGSTOP, a debugger, Ctrl-Z; or descheduled)
+**
+**   A stopped leader keeps LEADER_BYTE (its locks live on), so nobody can
+**   take the lead.  The leader bumps the header's progress counter when it
+**   takes the lead, takes a batch and finishes one, and announces with each
+**   batch the time it expects to run it (expect_ns: its last batch's time
+**   per token times the tokens, plus the test hook's hold; before its first
+**   batch an eighth of its busy timeout).  A requester whose lead attempt
+**   found the lead held by another process, and that has seen no progress
+**   for STALL_FACTOR times the announced time (at least STALL_MIN_NS, or
+**   half its busy timeout when that is less; at most ABANDON_FACTOR busy
+**   timeouts), counts the lead as stalled: a POSTED request is taken back
+**   (POSTED -> FILLING -> FREE), a TAKEN or WRITING one is abandoned (its
+**   byte dropped; the slot stays as it is until the leader, woken, marks
+**   it DONE, and is reclaimed then), and the call runs in its own process.
+**   Its next calls go there at once for as long as the lead is still held
+**   elsewhere and progress has not moved (one F_OFD_GETLK), then the queue
+**   is used again.  So a stopped leader costs every other process one wait
+**   of about STALL_MIN_NS (tens of ms beyond) per stall, no error.  The
+**   rule for a long batch: a lead is judged by the time it announced, so a
+**   batch that takes what its leader expected (a slow CPU, 32 texts of 128
+**   tokens in fp32) is waited for and not duplicated; a POSTED request that
+**   such a batch keeps from running fails with the busy error at the busy
+**   timeout as before.  Only a batch over STALL_FACTOR times its estimate
+**   (the first batch of a leader: beyond half the busy timeout; a leader
+**   descheduled meanwhile) makes its waiters compute in their processes:
+**   the same answers, at the price of running beside it.  A TAKEN slot is
+**   never waited for beyond ABANDON_FACTOR busy timeouts (a leader that
+**   shows progress but never finishes it).  The stopped leader's writes
+**   when it wakes go only into slots still TAKEN by its request (the CAS to
+**   WRITING, ticket included); a slot that was taken back, freed and used
+**   again has another ticket and gets nothing.
+**
+** TRUST.  The processes of one user can write the file (and each other's
+** memory, as ptrace allows), so the file is data, never a pointer or a
+** length used unchecked: every field is read once into a local before it
+** is checked and then only the local is used, so no write to the file can
+** make a leader read or write beyond a slot, and a requester accepts only
+** an answer whose echo matches its own request (a state flipped to DONE,
+** an n changed under the leader, a stale leader's write: computed again in
+** its own process).  What a writer that imitates the protocol (copies the
+** nonce, computes the digest, writes plausible candidates) can do: give
+** wrong answers to that user's processes, which no check of data in
+** memory they share can prevent.
 **
 ** WHAT STAYS THE SAME
 **
@@ -149,9 +222,10 @@
 ** that held requests of other processes), shared_remote (its own calls
 ** answered by another process), shared_leader_changes (times it took the
 ** lead from another process), shared_fallback (calls that took the
-** in-process path: beyond the bounds, queue full, an error to reproduce),
+** in-process path: beyond the bounds, queue full, an error to reproduce,
+** an answer refused, a stalled lead),
 ** shared_rerun (requests of a dead leader run again), shared_reclaimed
-** (slots of dead processes taken over).  bert_debug() shows the queue:
+** (slots of dead processes, or left behind by an abandon, taken over).  bert_debug() shows the queue:
 ** "shared_batch": {"on", "file", "slots", "posted", "taken", "leader_pid",
 ** "leader_changes", "batches"}.
 */
@@ -220,12 +294,12 @@ _Static_assert(sizeof(sb_header) <= HEADER_SIZE, "the header page");
 typedef struct sb_slot {
   _Alignas(64) _Atomic uint32_t state; /* S_* | ticket: the futex word of its owner */
   _Atomic uint32_t n, n_masks, k;
-  _Atomic int32_t rc;          /* RC_PENDING; then the leader's: 0 valid, else run it yourself */
-  _Atomic uint32_t owner_pid;  /* for people reading the file */
-  _Atomic uint64_t owner;      /* key of the owning process */
-  _Atomic uint64_t taker;      /* key of the leader that took it */
-  _Atomic uint64_t nonce;      /* the owner's, new for every request */
-  _Atomic uint64_t echo;       /* the leader's: digest of the nonce and the request it ran */
+  _Atomic int32_t rc;         /* RC_PENDING; then the leader's: 0 valid, else run it yourself */
+  _Atomic uint32_t owner_pid; /* for people reading the file */
+  _Atomic uint64_t owner;     /* key of the owning process */
+  _Atomic uint64_t taker;     /* key of the leader that took it */
+  _Atomic uint64_t nonce;     /* the owner's, new for every request */
+  _Atomic uint64_t echo;      /* the leader's: digest of the nonce and the request it ran */
   _Atomic uint64_t encode_ns, topk_ns;
   int32_t ids[BFX_SHARED_MAX_TOKENS];
   bf_cand out[BFX_SHARED_MAX_MASKS * BFX_SHARED_MAX_K];
@@ -248,7 +322,7 @@ typedef struct sbf {
   unsigned char mine[NSLOTS]; /* slots whose byte this process holds */
   int leading;                /* a thread of this process holds LEADER_BYTE */
   unsigned hint;
-  uint64_t ns_per_token;      /* of this process's last batch as leader (0: none yet) */
+  uint64_t ns_per_token;       /* of this process's last batch as leader (0: none yet) */
   _Atomic uint64_t stalled_at; /* progress+1 of a lead found stalled (0: none) */
 } sbf;
 
@@ -552,8 +626,9 @@ enum { LEAD_GOT, LEAD_HERE, LEAD_ELSEWHERE };
 ** process leads; LEAD_ELSEWHERE: another process holds LEADER_BYTE. */
 static int try_lead(sbf *f) {
   pthread_mutex_lock(&f->mu);
-  int r = f->leading ? LEAD_HERE
-                     : lock_byte(f->fd, LEADER_BYTE, F_WRLCK) ? LEAD_GOT : LEAD_ELSEWHERE;
+  int r = f->leading                               ? LEAD_HERE
+          : lock_byte(f->fd, LEADER_BYTE, F_WRLCK) ? LEAD_GOT
+                                                   : LEAD_ELSEWHERE;
   if (r == LEAD_GOT) f->leading = 1;
   pthread_mutex_unlock(&f->mu);
   if (r == LEAD_GOT) {
@@ -912,7 +987,8 @@ int bfx_shared_encode(bf_model *m, const bf_tokens *t, int k, bf_cand *out, bfx_
                                &elsewhere);
     if (led == LED) continue;
     int queued = led == NO_SLOT; /* this thread just waited in the guard's queue */
-    if (led < 0) { /* out of memory: take the request back if no leader has it */
+    if (led < 0) {
+      /* out of memory: take the request back if no leader has it */
       uint32_t expect = S_POSTED | ticket;
       if (atomic_compare_exchange_strong(&s->state, &expect, S_FILLING)) {
         release(f, i);
