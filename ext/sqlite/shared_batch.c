@@ -35,16 +35,32 @@
 **
 **   +--------------------+  page 0: the header (magic, version, sizes,
 **   | header             |  fingerprint; leader pid, leader changes,
-**   +--------------------+  shared batches)
+**   +--------------------+  shared batches; progress, expect_ns: STALLS)
 **   | slot 0             |  BFX_SHARED_SLOTS slots of fixed size, each:
-**   | slot 1             |    state (a 32-bit word: the futex),
-**   | ...                |    owner key, taker key, n, n_masks, k, rc,
-**   +--------------------+    token ids[BFX_SHARED_MAX_TOKENS],
+**   | slot 1             |    state (a 32-bit word: the futex; the state in
+**   | ...                |    its low 4 bits, the request's ticket above),
+**   +--------------------+    n, n_masks, k, rc, owner pid, owner key,
+**                             taker key, nonce, echo, times,
+**                             token ids[BFX_SHARED_MAX_TOKENS],
 **                             results[BFX_SHARED_MAX_MASKS * BFX_SHARED_MAX_K]
 **
-** About 800 KB with the bounds of bounds.h (the test of the layout prints
-** it); /dev/shm pages are only used once touched.  Calls beyond the bounds
+** About 800 KB with the bounds of bounds.h.  Calls beyond the bounds
 ** (longer texts, more masks, larger k) take the in-process path.
+**
+** Every page of the file is reserved when the file is made (fallocate; on
+** a file system that cannot, zeros written), and again, as a check, by
+** every process that opens an existing one (fallocate KEEP_SIZE: a no-op
+** where the pages exist; where the file system cannot reserve, the file
+** must have a block for every byte).  A tmpfs page is otherwise allocated
+** when first touched, and a full /dev/shm (Docker's default is 64 MB)
+** answers that touch with SIGBUS: the host process would die.  When the
+** reservation fails the file is refused like any other (one line on
+** stderr, the process batches alone) and a new file is left empty, so the
+** next process tries again.  What stays open: a process of the user that
+** truncates the file (ftruncate, a shell's >, cp over it) while others
+** have it mapped makes their next touch of a page beyond the new end a
+** SIGBUS; a mapping cannot be protected from that short of a SIGBUS
+** handler, which a library must not install (docs/security.md).
 **
 ** Beyond the end of the file, bytes that are only ever record-locked (OFD
 ** locks, fcntl F_OFD_SETLK: they belong to the open file description, and
@@ -60,13 +76,16 @@
 **
 **     FREE --owner--> FILLING --owner--> POSTED --leader--> TAKEN
 **      ^                 ^                  |                 |
-**      |                 +-owner: timeout---+          leader: DONE
+**      |                 +-owner: timeout,--+          leader: WRITING
+**      |                   stall                              |
+**      |                                               leader: DONE
 **      +------------------------owner: answer read------------+
 **
 **   1. A call that misses the cache claims a FREE slot: it takes the slot's
 **      lock byte first, then FREE -> FILLING; writes its token ids, n,
-**      n_masks and k; then POSTED (a release store: the ids are visible to
-**      whoever sees POSTED).
+**      n_masks, k, rc = RC_PENDING and a nonce new for the request; then
+**      POSTED with the request's ticket (from the nonce) in the state word
+**      (a release store: the ids are visible to whoever sees POSTED).
 **   2. It then tries to become the leader: the process-local flag (record
 **      locks belong to the file description, so two threads of one process
 **      would both "get" the byte) and then LEADER_BYTE, together with an
@@ -82,44 +101,98 @@
 **      after another, take the slot back each time.  The leader takes every
 **      POSTED slot (POSTED -> TAKEN; its own first, then in slot order from
 **      a rotating start, within BFX_BATCH_MAX_SEQS sequences and
-**      BFX_BATCH_MAX_TOKENS tokens, as batcher.c), copies their ids into its
-**      own memory, checks them, runs them as ONE bf_fill batch with the
-**      largest k asked for (bfx_encode_on), writes each slot's k candidates
-**      back into it, marks it DONE and wakes its owner (FUTEX_WAKE on the
-**      state word; not FUTEX_PRIVATE_FLAG: the word is shared between
-**      processes).  Once its own request is done it gives up the lead and
+**      BFX_BATCH_MAX_TOKENS tokens, as batcher.c), reads each slot's n,
+**      n_masks, k and nonce ONCE into locals, checks those and uses only
+**      them (the ids are copied into its own memory with that n: the file
+**      may change under it, see TRUST), runs them as ONE bf_fill batch with
+**      the largest k asked for (bfx_encode_on).  For each slot it then
+**      moves TAKEN -> WRITING (a CAS on the state word with the ticket: a
+**      slot that is no longer the request it took gets nothing written),
+**      writes the k candidates, rc and the echo (a digest of the nonce, n,
+**      n_masks, k and the ids it ran), marks it DONE and wakes its owner
+**      (FUTEX_WAKE on the state word; not FUTEX_PRIVATE_FLAG: the word is
+**      shared between processes).  Once its own request is done it gives up the lead and
 **      wakes the owners of what is still POSTED, one of which leads next:
 **      its caller does not wait for other people's batches.
 **   3. Otherwise it sleeps on its slot's state word (FUTEX_WAIT, always with
 **      a timeout of RECHECK_NS: a lost wake-up or a dead leader costs at most
-**      that long) and looks again: DONE -> it copies its answer out (ids
-**      checked against the vocabulary) and frees the slot; still POSTED or
-**      TAKEN and no leader -> it tries to lead.  A slot still POSTED at the
-**      busy timeout goes back POSTED -> FILLING -> FREE and the call fails
-**      with "bertfill: busy: ...", as in batcher.c.
+**      that long) and looks again: DONE with its ticket -> it takes the
+**      answer only when rc is 0 and the echo is the digest of its own nonce
+**      and request (computed from its own memory), and the ids are within
+**      the vocabulary; anything else is computed again in its own process;
+**      still POSTED, TAKEN or WRITING and no leader -> it tries to lead; a
+**      state word without its ticket -> someone wrote over it: computed in
+**      its own process.  A slot still POSTED at the busy timeout goes back
+**      POSTED -> FILLING -> FREE and the call fails with "bertfill: busy:
+**      waited N ms in the machine-wide queue of this model: ..." (how many
+**      requests wait, how many are in the batch of which process), or the
+**      guard's message when what it waited for was an encoder slot of its
+**      own process.
 **
 ** CRASHES
 **
 **   - A leader killed in the middle of a batch: its LEADER_BYTE lock dies
-**     with it.  Its TAKEN slots stay TAKEN; their owners wake within
-**     RECHECK_NS, find no leader, and one of them becomes leader.  A leader
-**     that has just taken the lead has no batch of its own yet, so every
-**     TAKEN slot it sees then is an orphan of a dead leader: it takes it
-**     into its batch like a POSTED one (counted as shared_rerun) and
-**     computes it again from its ids.  (A leader gives up the lead only
-**     after marking its whole batch DONE.)
+**     with it.  Its TAKEN (or WRITING) slots stay so; their owners wake
+**     within RECHECK_NS, find no leader, and one of them becomes leader.  A
+**     leader that has just taken the lead has no batch of its own yet, so
+**     every TAKEN or WRITING slot it sees then is an orphan of a dead
+**     leader: it takes it into its batch like a POSTED one (counted as
+**     shared_rerun) and computes it again from its ids.  (A leader gives up
+**     the lead only after marking its whole batch DONE.)
 **   - A requester killed while waiting: its slot byte lock dies with it.
 **     Whoever looks for a free slot and finds a POSTED, FILLING, DONE or
 **     unknown state whose byte it can lock takes the slot over (one CAS from
-**     the state it saw; counted as shared_reclaimed).  A TAKEN slot is never
-**     taken over (a live leader may be writing it): it becomes DONE first.
-**   - A leader stopped for good (SIGSTOP): a requester whose slot stays
-**     TAKEN for ABANDON_FACTOR busy timeouts abandons it (drops its lock
-**     byte, leaving the slot to be reclaimed once DONE) and computes its
-**     sentence in its own process: no call hangs.
+**     the state it saw; counted as shared_reclaimed).  A TAKEN or WRITING
+**     slot is never taken over (a live leader may write it): it becomes
+**     DONE first.
 **   - A corrupt slot (n, n_masks, k out of the bounds, ids the engine
 **     refuses): the leader marks it DONE with an error code; its owner runs
 **     the call in its own process and gets its own error message.
+**
+** STALLS (a leader stopped: SIGSTOP, a debugger, Ctrl-Z; or descheduled)
+**
+**   A stopped leader keeps LEADER_BYTE (its locks live on), so nobody can
+**   take the lead.  The leader bumps the header's progress counter when it
+**   takes the lead, takes a batch and finishes one, and announces with each
+**   batch the time it expects to run it (expect_ns: its last batch's time
+**   per token times the tokens, plus the test hook's hold; before its first
+**   batch an eighth of its busy timeout).  A requester whose lead attempt
+**   found the lead held by another process, and that has seen no progress
+**   for STALL_FACTOR times the announced time (at least STALL_MIN_NS, or
+**   half its busy timeout when that is less; at most ABANDON_FACTOR busy
+**   timeouts), counts the lead as stalled: a POSTED request is taken back
+**   (POSTED -> FILLING -> FREE), a TAKEN or WRITING one is abandoned (its
+**   byte dropped; the slot stays as it is until the leader, woken, marks
+**   it DONE, and is reclaimed then), and the call runs in its own process.
+**   Its next calls go there at once for as long as the lead is still held
+**   elsewhere and progress has not moved (one F_OFD_GETLK), then the queue
+**   is used again.  So a stopped leader costs every other process one wait
+**   of about STALL_MIN_NS (tens of ms beyond) per stall, no error.  The
+**   rule for a long batch: a lead is judged by the time it announced, so a
+**   batch that takes what its leader expected (a slow CPU, 32 texts of 128
+**   tokens in fp32) is waited for and not duplicated; a POSTED request that
+**   such a batch keeps from running fails with the busy error at the busy
+**   timeout as before.  Only a batch over STALL_FACTOR times its estimate
+**   (the first batch of a leader: beyond half the busy timeout; a leader
+**   descheduled meanwhile) makes its waiters compute in their processes:
+**   the same answers, at the price of running beside it.  A TAKEN slot is
+**   never waited for beyond ABANDON_FACTOR busy timeouts (a leader that
+**   shows progress but never finishes it).  The stopped leader's writes
+**   when it wakes go only into slots still TAKEN by its request (the CAS to
+**   WRITING, ticket included); a slot that was taken back, freed and used
+**   again has another ticket and gets nothing.
+**
+** TRUST.  The processes of one user can write the file (and each other's
+** memory, as ptrace allows), so the file is data, never a pointer or a
+** length used unchecked: every field is read once into a local before it
+** is checked and then only the local is used, so no write to the file can
+** make a leader read or write beyond a slot, and a requester accepts only
+** an answer whose echo matches its own request (a state flipped to DONE,
+** an n changed under the leader, a stale leader's write: computed again in
+** its own process).  What a writer that imitates the protocol (copies the
+** nonce, computes the digest, writes plausible candidates) can do: give
+** wrong answers to that user's processes, which no check of data in
+** memory they share can prevent.
 **
 ** WHAT STAYS THE SAME
 **
@@ -149,9 +222,10 @@
 ** that held requests of other processes), shared_remote (its own calls
 ** answered by another process), shared_leader_changes (times it took the
 ** lead from another process), shared_fallback (calls that took the
-** in-process path: beyond the bounds, queue full, an error to reproduce),
+** in-process path: beyond the bounds, queue full, an error to reproduce,
+** an answer refused, a stalled lead),
 ** shared_rerun (requests of a dead leader run again), shared_reclaimed
-** (slots of dead processes taken over).  bert_debug() shows the queue:
+** (slots of dead processes, or left behind by an abandon, taken over).  bert_debug() shows the queue:
 ** "shared_batch": {"on", "file", "slots", "posted", "taken", "leader_pid",
 ** "leader_changes", "batches"}.
 */
@@ -182,15 +256,23 @@ SQLITE_EXTENSION_INIT3
 #include "util.h"
 
 #define MAGIC "BFSHBAT"
-#define LAYOUT_VERSION 1
+#define LAYOUT_VERSION 2
 #define HEADER_SIZE 4096
 #define NSLOTS BFX_SHARED_SLOTS
 #define RECHECK_NS 10000000ull      /* a sleeping requester looks again this often */
 #define GATHER_WAIT_NS 250000000ull /* test hook: the longest a leader waits for company */
-#define ABANDON_FACTOR 3            /* TAKEN this many busy timeouts (at least 1 s each): abandon */
+#define STALL_MIN_NS 200000000ull   /* a lead quiet this long at least is stalled (see STALLS) */
+#define STALL_FACTOR 4              /* ... or this many times the batch time it announced */
+#define ABANDON_FACTOR 3            /* the longest wait for a TAKEN slot: this many busy timeouts */
 #define INIT_WAIT_NS 1000000000ull  /* the longest a process waits for another's INIT_BYTE */
 
-enum { S_FREE = 0, S_FILLING = 1, S_POSTED = 2, S_TAKEN = 3, S_DONE = 4 };
+/* A slot's state word: the state in its low bits, the ticket of the request
+** (new for every request, from its nonce) above them. */
+enum { S_FREE = 0, S_FILLING = 1, S_POSTED = 2, S_TAKEN = 3, S_DONE = 4, S_WRITING = 5 };
+#define STATE_BITS 0xFu
+#define STATE_OF(w) ((w)&STATE_BITS)
+#define TICKET_OF(w) ((w) & ~STATE_BITS)
+#define RC_PENDING INT32_MIN /* rc of a request no leader has finished */
 
 typedef struct sb_header {
   char magic[8];
@@ -201,18 +283,24 @@ typedef struct sb_header {
   _Atomic uint32_t leader_pid;
   _Atomic uint64_t leader_key; /* the process key of the last leader */
   _Atomic uint64_t leader_changes;
-  _Atomic uint64_t batches; /* encoder runs that held requests of more than one process */
+  _Atomic uint64_t batches;   /* encoder runs that held requests of more than one process */
+  _Atomic uint64_t progress;  /* bumped by the leader: lead taken, batch taken, batch done */
+  _Atomic uint64_t expect_ns; /* the leader's estimate of its current batch's run time */
 } sb_header;
 _Static_assert(sizeof(sb_header) <= HEADER_SIZE, "the header page");
 
+/* Every field is read once into a local before it is checked (another
+** process of the user can write the file at any time): hence _Atomic. */
 typedef struct sb_slot {
-  _Alignas(64) _Atomic uint32_t state; /* S_*: the futex word of its owner */
-  uint32_t n, n_masks, k;
-  int32_t rc;             /* 0: the results are valid; else: run it in your process */
-  uint32_t owner_pid;     /* for people reading the file */
-  _Atomic uint64_t owner; /* key of the owning process */
-  _Atomic uint64_t taker; /* key of the leader that took it */
-  uint64_t encode_ns, topk_ns;
+  _Alignas(64) _Atomic uint32_t state; /* S_* | ticket: the futex word of its owner */
+  _Atomic uint32_t n, n_masks, k;
+  _Atomic int32_t rc;         /* RC_PENDING; then the leader's: 0 valid, else run it yourself */
+  _Atomic uint32_t owner_pid; /* for people reading the file */
+  _Atomic uint64_t owner;     /* key of the owning process */
+  _Atomic uint64_t taker;     /* key of the leader that took it */
+  _Atomic uint64_t nonce;     /* the owner's, new for every request */
+  _Atomic uint64_t echo;      /* the leader's: digest of the nonce and the request it ran */
+  _Atomic uint64_t encode_ns, topk_ns;
   int32_t ids[BFX_SHARED_MAX_TOKENS];
   bf_cand out[BFX_SHARED_MAX_MASKS * BFX_SHARED_MAX_K];
 } sb_slot;
@@ -234,6 +322,8 @@ typedef struct sbf {
   unsigned char mine[NSLOTS]; /* slots whose byte this process holds */
   int leading;                /* a thread of this process holds LEADER_BYTE */
   unsigned hint;
+  uint64_t ns_per_token;       /* of this process's last batch as leader (0: none yet) */
+  _Atomic uint64_t stalled_at; /* progress+1 of a lead found stalled (0: none) */
 } sbf;
 
 static struct {
@@ -245,17 +335,36 @@ static struct {
   char dir[PATH_MAX - 128]; /* room for the file name in sbf.path */
 } sb = {.once = PTHREAD_ONCE_INIT, .mu = PTHREAD_MUTEX_INITIALIZER};
 
-static uint64_t new_key(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  uint64_t x = ((uint64_t)getpid() << 32) ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20) ^
-               bf_now_ns() ^ (uint64_t)(uintptr_t)&ts;
-  x ^= x >> 33; /* fmix64 */
+static uint64_t mix64(uint64_t x) { /* fmix64 */
+  x ^= x >> 33;
   x *= 0xff51afd7ed558ccdull;
   x ^= x >> 33;
   x *= 0xc4ceb9fe1a85ec53ull;
   x ^= x >> 33;
+  return x;
+}
+
+static uint64_t new_key(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  uint64_t x = mix64(((uint64_t)getpid() << 32) ^ (uint64_t)ts.tv_nsec ^
+                     ((uint64_t)ts.tv_sec << 20) ^ bf_now_ns() ^ (uint64_t)(uintptr_t)&ts);
   return x ? x : 1;
+}
+
+/* A request's nonce: new for every request of every process. */
+static uint64_t new_nonce(void) {
+  static _Atomic uint64_t count;
+  return mix64(sb.key ^ (atomic_fetch_add(&count, 1) + 1) * 0x9e3779b97f4a7c15ull);
+}
+
+/* What a leader echoes when it has run a request, and what its owner
+** expects: the nonce and everything the answer depends on. */
+static uint64_t request_digest(uint64_t nonce, const int32_t *ids, int n, int n_masks, int k) {
+  uint64_t h = mix64(nonce ^ ((uint64_t)(uint32_t)n << 40 ^ (uint64_t)(uint32_t)n_masks << 20 ^
+                              (uint64_t)(uint32_t)k));
+  for (int i = 0; i < n; i++) h = mix64(h ^ (uint32_t)ids[i]);
+  return h ? h : 1;
 }
 
 /* In a forked child: the parent's file descriptions (and their record
@@ -352,6 +461,32 @@ static int header_ok(const sb_header *h, const char *fp) {
          atomic_load(&h->ready) == 1;
 }
 
+/* Every page of the file reserved, so that no touch of the mapping can
+** find a page missing (SIGBUS on a full tmpfs).  A new file (made here,
+** nobody has it mapped: INIT_BYTE is held) is given its size by the
+** reservation itself, or by writing zeros where the file system cannot
+** reserve; left empty again when that fails.  An existing one is reserved
+** again (a no-op for pages that exist; FALLOC_FL_KEEP_SIZE: its size is
+** never changed), or, where the file system cannot reserve, must already
+** have a block for every byte.  0, or the errno. */
+static int reserve(int fd, int fresh, const struct stat *st) {
+  int err = EOPNOTSUPP;
+#ifdef __linux__
+  err = fallocate(fd, fresh ? 0 : FALLOC_FL_KEEP_SIZE, 0, (off_t)FILE_SIZE) == 0 ? 0 : errno;
+#endif
+  if (err == EOPNOTSUPP || err == ENOSYS) {
+    if (!fresh) return (uint64_t)st->st_blocks * 512u >= FILE_SIZE ? 0 : ENOSPC;
+    static const char zeros[4096];
+    err = 0;
+    for (size_t at = 0; at < FILE_SIZE && !err; at += sizeof zeros) {
+      size_t len = FILE_SIZE - at < sizeof zeros ? FILE_SIZE - at : sizeof zeros;
+      if (pwrite(fd, zeros, len, (off_t)at) != (ssize_t)len) err = errno ? errno : ENOSPC;
+    }
+  }
+  if (err && fresh) (void)!ftruncate(fd, 0); /* empty again: the next process tries anew */
+  return err;
+}
+
 /* Open, check (and create when new) the shared file of f->fp. */
 static void open_file(sbf *f) {
   snprintf(f->path, sizeof f->path, "%s/bertfill-%u-batch-%s", sb.dir, (unsigned)geteuid(), f->fp);
@@ -384,14 +519,18 @@ static void open_file(sbf *f) {
   } else if (st.st_uid != geteuid()) {
     why = "belongs to another user";
   } else if (st.st_size == 0) { /* new: make it */
-    if (fchmod(f->fd, 0600) != 0 || ftruncate(f->fd, (off_t)FILE_SIZE) != 0) {
+    if (fchmod(f->fd, 0600) != 0) {
       why = "cannot be made";
       err = errno;
+    } else if ((err = reserve(f->fd, 1, &st)) != 0) {
+      why = "cannot be given its memory (is its file system full?)";
     }
   } else if ((st.st_mode & 07777) != 0600) {
     why = "is not of mode 0600";
   } else if ((size_t)st.st_size != FILE_SIZE) {
     why = "has the wrong size (another version of bertfill, or damaged)";
+  } else if ((err = reserve(f->fd, 0, &st)) != 0) {
+    why = "cannot be given its memory (is its file system full?)";
   }
   if (!why) {
     void *p = mmap(NULL, FILE_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, f->fd, 0);
@@ -443,10 +582,10 @@ static int claim(sbf *f) {
     unsigned i = (start + j) % NSLOTS;
     if (f->mine[i]) continue;
     sb_slot *s = &f->slots[i];
-    uint32_t st = atomic_load(&s->state);
-    if (st == S_TAKEN) continue;                            /* a leader may be writing it */
+    uint32_t w = atomic_load(&s->state), st = STATE_OF(w);
+    if (st == S_TAKEN || st == S_WRITING) continue;         /* a leader may write it */
     if (!lock_byte(f->fd, SLOT_BYTE(i), F_WRLCK)) continue; /* a live owner has it */
-    if (!atomic_compare_exchange_strong(&s->state, &st, S_FILLING)) {
+    if (!atomic_compare_exchange_strong(&s->state, &w, S_FILLING)) {
       lock_byte(f->fd, SLOT_BYTE(i), F_UNLCK);
       continue;
     }
@@ -470,8 +609,9 @@ static void release(sbf *f, int i) {
   pthread_mutex_unlock(&f->mu);
 }
 
-/* Abandon slot i without freeing it (its leader seems stuck): the byte is
-** dropped, and the slot is reclaimed by whoever finds it DONE later. */
+/* Abandon slot i without freeing it (its leader seems stuck, or someone
+** wrote over it): the byte is dropped, and the slot is reclaimed by whoever
+** finds it neither TAKEN nor WRITING later. */
 static void abandon(sbf *f, int i) {
   pthread_mutex_lock(&f->mu);
   lock_byte(f->fd, SLOT_BYTE(i), F_UNLCK);
@@ -481,20 +621,33 @@ static void abandon(sbf *f, int i) {
 
 /* ---- leading ---- */
 
+enum { LEAD_GOT, LEAD_HERE, LEAD_ELSEWHERE };
+/* LEAD_GOT: this thread leads now; LEAD_HERE: another thread of this
+** process leads; LEAD_ELSEWHERE: another process holds LEADER_BYTE. */
 static int try_lead(sbf *f) {
   pthread_mutex_lock(&f->mu);
-  int got = !f->leading && lock_byte(f->fd, LEADER_BYTE, F_WRLCK);
-  if (got) f->leading = 1;
+  int r = f->leading                               ? LEAD_HERE
+          : lock_byte(f->fd, LEADER_BYTE, F_WRLCK) ? LEAD_GOT
+                                                   : LEAD_ELSEWHERE;
+  if (r == LEAD_GOT) f->leading = 1;
   pthread_mutex_unlock(&f->mu);
-  if (got) {
+  if (r == LEAD_GOT) {
     atomic_store(&f->h->leader_pid, (uint32_t)getpid());
     uint64_t prev = atomic_exchange(&f->h->leader_key, sb.key);
     if (prev != sb.key) {
       atomic_fetch_add(&f->h->leader_changes, 1);
       bf_stats_add(BF_CT_SHARED_LEADER_CHANGES, 1);
     }
+    atomic_fetch_add(&f->h->progress, 1);
   }
-  return got;
+  return r;
+}
+
+/* 1 when another process holds LEADER_BYTE (a lock of this process's own
+** description does not conflict, so a lead of this process reads 0). */
+static int lead_held_elsewhere(sbf *f) {
+  struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = LEADER_BYTE, .l_len = 1};
+  return fcntl(f->fd, F_OFD_GETLK, &fl) == 0 && fl.l_type != F_UNLCK;
 }
 
 /* Give up the lead, then wake the owners of what is still POSTED: one of
@@ -506,76 +659,109 @@ static void stop_leading(sbf *f) {
   f->leading = 0;
   pthread_mutex_unlock(&f->mu);
   for (int i = 0; i < NSLOTS; i++)
-    if (atomic_load(&f->slots[i].state) == S_POSTED) futex_wake(&f->slots[i].state);
+    if (STATE_OF(atomic_load(&f->slots[i].state)) == S_POSTED) futex_wake(&f->slots[i].state);
 }
 
-static int posted_count(sbf *f) {
+/* How many slots are in state st1 or st2 right now. */
+static int count_states(sbf *f, uint32_t st1, uint32_t st2) {
   int n = 0;
-  for (int i = 0; i < NSLOTS; i++) n += atomic_load(&f->slots[i].state) == S_POSTED;
+  for (int i = 0; i < NSLOTS; i++) {
+    uint32_t st = STATE_OF(atomic_load(&f->slots[i].state));
+    n += st == st1 || st == st2;
+  }
   return n;
 }
 
-/* A slot's request, as the leader checks it before running it. */
-static int slot_valid(const sb_slot *s, const bf_model *m) {
+/* A request, as the leader checks it before running it (from its own
+** copies of the slot's fields: the file may change under it). */
+static int request_valid(uint32_t n, uint32_t n_masks, uint32_t k, const bf_model *m) {
   const bf_config *cfg = bf_model_config(m);
-  return s->n >= 1 && s->n <= BFX_SHARED_MAX_TOKENS && (int)s->n <= cfg->max_position_embeddings &&
-         s->n_masks >= 1 && s->n_masks <= BFX_SHARED_MAX_MASKS && s->n_masks <= s->n && s->k >= 1 &&
-         s->k <= BFX_SHARED_MAX_K && (int)s->k <= cfg->vocab_size;
+  return n >= 1 && n <= BFX_SHARED_MAX_TOKENS && (int)n <= cfg->max_position_embeddings &&
+         n_masks >= 1 && n_masks <= BFX_SHARED_MAX_MASKS && n_masks <= n && k >= 1 &&
+         k <= BFX_SHARED_MAX_K && (int)k <= cfg->vocab_size;
 }
 
-/* Mark slot s DONE with rc (the results written before) and wake its owner. */
-static void finish(sb_slot *s, int rc) {
-  s->rc = rc;
-  atomic_store(&s->state, S_DONE);
+/* The leader's right to write slot s, which it took as taken (TAKEN and
+** the request's ticket): 1 when it is still so, now WRITING.  0: the slot
+** is no longer that request (its owner gave up on a stalled leader and the
+** slot was used again, or someone wrote over it): nothing may be written. */
+static int begin_writing(sb_slot *s, uint32_t taken) {
+  uint32_t w = taken;
+  return atomic_compare_exchange_strong(&s->state, &w, S_WRITING | TICKET_OF(taken));
+}
+
+/* Mark slot s (WRITING, its results written before) DONE with rc and the
+** echo of the request run, and wake its owner. */
+static void finish(sb_slot *s, uint32_t taken, int rc, uint64_t echo) {
+  atomic_store(&s->rc, rc);
+  atomic_store(&s->echo, echo);
+  uint32_t w = S_WRITING | TICKET_OF(taken);
+  atomic_compare_exchange_strong(&s->state, &w, S_DONE | TICKET_OF(taken));
   futex_wake(&s->state);
 }
 
 typedef struct member {
   int slot;
+  uint32_t taken; /* its state word as taken: TAKEN | ticket */
+  uint64_t echo;  /* what its owner expects back */
   bf_tokens t;
   int k;
   int foreign; /* owned by another process */
 } member;
 
 /* Take a batch (the leader's own slot me first): the members' ids are copied
-** into ids (BFX_BATCH_MAX_TOKENS of them).  Returns how many. */
-static int take_batch(sbf *f, bf_model *m, int me, member *mb, int32_t *ids, int first) {
+** into ids (BFX_BATCH_MAX_TOKENS of them).  Every field of a slot is read
+** once, after it is TAKEN, and only those copies are used.  Returns how
+** many; *tokens: their tokens in all. */
+static int take_batch(sbf *f, bf_model *m, int me, member *mb, int32_t *ids, int first,
+                      int *tokens_out) {
   int n = 0, tokens = 0;
   unsigned start = (unsigned)me;
   for (unsigned j = 0; j < NSLOTS && n < BFX_BATCH_MAX_SEQS; j++) {
     unsigned i = (start + j) % NSLOTS;
     sb_slot *s = &f->slots[i];
-    uint32_t st = atomic_load(&s->state);
-    /* a TAKEN slot seen by a new leader before its first batch: an orphan */
-    if (st != S_POSTED && !(first && st == S_TAKEN)) continue;
-    uint32_t len = s->n; /* a racy peek; checked again once taken */
-    if (len <= BFX_SHARED_MAX_TOKENS && tokens + (int)len > BFX_BATCH_MAX_TOKENS && n > 0) continue;
-    if (!atomic_compare_exchange_strong(&s->state, &st, S_TAKEN)) continue;
+    uint32_t w = atomic_load(&s->state), st = STATE_OF(w);
+    /* TAKEN or WRITING seen by a new leader before its first batch: an
+    ** orphan of a dead leader (a leader gives up the lead only after its
+    ** whole batch is DONE) */
+    if (st != S_POSTED && !(first && (st == S_TAKEN || st == S_WRITING))) continue;
+    uint32_t peek = atomic_load(&s->n); /* racy: read again once taken */
+    if (peek <= BFX_SHARED_MAX_TOKENS && tokens + (int)peek > BFX_BATCH_MAX_TOKENS && n > 0)
+      continue;
+    uint32_t taken = S_TAKEN | TICKET_OF(w);
+    if (!atomic_compare_exchange_strong(&s->state, &w, taken)) continue;
     atomic_store(&s->taker, sb.key);
-    if (st == S_TAKEN) bf_stats_add(BF_CT_SHARED_RERUN, 1);
-    if (!slot_valid(s, m) || tokens + (int)s->n > BFX_BATCH_MAX_TOKENS) {
-      if (slot_valid(s, m)) { /* grew after the peek: leave it for the next batch */
-        atomic_store(&s->state, S_POSTED);
-        continue;
-      }
-      finish(s, SQLITE_ERROR);
+    if (st != S_POSTED) bf_stats_add(BF_CT_SHARED_RERUN, 1);
+    uint32_t len = atomic_load(&s->n), n_masks = atomic_load(&s->n_masks), k = atomic_load(&s->k);
+    uint64_t nonce = atomic_load(&s->nonce);
+    if (!request_valid(len, n_masks, k, m)) {
+      if (begin_writing(s, taken)) finish(s, taken, SQLITE_ERROR, 0);
+      continue;
+    }
+    if (tokens + (int)len > BFX_BATCH_MAX_TOKENS) { /* grew after the peek: the next batch */
+      uint32_t expect = taken;
+      atomic_compare_exchange_strong(&s->state, &expect, S_POSTED | TICKET_OF(taken));
       continue;
     }
     member *x = &mb[n++];
     x->slot = (int)i;
-    x->k = (int)s->k;
+    x->taken = taken;
+    x->k = (int)k;
     x->foreign = atomic_load(&s->owner) != sb.key;
     x->t.ids = ids + tokens;
-    x->t.n = (int)s->n;
+    x->t.n = (int)len;
     x->t.cap = x->t.n;
-    x->t.n_masks = (int)s->n_masks;
-    memcpy(x->t.ids, s->ids, (size_t)s->n * sizeof *ids);
+    x->t.n_masks = (int)n_masks;
+    memcpy(x->t.ids, s->ids, (size_t)len * sizeof *ids);
+    x->echo = request_digest(nonce, x->t.ids, x->t.n, x->t.n_masks, x->k);
     tokens += x->t.n;
   }
+  *tokens_out = tokens;
   return n;
 }
 
-/* Run a batch on run and write each member's results into its slot. */
+/* Run a batch on run and write each member's results into its slot (only
+** into a slot still TAKEN by this batch). */
 static void run_batch(sbf *f, bf_model *m, bf_run *run, member *mb, int n) {
   bfx_err errs[BFX_BATCH_MAX_SEQS];
   bf_tokens seqs[BFX_BATCH_MAX_SEQS];
@@ -604,15 +790,16 @@ static void run_batch(sbf *f, bf_model *m, bf_run *run, member *mb, int n) {
   }
   for (int i = 0; i < n; i++) {
     sb_slot *s = &f->slots[mb[i].slot];
-    s->encode_ns = times.encode_ns;
-    s->topk_ns = times.topk_ns;
+    if (!begin_writing(s, mb[i].taken)) continue; /* no longer this request's slot */
+    atomic_store(&s->encode_ns, times.encode_ns);
+    atomic_store(&s->topk_ns, times.topk_ns);
     if (rc[i] == SQLITE_OK) {
       int k = mb[i].k;
       for (int j = 0; j < mb[i].t.n_masks; j++)
         memcpy(s->out + (size_t)j * (size_t)k, out + (at[i] + (size_t)j) * (size_t)kmax,
                (size_t)k * sizeof *out);
     }
-    finish(s, rc[i]);
+    finish(s, mb[i].taken, rc[i], rc[i] == SQLITE_OK ? mb[i].echo : 0);
   }
   sqlite3_free(out);
   if (foreign > 0) {
@@ -622,13 +809,25 @@ static void run_batch(sbf *f, bf_model *m, bf_run *run, member *mb, int n) {
   if (foreign > 0) atomic_fetch_add(&f->h->batches, 1);
 }
 
+/* What the leader announces before a batch of tokens: how long it expects
+** to run it (its last batch's time per token; unknown before its first:
+** an eighth of the busy timeout), the test hook's hold included. */
+static uint64_t batch_expect_ns(const sbf *f, int tokens) {
+  uint64_t ns = f->ns_per_token ? f->ns_per_token * (uint64_t)tokens
+                                : (uint64_t)bfx_guard_timeout_ms() * 1000000ull / 8;
+  return ns + (uint64_t)sb.hold_ms * 1000000ull;
+}
+
 /* The leader's part, on run (an encoder slot of this process, taken before
 ** the lead): batches until the leader's own slot me is DONE; then the slot
-** and the lead are given back. */
+** and the lead are given back.  The header's progress is bumped when a
+** batch is taken and when it is done, with the time announced in between. */
 static void lead(sbf *f, bf_model *m, int me, bf_run *run) {
   if (sb.gather > 1) { /* test hook: wait for company */
+    atomic_store(&f->h->expect_ns, GATHER_WAIT_NS);
+    atomic_fetch_add(&f->h->progress, 1);
     uint64_t until = bf_now_ns() + GATHER_WAIT_NS;
-    while (posted_count(f) < sb.gather && bf_now_ns() < until) {
+    while (count_states(f, S_POSTED, S_POSTED) < sb.gather && bf_now_ns() < until) {
       struct timespec ts = {0, 1000000};
       nanosleep(&ts, NULL);
     }
@@ -636,15 +835,22 @@ static void lead(sbf *f, bf_model *m, int me, bf_run *run) {
   member mb[BFX_BATCH_MAX_SEQS];
   int32_t *ids = malloc(BFX_BATCH_MAX_TOKENS * sizeof *ids);
   int first = 1;
-  while (ids && atomic_load(&f->slots[me].state) != S_DONE) {
-    int n = take_batch(f, m, me, mb, ids, first);
+  while (ids && STATE_OF(atomic_load(&f->slots[me].state)) != S_DONE) {
+    int tokens = 0;
+    int n = take_batch(f, m, me, mb, ids, first, &tokens);
     first = 0;
     if (n == 0) break;
+    atomic_store(&f->h->expect_ns, batch_expect_ns(f, tokens));
+    atomic_fetch_add(&f->h->progress, 1);
     if (sb.hold_ms > 0) { /* test hook: a batch in the middle of its run */
       struct timespec ts = {sb.hold_ms / 1000, (long)(sb.hold_ms % 1000) * 1000000L};
       nanosleep(&ts, NULL);
     }
+    uint64_t t0 = bf_now_ns();
     run_batch(f, m, run, mb, n);
+    uint64_t per = (bf_now_ns() - t0) / (uint64_t)(tokens > 0 ? tokens : 1);
+    f->ns_per_token = per ? per : 1;
+    atomic_fetch_add(&f->h->progress, 1);
   }
   free(ids);
   bfx_guard_release(run);
@@ -658,11 +864,14 @@ static void lead(sbf *f, bf_model *m, int me, bf_run *run) {
 ** free right now, or else, without the lead, wait for a slot at most until
 ** until_ns and try the lead once more.  LED: led (the own slot is DONE or
 ** the batch ran out); NOT_LEADER: another thread or process leads (or took
-** the lead while this one waited); NO_SLOT: waited in the guard's queue
-** for a slot until until_ns, in vain; -1: out of memory. */
+** the lead while this one waited; *elsewhere: 1 when the lead is another
+** process's); NO_SLOT: waited in the guard's queue for a slot until
+** until_ns, in vain; -1: out of memory. */
 enum { NOT_LEADER, LED, NO_SLOT };
-static int lead_if_possible(sbf *f, bf_model *m, int me, uint64_t until_ns) {
-  if (!try_lead(f)) return NOT_LEADER; /* another leads: it will take the request */
+static int lead_if_possible(sbf *f, bf_model *m, int me, uint64_t until_ns, int *elsewhere) {
+  int got = try_lead(f);
+  *elsewhere = got == LEAD_ELSEWHERE;
+  if (got != LEAD_GOT) return NOT_LEADER; /* another leads: it will take the request */
   int nomem = 0;
   bf_run *run = bfx_guard_try_acquire(&nomem);
   if (run) {
@@ -678,7 +887,9 @@ static int lead_if_possible(sbf *f, bf_model *m, int me, uint64_t until_ns) {
   /* NO_SLOT only after a real wait: a deadline already past returns at
   ** once, and its caller, going straight back, would spin. */
   if (!run) return waited >= RECHECK_NS / 2 ? NO_SLOT : NOT_LEADER;
-  if (try_lead(f)) {
+  got = try_lead(f);
+  *elsewhere = got == LEAD_ELSEWHERE;
+  if (got == LEAD_GOT) {
     lead(f, m, me, run);
     return LED;
   }
@@ -687,6 +898,29 @@ static int lead_if_possible(sbf *f, bf_model *m, int me, uint64_t until_ns) {
 }
 
 /* ---- a call ---- */
+
+/* How long a lead held by another process may go without progress before
+** it counts as stalled: STALL_FACTOR times the batch time it announced, at
+** least STALL_MIN_NS (half the busy timeout when that is less), at most
+** cap_ns (the header is not trusted for more). */
+static uint64_t stall_limit_ns(sbf *f, uint64_t cap_ns) {
+  uint64_t e = atomic_load(&f->h->expect_ns);
+  uint64_t lim = e >= cap_ns / STALL_FACTOR ? cap_ns : e * STALL_FACTOR;
+  uint64_t floor = (uint64_t)bfx_guard_timeout_ms() * 1000000ull / 2;
+  if (floor > STALL_MIN_NS) floor = STALL_MIN_NS;
+  if (floor < 2 * RECHECK_NS) floor = 2 * RECHECK_NS;
+  return lim < floor ? floor : lim;
+}
+
+/* The busy error of a request that no batch took within the busy timeout
+** while another process led: what it waited for. */
+static void queue_busy_error(sbf *f, bfx_err *e, uint64_t waited_ns) {
+  int posted = count_states(f, S_POSTED, S_POSTED), taken = count_states(f, S_TAKEN, S_WRITING);
+  bfx_errf(e, SQLITE_ERROR, BF_CT_BUSY,
+           "bertfill: busy: waited %d ms in the machine-wide queue of this model: %d other "
+           "requests waiting, %d in the batch that process %u is running",
+           (int)(waited_ns / 1000000), posted, taken, (unsigned)atomic_load(&f->h->leader_pid));
+}
 
 int bfx_shared_encode(bf_model *m, const bf_tokens *t, int k, bf_cand *out, bfx_times *tm,
                       bfx_err *e, int *rc) {
@@ -701,6 +935,16 @@ int bfx_shared_encode(bf_model *m, const bf_tokens *t, int k, bf_cand *out, bfx_
   if (!fp || !fp[0]) return 0;
   sbf *f = file_of(fp);
   if (!f) return 0;
+  /* a lead found stalled, still held and still without progress: the
+  ** in-process path at once rather than a wait for the stall again */
+  uint64_t stalled = atomic_load(&f->stalled_at);
+  if (stalled) {
+    if (stalled == atomic_load(&f->h->progress) + 1 && lead_held_elsewhere(f)) {
+      bf_stats_add(BF_CT_SHARED_FALLBACK, 1);
+      return 0;
+    }
+    atomic_compare_exchange_strong(&f->stalled_at, &stalled, 0);
+  }
   uint64_t t0 = bf_now_ns();
   int i = claim(f);
   if (i < 0) { /* the queue is full: this process's own batcher */
@@ -708,48 +952,79 @@ int bfx_shared_encode(bf_model *m, const bf_tokens *t, int k, bf_cand *out, bfx_
     return 0;
   }
   sb_slot *s = &f->slots[i];
-  s->n = (uint32_t)t->n;
-  s->n_masks = (uint32_t)t->n_masks;
-  s->k = (uint32_t)k;
-  s->rc = 0;
-  s->owner_pid = (uint32_t)getpid();
+  uint64_t nonce = new_nonce();
+  uint32_t ticket = TICKET_OF((uint32_t)(nonce >> 32));
+  if (!ticket) ticket = STATE_BITS + 1;
+  uint64_t want = request_digest(nonce, t->ids, t->n, t->n_masks, k);
+  atomic_store(&s->n, (uint32_t)t->n);
+  atomic_store(&s->n_masks, (uint32_t)t->n_masks);
+  atomic_store(&s->k, (uint32_t)k);
+  atomic_store(&s->rc, RC_PENDING);
+  atomic_store(&s->echo, 0);
+  atomic_store(&s->nonce, nonce);
+  atomic_store(&s->owner_pid, (uint32_t)getpid());
   atomic_store(&s->owner, sb.key);
   atomic_store(&s->taker, 0);
   memcpy(s->ids, t->ids, (size_t)t->n * sizeof *t->ids);
-  atomic_store(&s->state, S_POSTED);
+  atomic_store(&s->state, S_POSTED | ticket);
 
   uint64_t deadline = bfx_guard_deadline_ns(t0);
   uint64_t patience = (uint64_t)bfx_guard_timeout_ms() * 1000000ull;
   if (patience < 1000000000ull) patience = 1000000000ull;
   uint64_t give_up = deadline + ABANDON_FACTOR * patience;
+  uint64_t progress = atomic_load(&f->h->progress), quiet_since = t0;
+  int elsewhere = 0; /* the lead was another process's when last tried */
   for (;;) {
-    uint32_t st = atomic_load(&s->state);
-    if (st == S_DONE) break;
-    uint64_t now = bf_now_ns();
-    int queued = 0; /* this thread just waited in the guard's queue */
-    if (st == S_POSTED || st == S_TAKEN) {
-      uint64_t until = now + RECHECK_NS < deadline ? now + RECHECK_NS : deadline;
-      int led = lead_if_possible(f, m, i, until);
-      if (led == LED) continue;
-      queued = led == NO_SLOT;
-      if (led < 0) { /* out of memory: take the request back if no leader has it */
-        uint32_t expect = S_POSTED;
-        if (atomic_compare_exchange_strong(&s->state, &expect, S_FILLING)) {
-          release(f, i);
-          bfx_err_nomem(e);
-          *rc = e->rc;
-          return 1;
-        }
-      }
-      now = bf_now_ns();
-      st = atomic_load(&s->state);
-      if (st == S_DONE) continue;
+    uint32_t w = atomic_load(&s->state), st = STATE_OF(w);
+    if (w == (S_DONE | ticket)) break;
+    if (TICKET_OF(w) != ticket || (st != S_POSTED && st != S_TAKEN && st != S_WRITING)) {
+      abandon(f, i); /* someone wrote over the slot: computed here */
+      bf_stats_add(BF_CT_SHARED_FALLBACK, 1);
+      return 0;
     }
-    if (st == S_POSTED && now >= deadline) {
-      uint32_t expect = S_POSTED;
+    uint64_t now = bf_now_ns();
+    int led = lead_if_possible(f, m, i, now + RECHECK_NS < deadline ? now + RECHECK_NS : deadline,
+                               &elsewhere);
+    if (led == LED) continue;
+    int queued = led == NO_SLOT; /* this thread just waited in the guard's queue */
+    if (led < 0) {
+      /* out of memory: take the request back if no leader has it */
+      uint32_t expect = S_POSTED | ticket;
       if (atomic_compare_exchange_strong(&s->state, &expect, S_FILLING)) {
         release(f, i);
-        bfx_guard_busy_error(e, bfx_guard_in_flight(), now - t0);
+        bfx_err_nomem(e);
+        *rc = e->rc;
+        return 1;
+      }
+    }
+    now = bf_now_ns();
+    w = atomic_load(&s->state);
+    st = STATE_OF(w);
+    if (w == (S_DONE | ticket) || TICKET_OF(w) != ticket) continue;
+    uint64_t p = atomic_load(&f->h->progress);
+    if (p != progress) {
+      progress = p;
+      quiet_since = now;
+    }
+    if (elsewhere && now - quiet_since >= stall_limit_ns(f, ABANDON_FACTOR * patience)) {
+      /* another process holds the lead and does nothing (stopped,
+      ** descheduled): the request is run here, and so are this process's
+      ** next ones while that lasts */
+      uint32_t expect = S_POSTED | ticket;
+      if (st == S_POSTED && !atomic_compare_exchange_strong(&s->state, &expect, S_FILLING))
+        continue;
+      if (st == S_POSTED) release(f, i);
+      else abandon(f, i); /* TAKEN: its leader may still write it when it wakes */
+      atomic_store(&f->stalled_at, p + 1);
+      bf_stats_add(BF_CT_SHARED_FALLBACK, 1);
+      return 0;
+    }
+    if (st == S_POSTED && now >= deadline) {
+      uint32_t expect = S_POSTED | ticket;
+      if (atomic_compare_exchange_strong(&s->state, &expect, S_FILLING)) {
+        if (elsewhere) queue_busy_error(f, e, now - t0);
+        else bfx_guard_busy_error(e, bfx_guard_in_flight(), now - t0);
+        release(f, i);
         bf_stats_time(BF_ST_QUEUE, now - t0);
         if (tm) tm->queue_ns += now - t0;
         *rc = e->rc;
@@ -757,12 +1032,7 @@ int bfx_shared_encode(bf_model *m, const bf_tokens *t, int k, bf_cand *out, bfx_
       }
       continue;
     }
-    if (st == S_TAKEN && now >= give_up) { /* its leader is alive but stuck */
-      abandon(f, i);
-      bf_stats_add(BF_CT_SHARED_FALLBACK, 1);
-      return 0;
-    }
-    if (st != S_POSTED && st != S_TAKEN) { /* someone wrote over the slot */
+    if (st != S_POSTED && now >= give_up) { /* its leader is alive but never finishes */
       abandon(f, i);
       bf_stats_add(BF_CT_SHARED_FALLBACK, 1);
       return 0;
@@ -771,12 +1041,14 @@ int bfx_shared_encode(bf_model *m, const bf_tokens *t, int k, bf_cand *out, bfx_
     ** sleep here would let a column's next run take the slot first. */
     if (queued) continue;
     uint64_t ns = RECHECK_NS;
-    if (st == S_POSTED && deadline - now < ns) ns = deadline - now;
-    futex_wait(&s->state, st, ns ? ns : 1);
+    if (st == S_POSTED && deadline > now && deadline - now < ns) ns = deadline - now;
+    futex_wait(&s->state, w, ns ? ns : 1);
   }
 
-  /* DONE: the answer, checked */
-  int vocab = bf_model_config(m)->vocab_size, good = s->rc == 0;
+  /* DONE: accepted only when a leader ran this very request (the echo),
+  ** without an error, and the candidates are within the vocabulary */
+  int32_t src = atomic_load(&s->rc);
+  int vocab = bf_model_config(m)->vocab_size, good = src == 0 && atomic_load(&s->echo) == want;
   size_t nc = (size_t)t->n_masks * (size_t)k;
   for (size_t j = 0; good && j < nc; j++) {
     bf_cand c = s->out[j];
@@ -784,8 +1056,11 @@ int bfx_shared_encode(bf_model *m, const bf_tokens *t, int k, bf_cand *out, bfx_
     out[j] = c;
   }
   int remote = atomic_load(&s->taker) != sb.key;
-  uint64_t enc = s->encode_ns, topk = s->topk_ns;
-  release(f, i);
+  uint64_t enc = atomic_load(&s->encode_ns), topk = atomic_load(&s->topk_ns);
+  /* DONE but no leader's result in it (someone wrote the state): a leader
+  ** may still be about to write; the slot is left to be reclaimed */
+  if (src == RC_PENDING) abandon(f, i);
+  else release(f, i);
   if (!good) { /* an error (or a damaged answer): computed again here */
     bf_stats_add(BF_CT_SHARED_FALLBACK, 1);
     return 0;
@@ -814,11 +1089,8 @@ void bfx_shared_info_of(bf_model *m, bfx_shared_info *info) {
   info->usable = 1;
   info->path = f->path;
   info->slots = NSLOTS;
-  for (int i = 0; i < NSLOTS; i++) {
-    uint32_t st = atomic_load(&f->slots[i].state);
-    info->posted += st == S_POSTED;
-    info->taken += st == S_TAKEN;
-  }
+  info->posted = count_states(f, S_POSTED, S_POSTED);
+  info->taken = count_states(f, S_TAKEN, S_WRITING);
   info->leader_pid = (int)atomic_load(&f->h->leader_pid);
   info->leader_changes = atomic_load(&f->h->leader_changes);
   info->batches = atomic_load(&f->h->batches);

@@ -36,7 +36,22 @@ join:
     machine-wide slot held) never holds the lead meanwhile: another process
     answers at once and runs its requests too;
   * fast_path: one process alone, shared on vs off: same answers, nothing
-    remote; the time per call of both is printed (measured, not asserted).
+    remote; the time per call of both is printed (measured, not asserted);
+  * full_tmpfs (issue 41, 1): in a mount namespace of its own, the shared
+    files on a 4 MB tmpfs with 100 KB or 196 KB free (a new file), or with
+    196 KB free and a file another process made without reserving its
+    pages (3 processes): no SIGBUS, right answers, one warning each;
+    skipped with its reason where mounts are not allowed;
+  * slot_writer (issue 41, 3): for 4 s a process of the same user flips the
+    n of waiting slots between 3 and 0x100000, then (new processes) marks
+    waiting slots DONE, while 4 processes call: none crashes, no error,
+    every answer a lone process's;
+  * stopped_leader (issue 41, 4): the leader SIGSTOPped with a batch TAKEN
+    for 3 busy timeouts: the 4 others answer right, at least twice each,
+    no error; after SIGCONT everyone (the stopped one too) answers right;
+  * busy_message (issue 41, 4): a request not taken within the busy
+    timeout while another process runs a long batch: the error names the
+    machine-wide queue and the leading process.
 Environment: BERTFILL_EXT, BUILD (as tests/run.sh sets them).
 """
 import fcntl
@@ -245,12 +260,14 @@ def read_header(path):
         m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         slot_size, nslots = struct.unpack_from("<II", m, 16)
         leader_pid = struct.unpack_from("<I", m, 68)[0]
-        states = [struct.unpack_from("<I", m, 4096 + i * slot_size)[0] for i in range(nslots)]
+        states = [struct.unpack_from("<I", m, 4096 + i * slot_size)[0] & STATE_BITS
+                  for i in range(nslots)]
         m.close()
     return slot_size, nslots, leader_pid, states
 
 
 TAKEN, POSTED = 3, 2
+STATE_BITS = 0xF  # a slot's state word: the state, and the request's ticket above it
 
 
 def sum_counters(results, name):
@@ -741,6 +758,301 @@ def test_fast_path():
     shutil.rmtree(sdir, ignore_errors=True)
 
 
+# ---- issue 41: a full tmpfs, a writer of the queue file, a stopped leader ----
+
+class LoopWorkers:
+    """Workers that call forever (op loop), one answer line each: the test
+    reads them as they come and counts right, wrong, errors and deaths."""
+
+    def __init__(self, env, n, texts, ref):
+        import selectors
+        self.sel = selectors.DefaultSelector()
+        self.ref, self.ws = ref, []
+        for j in range(n):
+            w = Worker(env)
+            w.send(op="loop", texts=random.Random(w.pid + j).sample(texts, len(texts)))
+            self.sel.register(w.p.stdout, selectors.EVENT_READ, w)
+            self.ws.append(w)
+        self.answered = {w.pid: 0 for w in self.ws}
+        self.wrong, self.errors, self.died, self.worst = 0, [], [], 0.0
+
+    def read(self, seconds, skip_pid=None):
+        """Read answers for seconds; how many each worker gave meanwhile."""
+        got = {w.pid: 0 for w in self.ws}
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            for key, _ in self.sel.select(timeout=0.02):
+                w = key.data
+                line = w.p.stdout.readline()
+                if not line:  # a worker died: how
+                    self.sel.unregister(w.p.stdout)
+                    w.p.wait()
+                    self.died.append("pid %d exit %d: %s" % (w.pid, w.p.returncode,
+                                                              w.p.stderr.read()[-300:]))
+                    continue
+                r = json.loads(line)
+                got[w.pid] += 1
+                self.answered[w.pid] += 1
+                if w.pid != skip_pid:
+                    self.worst = max(self.worst, r["dt"])
+                if r["err"]:
+                    self.errors.append(r["err"])
+                elif not same(r["answer"], self.ref[r["text"]]):
+                    self.wrong += 1
+        return got
+
+    def close(self):
+        for w in self.ws:
+            if w.p.poll() is None:
+                w.kill()
+            w.close()
+
+
+def shared_path(sdir, until=10.0):
+    end = time.monotonic() + until
+    while time.monotonic() < end:
+        files = shared_files(sdir)
+        if files:
+            return os.path.join(sdir, files[0])
+        time.sleep(0.01)
+    return None
+
+
+# Inside a mount namespace of its own: a small tmpfs, nearly full, holds the
+# shared file.  argv: worker code, ext, model, mount point, texts (JSON).
+# Prints one JSON line: for each case, each process's exit code, answers,
+# stderr.
+TMPFS_CASES = r"""
+import json, os, subprocess, sys
+worker, ext, model, mnt, texts = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], json.loads(sys.argv[5])
+def mount():
+    subprocess.run(["umount", mnt], capture_output=True)
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", mnt], capture_output=True, text=True)
+    if r.returncode:
+        print(json.dumps({"cannot": "mount: " + r.stderr.strip()}), flush=True)
+        sys.exit(0)
+def fill(free_kb):
+    st = os.statvfs(mnt)
+    with open(os.path.join(mnt, "fill"), "wb") as f:
+        f.write(b"\1" * (st.f_bavail * st.f_frsize - free_kb * 1024))
+def run(n):
+    ps = [subprocess.Popen([sys.executable, "-c", worker, ext, model, "fp32"], stdin=subprocess.PIPE,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(n)]
+    for p in ps:
+        p.stdin.write(json.dumps({"op": "run", "texts": texts}) + "\n")
+        p.stdin.close()
+    out = []
+    for p in ps:
+        lines = p.stdout.read().splitlines()
+        p.wait()
+        ans = json.loads(lines[-1]) if len(lines) > 1 else None
+        out.append({"rc": p.returncode, "answers": ans and ans["answers"],
+                    "errors": ans and ans["errors"], "stderr": p.stderr.read()})
+    return out
+res = {}
+for name, free_kb in (("new_file_100k_free", 100), ("new_file_196k_free", 196)):
+    mount()
+    fill(free_kb)
+    res[name] = run(1)
+# a file made by another process (a bertfill before this fix: ftruncate
+# only), its pages not there: only its header page written
+mount()
+run(1)
+path = [os.path.join(mnt, f) for f in os.listdir(mnt) if "-batch-" in f][0]
+head, size = open(path, "rb").read(4096), os.path.getsize(path)
+os.unlink(path)
+fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+os.write(fd, head)
+os.ftruncate(fd, size)
+os.close(fd)
+fill(196)
+res["existing_sparse_file_196k_free"] = run(3)
+subprocess.run(["umount", mnt], capture_output=True)
+print(json.dumps(res), flush=True)
+"""
+
+
+def test_full_tmpfs():
+    """Item 1 of issue 41: the queue's file system nearly full (a 4 MB
+    tmpfs in a mount namespace of its own): no SIGBUS, right answers from
+    the process's own batcher, one warning line."""
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        skip("full_tmpfs", "needs root and unshare (a tmpfs mounted in a namespace of its own)")
+        return
+    probe = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c",
+                            "mount -t tmpfs -o size=1m tmpfs /mnt"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        skip("full_tmpfs", "mount namespaces or tmpfs mounts not allowed here: %s"
+             % probe.stderr.strip()[-200:])
+        return
+    texts = make_texts(6, seed=121)
+    ref = dict(zip(texts, references(texts)))
+    sdir = tempfile.mkdtemp(prefix="bf-sb-tmpfs-")
+    r = subprocess.run(["unshare", "-m", "--propagation", "private", sys.executable, "-c",
+                        TMPFS_CASES, WORKER, EXT, TINY, sdir, json.dumps(texts)],
+                       capture_output=True, text=True, env=base_env(sdir), timeout=300)
+    shutil.rmtree(sdir, ignore_errors=True)
+    if r.returncode != 0 or not r.stdout.strip():
+        check("full_tmpfs", False, "rc %d, stderr %r" % (r.returncode, r.stderr[-500:]))
+        return
+    res = json.loads(r.stdout.strip().splitlines()[-1])
+    if "cannot" in res:
+        skip("full_tmpfs", res["cannot"])
+        return
+    for name, procs in res.items():
+        bad = [p for p in procs
+               if p["rc"] != 0 or p["errors"] or p["answers"] is None or
+               any(not same(a, ref[t]) for a, t in zip(p["answers"], texts)) or
+               p["stderr"].count("shared batching off") != 1 or
+               "No space left on device" not in p["stderr"]]
+        check("full_tmpfs_" + name, not bad,
+              "%d of %d processes: %r" % (len(bad), len(procs),
+                                          [(p["rc"], p["errors"], p["stderr"][-200:])
+                                           for p in bad][:2]))
+
+
+# A same-user process that writes the queue file while others use it.
+# argv: path, mode (n: flips n of waiting slots between 3 and 0x100000;
+# done: marks waiting slots DONE, with their ticket and without), seconds.
+SLOT_WRITER = r"""
+import mmap, struct, sys, time
+path, mode, seconds = sys.argv[1], sys.argv[2], float(sys.argv[3])
+f = open(path, "r+b")
+m = mmap.mmap(f.fileno(), 0)
+slot_size, nslots = struct.unpack_from("<II", m, 16)
+at = [4096 + i * slot_size for i in range(nslots)]
+end, writes, rounds = time.monotonic() + seconds, 0, 0
+while time.monotonic() < end:
+    rounds += 1
+    live = [a for a in at if struct.unpack_from("<I", m, a)[0] & 0xF in (2, 3, 5)]
+    if mode == "n":
+        for _ in range(200):
+            for a in live:
+                struct.pack_into("<I", m, a + 4, 3)
+                struct.pack_into("<I", m, a + 4, 0x100000)
+                writes += 2
+        for a in live:
+            struct.pack_into("<I", m, a + 4, 3)
+    else:
+        for a in live:
+            w = struct.unpack_from("<I", m, a)[0]
+            struct.pack_into("<I", m, a, (w & ~0xF | 4) if rounds % 2 else 4)
+            writes += 1
+print(writes, flush=True)
+"""
+
+
+def test_slot_writer():
+    """Item 3 of issue 41: a process of the same user writes the slots of the
+    queue file while 4 processes call: no process crashes, every answer is
+    a lone process's (a damaged request is computed by its own process)."""
+    texts = make_texts(40, seed=131)
+    ref = dict(zip(texts, references(texts)))
+    for mode, what in (("n", "n flipped between 3 and 0x100000"),
+                       ("done", "waiting slots marked DONE")):
+        sdir = tempfile.mkdtemp(prefix="bf-sb-")
+        lw = LoopWorkers(base_env(sdir), 4, texts, ref)
+        path = shared_path(sdir)
+        lw.read(0.3)
+        writer = subprocess.Popen([sys.executable, "-c", SLOT_WRITER, path, mode, "4"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        lw.read(4.5)
+        out, err = writer.communicate(timeout=30)
+        lw.read(0.5)  # and after it: still right
+        lw.close()
+        answered = sum(lw.answered.values())
+        check("slot_writer_" + mode,
+              not lw.died and not lw.errors and lw.wrong == 0 and answered > 0 and
+              out.strip().isdigit() and int(out) > 0,
+              "%s: %d answers, %d wrong, errors %r, died %r, writer %r %r" %
+              (what, answered, lw.wrong, lw.errors[:2], lw.died[:2], out[-100:], err[-300:]))
+        print("   (%s: %s writes, %d answers of 4 processes, %d wrong)"
+              % (what, out.strip(), answered, lw.wrong))
+        shutil.rmtree(sdir, ignore_errors=True)
+
+
+def test_stopped_leader():
+    """Item 4 of issue 41: the leader is stopped (SIGSTOP) with a batch
+    TAKEN while 4 other processes call: their calls keep answering, right
+    and without an error, while it is stopped (3 busy timeouts); after
+    SIGCONT its late writes damage nothing and everyone answers right."""
+    texts = make_texts(40, seed=141)
+    ref = dict(zip(texts, references(texts)))
+    sdir = tempfile.mkdtemp(prefix="bf-sb-")
+    busy_ms = 1000
+    lw = LoopWorkers(base_env(sdir, BERTFILL_BUSY_TIMEOUT_MS=busy_ms), 5, texts, ref)
+    path = shared_path(sdir)
+    pids = set(lw.answered)
+    victim, until = None, time.monotonic() + 20
+    while victim is None and time.monotonic() < until:
+        lw.read(0.002)
+        _, _, leader, states = read_header(path)
+        if leader in pids and TAKEN in states:
+            os.kill(leader, signal.SIGSTOP)
+            _, _, leader2, states = read_header(path)
+            if leader2 == leader and TAKEN in states:
+                victim = leader
+            else:
+                os.kill(leader, signal.SIGCONT)
+    if victim is None:
+        lw.close()
+        check("stopped_leader", False, "never saw a leader with a batch TAKEN")
+        return
+    during = lw.read(3 * busy_ms / 1000.0, skip_pid=victim)
+    worst_stopped = lw.worst
+    errors_stopped = list(lw.errors)
+    os.kill(victim, signal.SIGCONT)
+    after = lw.read(2.0)
+    lw.close()
+    slow = {p: n for p, n in during.items() if p != victim and n < 2}
+    check("stopped_leader_others_answer",
+          not slow and not errors_stopped and not lw.died,
+          "answers of each other process while the leader was stopped %r (each needs 2), "
+          "errors %r, died %r" % ({p: n for p, n in during.items() if p != victim},
+                                  errors_stopped[:2], lw.died[:2]))
+    check("stopped_leader_after_sigcont",
+          lw.wrong == 0 and not lw.errors and not lw.died and after.get(victim, 0) > 0 and
+          all(n > 0 for n in after.values()),
+          "%d wrong, errors %r, answers after SIGCONT %r, died %r"
+          % (lw.wrong, lw.errors[:2], after, lw.died[:2]))
+    print("   (leader stopped %d s: %d answers of the 4 others, slowest call %.0f ms; busy "
+          "timeout %d ms)" % (3 * busy_ms // 1000,
+                              sum(n for p, n in during.items() if p != victim),
+                              worst_stopped * 1000, busy_ms))
+    shutil.rmtree(sdir, ignore_errors=True)
+
+
+def test_busy_message():
+    """Item 4 of issue 41: a request that no batch takes within the busy
+    timeout while another process leads (and is busy, not stalled: its
+    batch announced a long run) fails with a message that names what it
+    waited for: the machine-wide queue and the leading process."""
+    texts = make_texts(2, seed=151)
+    sdir = tempfile.mkdtemp(prefix="bf-sb-")
+    a = Worker(base_env(sdir, BERTFILL_SHARED_HOLD_MS=2500))
+    b = Worker(base_env(sdir, BERTFILL_BUSY_TIMEOUT_MS=500))
+    b.ask(op="run", texts=texts[1:])  # the file exists
+    path = shared_path(sdir)
+    a.send(op="run", texts=texts[:1])
+    until = time.monotonic() + 5
+    while time.monotonic() < until:
+        _, _, leader, states = read_header(path)
+        if leader == a.pid and TAKEN in states:
+            break
+        time.sleep(0.005)
+    rb = b.ask(op="run", texts=texts[1:])
+    ra = a.recv()
+    a.close()
+    b.close()
+    err = rb["errors"][0] if rb["errors"] else ""
+    check("busy_message_names_queue",
+          err.startswith("bertfill: busy:") and "machine-wide queue" in err and
+          ("process %d" % a.pid) in err and not ra["errors"],
+          "B's errors %r (A is %d), A's errors %r" % (rb["errors"], a.pid, ra["errors"]))
+    print("   (%s)" % err)
+    shutil.rmtree(sdir, ignore_errors=True)
+
+
 def main():
     if not os.path.exists(TINY) or not os.path.exists(SMALL):
         skip("shared_batch", "no test models (make models)")
@@ -748,7 +1060,8 @@ def main():
     only = sys.argv[1:]
     tests = [test_off, test_fast_path, test_same_answers, test_rerun_counted, test_leader_kill,
              test_requester_kill, test_models_precisions, test_other_user, test_refused_files,
-             test_full_queue, test_stalled_process, test_fork]
+             test_full_queue, test_stalled_process, test_fork, test_full_tmpfs, test_slot_writer,
+             test_stopped_leader, test_busy_message]
     for t in tests:
         if only and t.__name__[5:] not in only:
             continue
