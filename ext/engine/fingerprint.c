@@ -286,8 +286,11 @@ const char *bf_model_fingerprint(bf_model *m) {
   int known = m->fingerprint[0] != 0;
   pthread_mutex_unlock(&m->fp_mu);
   if (known) return m->fingerprint;
+  /* changed on disk since the load: nothing to key on, even when the
+  ** weights' hash was taken at load (a derived file's check, or
+  ** model.fingerprint) */
   uint64_t w;
-  if (bf_model_weights_hash(m, &w) != 0) return NULL; /* changed on disk: nothing to key on */
+  if (bf_model_check(m, NULL, 0) != BF_OK || bf_model_weights_hash(m, &w) != 0) return NULL;
   /* the precision is part of it: int8 answers are not fp32 answers */
   uint64_t h = fmix64(w ^ fmix64(m->fp_files ^ (uint64_t)m->precision * P3));
   char fp[sizeof m->fingerprint];

@@ -340,3 +340,22 @@ void bf_remove_stale_temps(const char *path) {
   }
   closedir(d);
 }
+
+int bf_reserve_file(int fd, size_t size, int fresh) {
+  int err = EOPNOTSUPP;
+#ifdef __linux__
+  err = fallocate(fd, fresh ? 0 : FALLOC_FL_KEEP_SIZE, 0, (off_t)size) == 0 ? 0 : errno;
+#endif
+  if (err == EOPNOTSUPP || err == ENOSYS) {
+    struct stat st;
+    if (!fresh) return fstat(fd, &st) == 0 && (uint64_t)st.st_blocks * 512u >= size ? 0 : ENOSPC;
+    static const char zeros[4096];
+    err = 0;
+    for (size_t at = 0; at < size && !err; at += sizeof zeros) {
+      size_t len = size - at < sizeof zeros ? size - at : sizeof zeros;
+      if (pwrite(fd, zeros, len, (off_t)at) != (ssize_t)len) err = errno ? errno : ENOSPC;
+    }
+  }
+  if (err && fresh) (void)!ftruncate(fd, 0); /* empty again: the next process tries anew */
+  return err;
+}

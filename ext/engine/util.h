@@ -75,6 +75,17 @@ int bf_write_file_replace(const char *path, int n, const void *const *part, cons
 #define BF_STALE_QUIET_NS 60000000000ll
 void bf_remove_stale_temps(const char *path);
 
+/* Every byte of the open file fd's first size bytes backed by storage, so
+** that no touch of a shared mapping of it can find a page missing (SIGBUS
+** on a full tmpfs, /dev/shm included).  fresh: a file nobody has mapped
+** yet, given its size by the reservation itself (or by writing zeros where
+** the file system cannot reserve) and left empty again when that fails, so
+** that the next process tries anew.  Otherwise an existing file of at least
+** size bytes is reserved again (fallocate KEEP_SIZE: a no-op for pages that
+** exist; its size never changes), or, where the file system cannot reserve,
+** must already have a block for every byte.  0, or the errno (ENOSPC). */
+int bf_reserve_file(int fd, size_t size, int fresh);
+
 /* Open path (flags: O_RDONLY or O_RDWR, plus O_CREAT / O_NOFOLLOW) without
 ** ever blocking, and only if it is a regular file: the open itself is
 ** O_NONBLOCK (a FIFO or a device would otherwise block the caller until a

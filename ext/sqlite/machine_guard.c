@@ -125,6 +125,8 @@ static void machine_init(void) {
     failed = "not a file of this user:";
   } else if (st.st_size < FILE_SIZE && ftruncate(mg.fd, FILE_SIZE) != 0) {
     failed = "cannot size";
+  } else if ((errno = bf_reserve_file(mg.fd, FILE_SIZE, 0)) != 0) {
+    failed = "cannot reserve the memory of (is its file system full?)";
   } else if ((p = mmap(NULL, FILE_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, mg.fd, 0)) ==
              MAP_FAILED) {
     failed = "cannot map";

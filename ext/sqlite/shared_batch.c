@@ -461,32 +461,6 @@ static int header_ok(const sb_header *h, const char *fp) {
          atomic_load(&h->ready) == 1;
 }
 
-/* Every page of the file reserved, so that no touch of the mapping can
-** find a page missing (SIGBUS on a full tmpfs).  A new file (made here,
-** nobody has it mapped: INIT_BYTE is held) is given its size by the
-** reservation itself, or by writing zeros where the file system cannot
-** reserve; left empty again when that fails.  An existing one is reserved
-** again (a no-op for pages that exist; FALLOC_FL_KEEP_SIZE: its size is
-** never changed), or, where the file system cannot reserve, must already
-** have a block for every byte.  0, or the errno. */
-static int reserve(int fd, int fresh, const struct stat *st) {
-  int err = EOPNOTSUPP;
-#ifdef __linux__
-  err = fallocate(fd, fresh ? 0 : FALLOC_FL_KEEP_SIZE, 0, (off_t)FILE_SIZE) == 0 ? 0 : errno;
-#endif
-  if (err == EOPNOTSUPP || err == ENOSYS) {
-    if (!fresh) return (uint64_t)st->st_blocks * 512u >= FILE_SIZE ? 0 : ENOSPC;
-    static const char zeros[4096];
-    err = 0;
-    for (size_t at = 0; at < FILE_SIZE && !err; at += sizeof zeros) {
-      size_t len = FILE_SIZE - at < sizeof zeros ? FILE_SIZE - at : sizeof zeros;
-      if (pwrite(fd, zeros, len, (off_t)at) != (ssize_t)len) err = errno ? errno : ENOSPC;
-    }
-  }
-  if (err && fresh) (void)!ftruncate(fd, 0); /* empty again: the next process tries anew */
-  return err;
-}
-
 /* Open, check (and create when new) the shared file of f->fp. */
 static void open_file(sbf *f) {
   snprintf(f->path, sizeof f->path, "%s/bertfill-%u-batch-%s", sb.dir, (unsigned)geteuid(), f->fp);
@@ -522,14 +496,14 @@ static void open_file(sbf *f) {
     if (fchmod(f->fd, 0600) != 0) {
       why = "cannot be made";
       err = errno;
-    } else if ((err = reserve(f->fd, 1, &st)) != 0) {
+    } else if ((err = bf_reserve_file(f->fd, FILE_SIZE, 1)) != 0) {
       why = "cannot be given its memory (is its file system full?)";
     }
   } else if ((st.st_mode & 07777) != 0600) {
     why = "is not of mode 0600";
   } else if ((size_t)st.st_size != FILE_SIZE) {
     why = "has the wrong size (another version of bertfill, or damaged)";
-  } else if ((err = reserve(f->fd, 0, &st)) != 0) {
+  } else if ((err = bf_reserve_file(f->fd, FILE_SIZE, 0)) != 0) {
     why = "cannot be given its memory (is its file system full?)";
   }
   if (!why) {

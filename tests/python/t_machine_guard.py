@@ -15,18 +15,23 @@ not count:
     the time) leaks no slot: a second process fills right after each kill
     and bert_debug() counts no busy slot;
   * two processes that fill at the same time with one slot both finish
-    with the right answers (they take turns).
+    with the right answers (they take turns);
+  * full_tmpfs (issue 41, 1): the slot file on a tmpfs with no free page
+    (in a mount namespace of its own; skipped where mounts are not
+    allowed): the guard is off with one warning line that says why, and the
+    call answers (before, the first touch of the mapped page was SIGBUS).
 Environment: BERTFILL_EXT, BUILD (as tests/run.sh sets them).
 """
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import time
 
-from bftest import EXT, MODELS, TINY, check, exit_code
+from bftest import EXT, MODELS, TINY, check, exit_code, skip
 
 SMALL = os.path.join(MODELS, "small")
 LOCK_BASE = 4096  # slot i is the byte LOCK_BASE + i of the slot file
@@ -94,6 +99,49 @@ def kill(p):
     p.wait()
 
 
+# In a mount namespace of its own: a 1 MB tmpfs filled to the last page, the
+# slot file on it.  argv: child code, ext, model, mount point.
+FULL_TMPFS = r"""
+import os, subprocess, sys
+code, ext, model, mnt = sys.argv[1:5]
+r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", mnt], capture_output=True, text=True)
+if r.returncode:
+    print("CANNOT mount: " + r.stderr.strip()); sys.exit(0)
+fd = os.open(os.path.join(mnt, "fill"), os.O_WRONLY | os.O_CREAT, 0o600)
+try:
+    while True:
+        os.write(fd, b"\1" * 4096)
+except OSError:
+    pass
+os.close(fd)
+env = dict(os.environ, BERTFILL_MACHINE_GUARD_FILE=os.path.join(mnt, "test.slots"))
+r = subprocess.run([sys.executable, "-c", code, ext, model, "fill", "今天天气真[MASK]啊"], env=env,
+                   capture_output=True, text=True, timeout=120)
+print("RC %d" % r.returncode); print(r.stdout.strip()); print(r.stderr.strip())
+"""
+
+
+def test_full_tmpfs():
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        skip("full_tmpfs", "needs root and unshare (a tmpfs mounted in a namespace of its own)")
+        return
+    mnt = tempfile.mkdtemp(prefix="bf-mg-tmpfs-")
+    r = subprocess.run(["unshare", "-m", "--propagation", "private", sys.executable, "-c", FULL_TMPFS,
+                        CHILD, EXT, TINY, mnt], env=env(os.path.join(mnt, "unused")),
+                       capture_output=True, text=True, timeout=180)
+    os.rmdir(mnt)
+    if r.returncode != 0 or r.stdout.startswith("CANNOT"):
+        skip("full_tmpfs", "mount namespaces or tmpfs mounts not allowed here: %s"
+                   % (r.stdout + r.stderr).strip()[-200:])
+        return
+    want = child(None, "fill", "今天天气真[MASK]啊").stdout.strip()
+    lines = r.stdout.splitlines()
+    check("full_tmpfs_guard_off_call_answers",
+          lines[:2] == ["RC 0", want] and want.startswith("OK ") and
+          r.stdout.count("machine-wide guard off: cannot reserve the memory of") == 1 and
+          "No space left on device" in r.stdout, r.stdout[-600:] + r.stderr[-300:])
+
+
 def main():
     tmp = tempfile.mkdtemp(prefix="bf-machine-guard-")
     slots = os.path.join(tmp, "test.slots")
@@ -145,6 +193,8 @@ def main():
     outs = [p.communicate(timeout=300) for p in procs]
     got = [json.loads(o[0]) if o[0] else o[1][-300:] for o in outs]
     check("two_processes_one_slot", got == [want, want], str(got)[:300])
+
+    test_full_tmpfs()
 
     for f in os.listdir(tmp):
         os.unlink(os.path.join(tmp, f))
