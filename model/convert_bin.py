@@ -251,15 +251,17 @@ def state_dict(obj, path):
 
 
 def write_safetensors(tensors, out):
-    """tensors: name -> Tensor; each written whole, contiguous."""
+    """tensors: name -> Tensor; each written whole, contiguous, one at a
+    time (the memory needed: the storages and one tensor)."""
     order = sorted(tensors, key=lambda n: (-np.dtype(tensors[n].storage.type.np).itemsize, n))
-    header, blobs, at = {}, [], 0
+    header, at = {}, 0
     for name in order:
         t = tensors[name]
-        b = tensor_bytes(name, t)
-        header[name] = {"dtype": t.storage.type.dtype, "shape": list(t.size), "data_offsets": [at, at + len(b)]}
-        blobs.append(b)
-        at += len(b)
+        n = np.dtype(t.storage.type.np).itemsize
+        for d in t.size:
+            n *= d
+        header[name] = {"dtype": t.storage.type.dtype, "shape": list(t.size), "data_offsets": [at, at + n]}
+        at += n
     header["__metadata__"] = {"format": "pt"}
     h = json.dumps(header, separators=(",", ":")).encode()
     h += b" " * (-(8 + len(h)) % 8)
@@ -268,8 +270,8 @@ def write_safetensors(tensors, out):
         with open(tmp, "wb") as f:
             f.write(struct.pack("<Q", len(h)))
             f.write(h)
-            for b in blobs:
-                f.write(b)
+            for name in order:
+                f.write(tensor_bytes(name, tensors[name]))
             f.flush()
             os.fsync(f.fileno())
         os.rename(tmp, out)

@@ -23,7 +23,7 @@ tensor of the original model.safetensors is there with the same bytes, the
 tied names too; the converted model loads and answers fill_candidates exactly
 as the original does.  A pickle that names another global (os.system) is
 refused and writes nothing; an existing model.safetensors is never written
-over.
+over; a tensor reaching past its storage is refused.
 """
 import collections
 import io
@@ -110,6 +110,7 @@ def state_dict_of(weights):
     """A state dict of FakeTensors for weights (name -> (dtype, shape, bytes)),
     with tied, offset and strided tensors as a real checkpoint has them."""
     sd = collections.OrderedDict()
+    sd._metadata = collections.OrderedDict([("", {"version": 1})])  # as module.state_dict() has
     storages = []
 
     def new_storage(dtype, array):
@@ -313,6 +314,18 @@ def check_refuses_code():
               not os.path.exists(os.path.join(tmp, "model.safetensors")), r.stdout + r.stderr)
 
 
+def check_refuses_out_of_range():
+    """A tensor that reaches past the end of its storage is refused, not read."""
+    with tempfile.TemporaryDirectory() as tmp:
+        st = FakeStorage("0", "F32", np.zeros(6, dtype=np.float32))
+        sd = collections.OrderedDict(w=FakeTensor(st, 4, (2, 2), (2, 1)))
+        write_zip(os.path.join(tmp, "pytorch_model.bin"), sd, [st])
+        r = convert([tmp])
+        check("convert.refuses_out_of_range",
+              r.returncode == 1 and "reaches element 7 of a storage of 6" in r.stderr and
+              not os.path.exists(os.path.join(tmp, "model.safetensors")), r.stdout + r.stderr)
+
+
 def main():
     if not os.path.isdir(os.path.join(MODELS, "tiny")):
         skip("convert", "no test models (make models)")
@@ -325,6 +338,7 @@ def main():
     check_one("tiny.torch_zip", src, lambda p, w: write_with_torch(p, w, legacy=False))
     check_one("tiny.torch_legacy", src, lambda p, w: write_with_torch(p, w, legacy=True))
     check_refuses_code()
+    check_refuses_out_of_range()
     return exit_code()
 
 
