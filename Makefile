@@ -3,7 +3,7 @@
 #   make            build the loadable SQLite extension ./bertfill.so
 #   make demo       build and run a demo query in the sqlite3 shell
 #   make test       build everything and run the whole test suite
-#   make install    bertfill.so and the shipped model under PREFIX (DESTDIR for staging);
+#   make install    bertfill.so and the shipped model with its card under PREFIX (DESTDIR for staging);
 #   make uninstall  removes those files and the ones loads wrote next to the model
 #   make web        the fill-mask web service example (examples/web) on 127.0.0.1:$(PORT)
 #   make asan       the C tests under AddressSanitizer + UBSan
@@ -49,12 +49,16 @@ CLUSTER_NODE := $(if $(HAVE_DQLITE),$(BUILD)/bfnode)
 
 # make install: $(DESTDIR)$(PREFIX)/lib/bertfill.so and the shipped model in
 # $(DESTDIR)$(PREFIX)/share/bertfill/bertfill-zh-tiny/ (the extension looks for
-# it at ../share/bertfill/bertfill-zh-tiny from the directory it was loaded from).
+# it at ../share/bertfill/bertfill-zh-tiny from the directory it was loaded from),
+# with its card, model/MODEL_CARD.md, in the model's directory: the card holds
+# the attribution that the CC BY sources of its training texts require, so it
+# travels with the weights wherever the directory is copied or packaged.
 PREFIX  ?= /usr/local
 DESTDIR ?=
 INSTALL_LIB   := $(DESTDIR)$(PREFIX)/lib
 INSTALL_SHARE := $(DESTDIR)$(PREFIX)/share/bertfill
 SHIPPED_MODEL := bertfill-zh-tiny
+MODEL_CARD    := model/MODEL_CARD.md
 # The model's files are those git tracks (in a copy without .git: the
 # directory's files but the load files below).  A load writes files of this
 # machine next to the weights: model.int8.safetensors (an int8 load),
@@ -133,11 +137,11 @@ test: all test-bins models $(CLUSTER_NODE)
 install: $(EXTENSION)
 	install -d $(INSTALL_LIB) $(INSTALL_SHARE)/$(SHIPPED_MODEL)
 	install -m 0755 $(EXTENSION) $(INSTALL_LIB)/bertfill.so
-	install -m 0644 $(MODEL_FILES) $(INSTALL_SHARE)/$(SHIPPED_MODEL)/
+	install -m 0644 $(MODEL_FILES) $(MODEL_CARD) $(INSTALL_SHARE)/$(SHIPPED_MODEL)/
 
 uninstall:
 	rm -f $(INSTALL_LIB)/bertfill.so
-	rm -f $(addprefix $(INSTALL_SHARE)/$(SHIPPED_MODEL)/,$(notdir $(MODEL_FILES)) $(LOAD_FILES))
+	rm -f $(addprefix $(INSTALL_SHARE)/$(SHIPPED_MODEL)/,$(notdir $(MODEL_FILES) $(MODEL_CARD)) $(LOAD_FILES))
 	rmdir $(INSTALL_SHARE)/$(SHIPPED_MODEL) $(INSTALL_SHARE) 2>/dev/null || true
 
 # The /predict service and its WebUI (examples/web/README.md); Ctrl-C stops it.

@@ -42,6 +42,13 @@ MODELS = {
     # bert-base-chinese's vocabulary layout ([MASK] = 103), longer sequences
     "small": ["--layers", "4", "--hidden", "128", "--heads", "4", "--intermediate", "512",
               "--vocab-size", "2000", "--max-pos", "128", "--seed", "6"],
+    # what README.md's real-model recipe downloads, as tests/clients/t_docs.py
+    # serves it to that recipe: bert-base-chinese's files (config.json,
+    # vocab.txt, tokenizer_config.json, model.safetensors in F32), vocabulary
+    # layout (21128 entries, [MASK] = 103) and 512 positions, but 2 layers of
+    # hidden size 64 (6 MB, not 412)
+    "base-layout": ["--layers", "2", "--hidden", "64", "--heads", "4", "--intermediate", "128",
+                    "--vocab-size", "21128", "--max-pos", "512", "--seed", "7"],
 }
 
 

@@ -467,13 +467,10 @@ static int map_weights(loader *L, const char *dir) {
               path);
     else if (file_exists(dir, "pytorch_model.bin") > 0)
       bf_errf(err, errlen,
-              "%s: missing; pytorch_model.bin is not supported (it is a pickle): "
-              "convert it with  python3 -c \"import torch; "
-              "from safetensors.torch import save_file; "
-              "sd = torch.load('pytorch_model.bin', map_location='cpu'); "
-              "save_file({k: v.contiguous() for k, v in sd.items()}, 'model.safetensors', "
-              "metadata={'format': 'pt'})\"",
-              path);
+              "%s: missing; pytorch_model.bin is not supported (it is a pickle): convert it with "
+              "bertfill's model/convert_bin.py (python3 and numpy; torch is not needed):  "
+              "python3 model/convert_bin.py %s",
+              path, dir);
     else bf_errf(err, errlen, "%s: missing (the weights must be in safetensors format)", path);
     free(path);
     return -1;

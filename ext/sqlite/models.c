@@ -14,13 +14,22 @@
 **   1. the directory given to SELECT bert_load('dir') on this connection;
 **   2. otherwise the directory in the environment variable BERTFILL_MODEL;
 **   3. otherwise the model shipped with bertfill, model/bertfill-zh-tiny,
-**      looked for next to the directory holding bertfill.so (and one or two
-**      levels up, for builds in build/...); then where `make install` puts
-**      it, ../share/bertfill/bertfill-zh-tiny from the directory holding
-**      bertfill.so (so $PREFIX/lib/bertfill.so finds
+**      looked for only where a checkout or an install puts it: next to
+**      bertfill.so (a checkout's ./bertfill.so), two levels up (a checkout's
+**      build/asan/bertfill.so, build/tsan/...), then ../share/bertfill/
+**      bertfill-zh-tiny from the directory holding bertfill.so (where
+**      `make install` puts it: $PREFIX/lib/bertfill.so finds
 **      $PREFIX/share/bertfill/bertfill-zh-tiny whatever PREFIX or DESTDIR
 **      was); then BERTFILL_DEFAULT_MODEL when that was defined at compile
-**      time.
+**      time (a packager's choice, used as it is).
+** A model found next to bertfill.so or above it is used only if every
+** directory from there down to the model's (model/ and model/bertfill-zh-tiny,
+** or share/, share/bertfill/ and share/bertfill/bertfill-zh-tiny) belongs to
+** the owner of bertfill.so or to root and is writable by its owner alone
+** (trusted_below).  A copy of bertfill.so in a folder anyone can write to
+** (/tmp/x/bertfill.so) would otherwise take a model planted by another user
+** two levels up (/tmp/model/...) or in /tmp/share/bertfill/: such a model
+** is passed over, and the "no model" error says which and why.
 ** With none of these, every function fails with a message that says how to
 ** provide a model.
 **
@@ -36,6 +45,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "sqlite3ext.h"
@@ -205,18 +215,32 @@ static void pin(void) {
 }
 void bfx_pin_library(void) { pthread_once(&pin_once, pin); }
 
-/* Append dir/name to out[*n] (up to max) unless it is there already. */
-static void add_candidate(char out[][PATH_MAX], int *n, int max, const char *dir,
-                          const char *name) {
+/* The default model's candidate directories: each a path, and how much of
+** it is the base (the directory of bertfill.so or one above it) below which
+** every directory must pass trusted_below, unless checked is 0 (the
+** compile-time BERTFILL_DEFAULT_MODEL, used as it is). */
+typedef struct {
+  char path[PATH_MAX];
+  size_t base_len;
+  int checked;
+} candidate;
+
+/* Append base/name to out[*n] (up to max) unless it is there already. */
+static void add_candidate(candidate *out, int *n, int max, const char *base, const char *name) {
   char cand[PATH_MAX + 64];
-  snprintf(cand, sizeof cand, "%s/%s", strcmp(dir, "/") ? dir : "", name);
+  const char *b = strcmp(base, "/") ? base : "";
+  snprintf(cand, sizeof cand, "%s/%s", b, name);
   for (int j = 0; j < *n; j++)
-    if (strcmp(out[j], cand) == 0) return;
-  if (*n < max && strlen(cand) < PATH_MAX) strcpy(out[(*n)++], cand);
+    if (strcmp(out[j].path, cand) == 0) return;
+  if (*n < max && strlen(cand) < PATH_MAX) {
+    strcpy(out[*n].path, cand);
+    out[*n].base_len = strlen(b);
+    out[(*n)++].checked = 1;
+  }
 }
 
 /* Candidate directories for the default model, in order (up to max). */
-static int default_candidates(char out[][PATH_MAX], int max) {
+static int default_candidates(candidate *out, int max) {
   int n = 0;
   const char *so = bfx_extension_path();
   if (so[0]) {
@@ -226,29 +250,75 @@ static int default_candidates(char out[][PATH_MAX], int max) {
     char *slash = strrchr(dir, '/');
     if (slash) *slash = 0;
     else strcpy(dir, ".");
-    static const char *const up[] = {"", "/..", "/../.."};
-    for (int i = 0; i < 3; i++) { /* a source tree: ./bertfill.so, build/..., */
+    /* a checkout: ./bertfill.so, build/asan/bertfill.so; an install:
+    ** $PREFIX/lib/bertfill.so with the model in $PREFIX/share */
+    static const struct {
+      const char *up, *name;
+    } where[] = {{"", DEFAULT_MODEL_NAME},
+                 {"/../..", DEFAULT_MODEL_NAME},
+                 {"/..", INSTALLED_MODEL_NAME}};
+    for (size_t i = 0; i < sizeof where / sizeof where[0]; i++) {
       char p[PATH_MAX + 8], base[PATH_MAX];
-      snprintf(p, sizeof p, "%s%s", dir, up[i]);
-      if (realpath(p, base)) add_candidate(out, &n, max, base, DEFAULT_MODEL_NAME);
+      snprintf(p, sizeof p, "%s%s", dir, where[i].up);
+      if (realpath(p, base)) add_candidate(out, &n, max, base, where[i].name);
     }
-    char p[PATH_MAX + 8], base[PATH_MAX]; /* make install: $PREFIX/lib/bertfill.so */
-    snprintf(p, sizeof p, "%s/..", dir);
-    if (realpath(p, base)) add_candidate(out, &n, max, base, INSTALLED_MODEL_NAME);
   }
 #ifdef BERTFILL_DEFAULT_MODEL
-  if (n < max && strlen(BERTFILL_DEFAULT_MODEL) < PATH_MAX)
-    strcpy(out[n++], BERTFILL_DEFAULT_MODEL);
+  if (n < max && strlen(BERTFILL_DEFAULT_MODEL) < PATH_MAX) {
+    strcpy(out[n].path, BERTFILL_DEFAULT_MODEL);
+    out[n].base_len = 0;
+    out[n++].checked = 0;
+  }
 #endif
   return n;
 }
 
+/* Whether the default model c may be used: every directory of c->path below
+** its base (model/, then model/bertfill-zh-tiny, ...) is owned by the owner
+** of bertfill.so or by root, and writable by its owner alone.  A directory
+** that another user made, or can write to, could hold a model planted by
+** that user.  When not, *why (sqlite3_malloc'ed; NULL when out of memory)
+** says which directory and what is wrong. */
+static int trusted_below(const candidate *c, char **why) {
+  struct stat so_st, st;
+  if (!c->checked) return 1;
+  if (stat(bfx_extension_path(), &so_st) != 0) {
+    *why = sqlite3_mprintf("%s not used: cannot stat bertfill.so (%s)", c->path, strerror(errno));
+    return 0;
+  }
+  char p[PATH_MAX];
+  strcpy(p, c->path);
+  for (size_t i = c->base_len + 1;; i++) {
+    if (p[i] != '/' && p[i] != 0) continue;
+    char keep = p[i];
+    p[i] = 0;
+    int rc = stat(p, &st);
+    if (rc != 0) {
+      *why = sqlite3_mprintf("%s not used: %s: %s", c->path, p, strerror(errno));
+      return 0;
+    }
+    if (st.st_uid != so_st.st_uid && st.st_uid != 0) {
+      *why = sqlite3_mprintf("%s not used: %s belongs to user %u, not to the owner of "
+                             "bertfill.so (%u) or root",
+                             c->path, p, (unsigned)st.st_uid, (unsigned)so_st.st_uid);
+      return 0;
+    }
+    if (st.st_mode & (S_IWGRP | S_IWOTH)) {
+      *why = sqlite3_mprintf("%s not used: %s is writable by %s", c->path, p,
+                             st.st_mode & S_IWOTH ? "every user" : "its group");
+      return 0;
+    }
+    if (!keep) return 1;
+    p[i] = keep;
+  }
+}
+
 char *bfx_default_model_paths(void) {
-  char c[MAX_CANDIDATES][PATH_MAX];
+  candidate c[MAX_CANDIDATES];
   int n = default_candidates(c, MAX_CANDIDATES);
   char *s = sqlite3_mprintf("%s", "");
   for (int i = 0; i < n && s; i++) {
-    char *t = sqlite3_mprintf("%s%s%s", s, i ? ", " : "", c[i]);
+    char *t = sqlite3_mprintf("%s%s%s", s, i ? ", " : "", c[i].path);
     sqlite3_free(s);
     s = t;
   }
@@ -276,19 +346,28 @@ static bf_model *resolve_default(bf_precision precision, const char **source, ch
     return registry_get(env, precision, " (from the environment variable BERTFILL_MODEL)",
                         HOWTO_ENV, err);
   }
-  char cand[MAX_CANDIDATES][PATH_MAX];
+  candidate cand[MAX_CANDIDATES];
   int n = default_candidates(cand, MAX_CANDIDATES);
+  char *passed_over = NULL; /* the first model found but not trusted: why */
   for (int i = 0; i < n; i++) {
-    if (has_config(cand[i])) {
-      *source = "default";
-      return registry_get(cand[i], precision, "", HOWTO, err);
+    char *why = NULL;
+    if (!has_config(cand[i].path)) continue;
+    if (!trusted_below(&cand[i], &why)) {
+      if (passed_over) sqlite3_free(why);
+      else passed_over = why;
+      continue;
     }
+    sqlite3_free(passed_over);
+    *source = "default";
+    return registry_get(cand[i].path, precision, "", HOWTO, err);
   }
   char *where = bfx_default_model_paths();
   *err = sqlite3_mprintf("bertfill: no model: the default model %s was not found "
-                         "(looked in %s).  " HOWTO,
-                         DEFAULT_MODEL_NAME, where && where[0] ? where : "no location known");
+                         "(looked in %s%s%s).  " HOWTO,
+                         DEFAULT_MODEL_NAME, where && where[0] ? where : "no location known",
+                         passed_over ? "; " : "", passed_over ? passed_over : "");
   sqlite3_free(where);
+  sqlite3_free(passed_over);
   return NULL;
 }
 

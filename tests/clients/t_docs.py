@@ -44,6 +44,24 @@ without node (or better-sqlite3) or php (or its SQLite3 class) those examples
 are skipped with the reason.  Checks:
 ok/FAIL/skip docs.FILE:LINE, LINE the first line of the shown output.
 
+Shell transcripts are tests too: a ```sh block whose first line starts with
+"$ " is a session typed at a shell.  "$ " begins a command, "> " continues it,
+other lines are what it prints.  The commands run one after another in one
+bash, in a scratch directory that holds ./bertfill.so (the extension under
+test), without BERTFILL_MODEL; each must exit with status 0, and print what
+is shown (trailing spaces aside).  The recipe of README.md that downloads
+bert-base-chinese runs there too: `curl` is a stand-in that serves, for the
+URLs of google-bert/bert-base-chinese on huggingface.co and on the mirror
+hf-mirror.com, the files of the generated model build/models/base-layout
+(make_test_models.py: bert-base-chinese's files and vocabulary layout, 2
+layers of hidden size 64), and fails for any other URL or file, as a curl -f
+without network would.  A command whose output is bert-base-chinese's, not
+the generated model's, carries the mark "# (bert-base-chinese)": it must
+succeed, its output is not compared.  A block that uses HF_ENDPOINT runs a
+second time with HF_ENDPOINT=https://hf-mirror.com, and every download must
+then come from the mirror (.mirror checks).  --update leaves shell
+transcripts alone.
+
 A ```sql block that is not a transcript may not show output as comments
 ("-- 1|..."): output is shown as a transcript, where it is checked
 (docs.untested.FILE:LINE).
@@ -80,7 +98,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 os.chdir(ROOT)
 # bftest (the check lines, where the build is) is in tests/python
 sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
-from bftest import EXT, check, exit_code, fail, skip  # noqa: E402
+from bftest import EXT, MODELS, check, exit_code, fail, skip  # noqa: E402
 
 PROMPT, MORE = "sqlite> ", "   ...> "
 VARIES = "-- output varies"
@@ -207,6 +225,137 @@ def run_file(path, ext, update=False):
         shutil.rmtree(tmp, ignore_errors=True)
     if fixes:
         update_file(path, fixes)
+
+
+# ---- shell transcripts ------------------------------------------------------
+
+SH_PROMPT, SH_MORE = "$ ", "> "
+REAL_MODEL = "# (bert-base-chinese)"
+BASE_LAYOUT = os.path.join(MODELS, "base-layout")
+MIRROR = "https://hf-mirror.com"
+
+# curl without network: the files of $BF_DOCS_MODEL for the URLs of
+# google-bert/bert-base-chinese on the hub and its mirror; each URL asked
+# for is logged in $BF_DOCS_CURL_LOG.
+FAKE_CURL = r"""#!/bin/bash
+out= url= remote=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    http://*|https://*) url=$1 ;;
+    -o|--output) out=$2; shift ;;
+    -O|--remote-name) remote=1 ;;
+    --retry|--retry-delay|--connect-timeout|--max-time|-C) shift ;;
+    --*) ;;
+    -*) case "$1" in *O*) remote=1 ;; esac
+        case "$1" in *o) out=$2; shift ;; esac ;;
+  esac
+  shift
+done
+echo "$url" >>"$BF_DOCS_CURL_LOG"
+case "$url" in
+  https://huggingface.co/google-bert/bert-base-chinese/resolve/main/*|\
+  https://hf-mirror.com/google-bert/bert-base-chinese/resolve/main/*) f=${url##*/} ;;
+  *) echo "curl: (6) Could not resolve host: ${url#*://} (t_docs serves only bert-base-chinese's files)" >&2; exit 6 ;;
+esac
+[ -f "$BF_DOCS_MODEL/$f" ] || { echo "curl: (22) The requested URL returned error: 404" >&2; exit 22; }
+[ -n "$out" ] || { [ "$remote" = 1 ] && out=$f; }
+[ -n "$out" ] || { cat "$BF_DOCS_MODEL/$f"; exit 0; }
+cp "$BF_DOCS_MODEL/$f" "$out"
+"""
+
+
+def shell_transcripts(path):
+    """[[line, command, expected output lines], ...] of every shell transcript of path."""
+    out = []
+    for lang, body in blocks(path):
+        if lang not in ("sh", "bash", "console", "shell"):
+            continue
+        text = [line for _, line in body if line.strip()]
+        if not text or not text[0].startswith(SH_PROMPT):
+            continue
+        cmds = []
+        for i, line in body:
+            if line.startswith(SH_PROMPT):
+                cmds.append([i, line[len(SH_PROMPT):], []])
+            elif line.startswith(SH_MORE) and not cmds[-1][2]:
+                cmds[-1][1] += "\n" + line[len(SH_MORE):]
+            else:
+                cmds[-1][2].append(line.rstrip())
+        out.append(cmds)
+    return out
+
+
+def run_shell(path, ext):
+    name = os.path.relpath(path, ROOT)
+    for cmds in shell_transcripts(path):
+        first = "docs.%s:%d" % (name, cmds[0][0])
+        if not os.path.isfile(os.path.join(BASE_LAYOUT, "model.safetensors")):
+            skip(first, "no generated model %s (make models)" % BASE_LAYOUT)
+            continue
+        mirror = any("HF_ENDPOINT" in c for _, c, _ in cmds)
+        for endpoint in ([None, MIRROR] if mirror else [None]):
+            run_shell_once(name, cmds, ext, endpoint)
+
+
+def run_shell_once(name, cmds, ext, endpoint):
+    tmp = tempfile.mkdtemp(prefix="bf_docs_sh_")
+    try:
+        os.symlink(ext + ".so", os.path.join(tmp, "bertfill.so"))
+        bindir = os.path.join(tmp, ".bin")
+        os.mkdir(bindir)
+        with open(os.path.join(bindir, "curl"), "w") as f:
+            f.write(FAKE_CURL)
+        os.chmod(os.path.join(bindir, "curl"), 0o755)
+        log = os.path.join(bindir, "urls")
+        script = []
+        for n, (_, cmd, _) in enumerate(cmds):
+            script += ["echo @@%d" % n, cmd, "echo \"@@rc $?\""]
+        env = dict(os.environ, PATH=bindir + os.pathsep + os.environ.get("PATH", ""),
+                   BF_DOCS_MODEL=BASE_LAYOUT, BF_DOCS_CURL_LOG=log, BERTFILL_PROGRESS="0")
+        env.pop("BERTFILL_MODEL", None)
+        env.pop("HF_ENDPOINT", None)
+        if endpoint:
+            env["HF_ENDPOINT"] = endpoint
+        if os.environ.get("BF_PRELOAD"):
+            env["LD_PRELOAD"] = os.environ["BF_PRELOAD"]
+        with open(os.path.join(bindir, "session.sh"), "w", encoding="utf-8") as f:
+            f.write("\n".join(script) + "\n")
+        r = subprocess.run(["bash", os.path.join(bindir, "session.sh")], stdin=subprocess.DEVNULL,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=tmp, env=env,
+                           text=True, timeout=300)
+        got, status, cur = {}, {}, None
+        for line in r.stdout.split("\n"):
+            m = re.fullmatch(r"@@(\d+)", line)
+            rc = re.fullmatch(r"@@rc (\d+)", line)
+            if m:
+                cur = int(m.group(1))
+                got[cur] = []
+            elif rc and cur is not None:
+                status[cur] = int(rc.group(1))
+            elif cur is not None:
+                got[cur].append(line.rstrip())
+        suffix = ".mirror" if endpoint else ""
+        for n, (line, cmd, want) in enumerate(cmds):
+            label = "docs.%s:%d%s" % (name, line, suffix)
+            have = got.get(n, ["<no output: did the shell stop?>"])
+            while have and have[-1] == "":
+                have.pop()
+            want = list(want)
+            while want and want[-1] == "":
+                want.pop()
+            if status.get(n) != 0:
+                fail(label, "%s\n      exit status %s: %r" % (cmd, status.get(n), have[-8:]))
+            elif REAL_MODEL in cmd:
+                check(label, bool(have), "%s\n      printed nothing" % cmd)
+            else:
+                check(label, have == want, "%s\n      shown: %r\n      real:  %r" % (cmd, want, have))
+        if endpoint:
+            urls = open(log).read().split() if os.path.exists(log) else []
+            check("docs.%s:%d.mirror_used" % (name, cmds[0][0]),
+                  urls and all(u.startswith(endpoint + "/") for u in urls),
+                  "with HF_ENDPOINT=%s the downloads were %r" % (endpoint, urls))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 # ---- Python and Node.js programs ----------------------------------------
@@ -517,6 +666,7 @@ def main():
     files = ["README.md"] + sorted(glob.glob("docs/**/*.md", recursive=True))
     for path in files:
         run_file(path, ext, update)
+        run_shell(path, ext)
     runners = {"python": ([sys.executable], {})}
     for path in files:
         fixes = []

@@ -1,18 +1,20 @@
 #!/usr/bin/env bash
 # t_install.sh — `make install` and `make uninstall` into a temporary DESTDIR:
 #   $(DESTDIR)$(PREFIX)/lib/bertfill.so
-#   $(DESTDIR)$(PREFIX)/share/bertfill/bertfill-zh-tiny/{config.json,vocab.txt,...}
+#   $(DESTDIR)$(PREFIX)/share/bertfill/bertfill-zh-tiny/{config.json,vocab.txt,...,MODEL_CARD.md}
 # with the default PREFIX (/usr/local) and another one; the installed extension
 # loads from another directory and fills masks with the installed model (named
 # in BERTFILL_MODEL, and found by itself without it), answers bert_version();
-# the uninstall removes every installed file.  The model files installed are
+# the uninstall removes every installed file.  The model's card
+# (model/MODEL_CARD.md, the attribution its CC BY training texts require)
+# is installed into the model's directory, byte for byte.  The model files installed are
 # exactly those git tracks: never the files a load wrote next to the weights
 # of this checkout (model.fingerprint, model.int8.safetensors,
 # model.packed.safetensors, model.bf16.safetensors, and the
 # NAME.tmp.PID.THREAD an interrupted write leaves), which are put there for
 # the test when missing; uninstall removes those the installed model got
 # from its own loads.  The same from a copy without .git (a tarball):
-# Makefile and model directory only, where the checkout has none of them.
+# Makefile, model card and model directory only, where the checkout has none of them.
 set -u
 cd "$(dirname "$0")/../.."
 EXT=${BERTFILL_EXT:-./bertfill}
@@ -51,13 +53,14 @@ for prefix in /usr/local /opt/bertfill; do
   else out=$(mk install DESTDIR="$dest" PREFIX="$prefix"); fi
   [ $? -eq 0 ] || { fail "make$name" "make install failed: $out"; continue; }
   want=$(echo "755 ${prefix#/}/lib/bertfill.so"
-         for f in $model_files; do echo "644 ${prefix#/}/share/bertfill/bertfill-zh-tiny/$f"; done)
+         for f in $model_files MODEL_CARD.md; do echo "644 ${prefix#/}/share/bertfill/bertfill-zh-tiny/$f"; done)
   check "files$name" "$(listing "$dest")" "$(echo "$want" | LC_ALL=C sort)"
   same=1
   cmp -s "$EXT.so" "$dest$prefix/lib/bertfill.so" || same=0
   for f in $model_files; do
     cmp -s "model/bertfill-zh-tiny/$f" "$dest$prefix/share/bertfill/bertfill-zh-tiny/$f" || same=0
   done
+  cmp -s model/MODEL_CARD.md "$dest$prefix/share/bertfill/bertfill-zh-tiny/MODEL_CARD.md" || same=0
   check "same_bytes$name" "$same" 1
 
   # Loaded by its installed path from an unrelated directory, with the
@@ -93,12 +96,12 @@ done
 # A copy without .git (a tarball): the Makefile and the model directory with
 # the load files in it; the extension is taken as built (make -o).
 copy=$tmp/tarball
-mkdir -p "$copy/model" && cp Makefile "$copy/" && cp -r "$model" "$copy/model/"
+mkdir -p "$copy/model" && cp Makefile "$copy/" && cp -r "$model" model/MODEL_CARD.md "$copy/model/"
 tmk() { GIT_CEILING_DIRECTORIES=$tmp make --no-print-directory -s -C "$copy" -o "$EXT.so" \
           EXTENSION="$EXT.so" DESTDIR="$tmp/dest_tarball" "$@" 2>&1; }
 out=$(tmk install) || fail "tarball_make" "make install failed: $out"
 want=$(echo "755 usr/local/lib/bertfill.so"
-       for f in $model_files; do echo "644 usr/local/share/bertfill/bertfill-zh-tiny/$f"; done)
+       for f in $model_files MODEL_CARD.md; do echo "644 usr/local/share/bertfill/bertfill-zh-tiny/$f"; done)
 check "files_tarball" "$(listing "$tmp/dest_tarball")" "$(echo "$want" | LC_ALL=C sort)"
 # uninstall removes the load files of the installed model, also where the
 # copy has none of its own
