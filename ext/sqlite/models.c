@@ -26,6 +26,7 @@
 ** directory from there down to the model's (model/ and model/bertfill-zh-tiny,
 ** or share/, share/bertfill/ and share/bertfill/bertfill-zh-tiny) belongs to
 ** the owner of bertfill.so or to root and is writable by its owner alone
+** (and its group when that is the owner's own group: group_of_owner_alone)
 ** (trusted_below).  A copy of bertfill.so in a folder anyone can write to
 ** (/tmp/x/bertfill.so) would otherwise take a model planted by another user
 ** two levels up (/tmp/model/...) or in /tmp/share/bertfill/: such a model
@@ -45,6 +46,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <grp.h>
+#include <pwd.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -275,10 +278,27 @@ static int default_candidates(candidate *out, int max) {
 
 /* Whether the default model c may be used: every directory of c->path below
 ** its base (model/, then model/bertfill-zh-tiny, ...) is owned by the owner
-** of bertfill.so or by root, and writable by its owner alone.  A directory
+** of bertfill.so or by root, and writable by its owner alone (its group too
+** when that group is the owner's alone: group_of_owner_alone).  A directory
 ** that another user made, or can write to, could hold a model planted by
 ** that user.  When not, *why (sqlite3_malloc'ed; NULL when out of memory)
 ** says which directory and what is wrong. */
+/* 1 when the group of st is its owner's alone: a user private group (the
+** owner's primary group, with no other member listed), as Debian and
+** Ubuntu give every user, whose umask 002 makes folders group-writable;
+** or a group whose one listed member is the owner.  Else 0. */
+static int group_of_owner_alone(const struct stat *st) {
+  struct passwd pw, *pwp = NULL;
+  struct group gr, *grp = NULL;
+  char pbuf[4096], gbuf[16384];
+  if (getpwuid_r(st->st_uid, &pw, pbuf, sizeof pbuf, &pwp) != 0 || !pwp ||
+      getgrgid_r(st->st_gid, &gr, gbuf, sizeof gbuf, &grp) != 0 || !grp)
+    return 0;
+  char **mem = gr.gr_mem;
+  if (!mem || !mem[0]) return pw.pw_gid == gr.gr_gid;
+  return !mem[1] && strcmp(mem[0], pw.pw_name) == 0;
+}
+
 static int trusted_below(const candidate *c, char **why) {
   struct stat so_st, st;
   if (!c->checked) return 1;
@@ -303,7 +323,7 @@ static int trusted_below(const candidate *c, char **why) {
                              c->path, p, (unsigned)st.st_uid, (unsigned)so_st.st_uid);
       return 0;
     }
-    if (st.st_mode & (S_IWGRP | S_IWOTH)) {
+    if ((st.st_mode & S_IWOTH) || ((st.st_mode & S_IWGRP) && !group_of_owner_alone(&st))) {
       *why = sqlite3_mprintf("%s not used: %s is writable by %s", c->path, p,
                              st.st_mode & S_IWOTH ? "every user" : "its group");
       return 0;

@@ -60,7 +60,7 @@ def chown_tree(top, uid):
             os.chown(os.path.join(root, f), uid, uid)
 
 
-def case(name, so_rel, model_rel, first_dir_rel, spoil):
+def case(name, so_rel, model_rel, first_dir_rel, spoil, prepare=None):
     """spoil(first directory below the base): None keeps the planted model as
     its owner made it; else a function that makes it untrusted, and the
     words the error must hold."""
@@ -70,6 +70,8 @@ def case(name, so_rel, model_rel, first_dir_rel, spoil):
         shutil.copy(EXT + ".so" if os.path.exists(EXT + ".so") else EXT, so)
         model = plant(tmp, model_rel)
         first = os.path.join(tmp, first_dir_rel)
+        if prepare:
+            prepare(first)
         if spoil is None:
             got = client(so)
             check("search.%s" % name, got == "MODEL default %s" % os.path.realpath(model), got)
@@ -91,13 +93,18 @@ def main():
         case("%s_own" % layout, so, model, first, None)
         case("%s_world_writable" % layout, so, model, first,
              lambda d: (os.chmod(d, 0o777), ["writable by every user"])[1])
-        case("%s_group_writable" % layout, so, model, first,
-             lambda d: (os.chmod(d, 0o775), ["writable by its group"])[1])
+        # group-writable (umask 002) in the owner's own group (a user private
+        # group: root's here, and every Debian user's): used
+        case("%s_group_writable_private_group" % layout, so, model, first, None,
+             prepare=lambda d: os.chmod(d, 0o775))
         if os.geteuid() == 0:
+            case("%s_group_writable" % layout, so, model, first,
+                 lambda d: (os.chmod(d, 0o775), os.chown(d, -1, 65534), ["writable by its group"])[2])
             case("%s_other_owner" % layout, so, model, first,
                  lambda d: (chown_tree(d, 65534), ["belongs to user 65534", "owner of bertfill.so"])[1])
         else:
             skip("search.%s_other_owner" % layout, "needs root to plant a model of another user")
+            skip("search.%s_group_writable" % layout, "needs root to give a folder another group")
     return exit_code()
 
 
