@@ -244,7 +244,7 @@ def programs(path):
 def node_runner():
     """(argv, environment to add) that run a Node.js example, or (None, why not)."""
     if not shutil.which("node"):
-        return None, "no node (Debian: bash .ci/install-deps)"
+        return None, "no node (Debian: make test-deps)"
     r = subprocess.run(["bash", "tests/clients/node/install.sh"], stdout=subprocess.PIPE,
                        stderr=subprocess.PIPE, text=True, timeout=600)
     if r.returncode != 0:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # t_sqlite_utils.sh — bertfill from Debian's sqlite-utils (apt-get install
-# sqlite-utils; .ci/install-deps does): `sqlite-utils query DB SQL
+# sqlite-utils; make test-deps does): `sqlite-utils query DB SQL
 # --load-extension ./bertfill` with bert_fill and fill_candidates, an error, and
 # a column fill with bert_prefill + UPDATE.  Answers are compared with the
 # sqlite3 shell's for the same model (cache off there, so it computes its own).
