@@ -378,13 +378,17 @@ def test_null_and_invalid():
     check("invalid_utf8_row_error", got[3] == (None, "fill_rows: invalid UTF-8 at byte 0 of the text (byte value 0xFF)"),
           repr(got[3]))
     limit = json.load(open(os.path.join(TINY, "config.json")))["max_position_embeddings"]
+    # the remedy: the last limit - 2 tokens (200 我 and the [MASK], one token each), from character
+    # 202 - (limit - 2): the [MASK] ends the text, so the window around it ends there too
     check("too_long_row_error", got[4] == (None, "fill_rows: the text is 203 tokens long ([CLS] and [SEP] included) "
-                                                 "but the model takes at most %d (max_position_embeddings)" % limit),
+                                                 "but the model takes at most %d (max_position_embeddings): %d too "
+                                                 "many; keep substr(text, %d, %d), the %d tokens around its [MASK]"
+                                                 % (limit, 203 - limit, 202 - (limit - 2), limit - 3 + 6, limit - 2)),
           repr(got[4]))
     check("no_mask_as_is", got[5] == ("no mask", None) and got[6] == ("7", None), repr((got[5], got[6])))
     check("other_rows_filled", got[1][0] and "[MASK]" not in got[1][0] and got[7][0] and "[MASK]" not in got[7][0]
           and got[1][1] is None, repr((got[1], got[7])))
-    check("lowercase_mask_row_error", got[8] == (None, "fill_rows: the text holds '[mask]' at byte 0, which is "
+    check("lowercase_mask_row_error", got[8] == (None, "fill_rows: the text holds '[mask]' at character 1, byte 0, which is "
           "not a mask and would be read as plain text: write [MASK] (ASCII brackets, capital letters, no "
           "spaces) where a token should be filled"), repr(got[8]))
     check("row_errors_counted", d["err_input"] == 2 and d["err_toolong"] == 1 and d["rows"] == 8, repr(d))
