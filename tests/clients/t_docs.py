@@ -62,6 +62,16 @@ grep, not a proof: docs.error.checker checks that messages that are not in
 ext/ are rejected.  A quote in a transcript is produced by its statement,
 which is better.
 
+A block whose first line is "$ make demo" shows what the demo prints:
+sql/demo.sh runs (in a scratch copy, with the extension under test as
+./bertfill.so) and its output must be the block's lines, exactly, but from
+the first line that says "output varies" on (bert_debug's kernels and
+threads), where only the number of lines counts (docs.FILE:LINE.make_demo).
+
+The README says which SQLite bertfill needs: the version entry.c checks,
+and in the same paragraph each newer version that an example needs (`UPDATE
+… FROM`: 3.33), with what needs it (docs.sqlite_version.VERSION).
+
 --update (after retraining the shipped model, say) replaces every shown output
 that differs by what the shell (or the program) really printed, and reports
 each statement it changed; read the diff: the prose around an example may
@@ -207,6 +217,77 @@ def run_file(path, ext, update=False):
         shutil.rmtree(tmp, ignore_errors=True)
     if fixes:
         update_file(path, fixes)
+
+
+# ---- what `make demo` prints ------------------------------------------------
+
+DEMO = "$ make demo"
+
+
+def demo_transcripts(path):
+    """(line, expected output lines) of every block of path whose first line
+    is "$ make demo": the lines after it are what the demo prints."""
+    out = []
+    for _, body in blocks(path):
+        if body and body[0][1] == DEMO:
+            out.append((body[0][0], [line.rstrip() for _, line in body[1:]]))
+    return out
+
+
+def run_demo(path, ext, update=False):
+    """A shown `make demo` is what sql/demo.sh prints on the shipped model,
+    line for line; from the first line that says "output varies" on, only
+    the number of lines is compared (bert_debug's kernels and threads)."""
+    name = os.path.relpath(path, ROOT)
+    shown = demo_transcripts(path)
+    if not shown:
+        return
+    tmp = tempfile.mkdtemp(prefix="bf_demo_")
+    try:  # the demo as `make demo` runs it, with the extension under test as ./bertfill.so
+        os.mkdir(os.path.join(tmp, "sql"))
+        for f in ("demo.sh", "demo.sql"):
+            shutil.copy(os.path.join(ROOT, "sql", f), os.path.join(tmp, "sql", f))
+        os.symlink(os.path.join(ROOT, "model"), os.path.join(tmp, "model"))
+        os.symlink(os.path.realpath(ext + ".so"), os.path.join(tmp, "bertfill.so"))
+        env = dict(os.environ, BERTFILL_PROGRESS="0")
+        env.pop("BERTFILL_MODEL", None)
+        if os.environ.get("BF_PRELOAD"):
+            env["LD_PRELOAD"] = os.environ["BF_PRELOAD"]
+        r = subprocess.run(["bash", os.path.join(tmp, "sql", "demo.sh")], stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, env=env, text=True, timeout=300)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    have = [line.rstrip() for line in r.stdout.split("\n")]
+    while have and have[-1] == "":
+        have.pop()
+    if r.returncode != 0:
+        have.append("<exit status %d>" % r.returncode)
+    for line, want in shown:
+        label = "docs.%s:%d.make_demo" % (name, line)
+        cut = next((i for i, w in enumerate(want) if "output varies" in w), len(want))
+        same = have[:cut] == want[:cut] and len(have) == len(want)
+        if update and not same and r.returncode == 0:
+            update_demo(path, line, have[:cut] + want[cut:] if len(have) == len(want) else have)
+            print("updated %s" % label)
+            continue
+        diff = next((i for i in range(min(len(have), len(want))) if have[i] != want[i] and i < cut),
+                    min(len(have), len(want)))
+        check(label, same, "the demo prints %d lines, %d shown; first difference at line %d:\n"
+              "      shown: %r\n      real:  %r" % (len(have), len(want), line + 1 + diff,
+                                                    want[diff] if diff < len(want) else None,
+                                                    have[diff] if diff < len(have) else None))
+
+
+def update_demo(path, line, have):
+    """Replace the output of the `$ make demo` block at line by have."""
+    with open(path, encoding="utf-8") as f:
+        lines = f.read().split("\n")
+    end = line
+    while not lines[end].startswith("```"):
+        end += 1
+    lines[line:end] = have
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("\n".join(lines))
 
 
 # ---- Python and Node.js programs ----------------------------------------
@@ -508,6 +589,49 @@ def check_errors(paths):
             check("docs.error.%s:%d" % (name, line), why is None, "%s\n      quoted: %s" % (why, msg))
 
 
+# SQL of newer SQLite than the extension needs (3.31): what it is called in
+# the README, the version, and how to find it in an example.
+SQLITE_FEATURES = [
+    ("`UPDATE … FROM`", "3.33", re.compile(r"\bUPDATE\s+\w+\s+SET\b[^;]*?\bFROM\b", re.I | re.S)),
+    ("`iif`", "3.32", re.compile(r"\biif\s*\(", re.I)),
+    ("`RETURNING`", "3.35", re.compile(r"\bRETURNING\b", re.I)),
+    ("`DROP COLUMN`", "3.35", re.compile(r"\bDROP\s+COLUMN\b", re.I)),
+    ("`STRICT` tables", "3.37", re.compile(r"\)\s*STRICT\b", re.I)),
+    ("`->>`", "3.38", re.compile(r"->>")),
+    ("`unixepoch`", "3.38", re.compile(r"\bunixepoch\s*\(", re.I)),
+    ("`format`", "3.38", re.compile(r"\bformat\s*\(", re.I)),
+    ("`RIGHT` and `FULL JOIN`", "3.39", re.compile(r"\b(RIGHT|FULL)\s+(OUTER\s+)?JOIN\b", re.I)),
+    ("`concat`", "3.44", re.compile(r"\bconcat(_ws)?\s*\(", re.I)),
+]
+
+
+def check_sqlite_versions(paths):
+    """The README says which SQLite bertfill needs: the extension's minimum
+    (entry.c's check, the version in its message), and, in the same
+    paragraph, every newer version an example of README.md or docs/ needs,
+    with what needs it (docs.sqlite_version)."""
+    entry = open(os.path.join(ROOT, "ext", "sqlite", "entry.c"), encoding="utf-8").read()
+    m = re.search(r"sqlite3_libversion_number\(\) < (\d)(\d{3})(\d{3})", entry)
+    least = "%d.%d" % (int(m.group(1)), int(m.group(2))) if m else None
+    readme = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+    paras = [re.sub(r"\s+", " ", p) for p in readme.split("\n\n")]
+    claim = [p for p in paras if "needs SQLite %s or later" % least in p]
+    check("docs.sqlite_version.least", least is not None and claim,
+          "README.md does not say \"needs SQLite %s or later\", the version entry.c checks" % least)
+    used = {}
+    for path in paths:
+        for lang, body in blocks(path):
+            code = "\n".join(line for _, line in body)
+            for label, version, pat in SQLITE_FEATURES:
+                if pat.search(code):
+                    used.setdefault((label, version), os.path.relpath(path, ROOT))
+    for (label, version), where in sorted(used.items()):
+        said = any(label in p and version in p for p in claim)
+        check("docs.sqlite_version.%s" % version, said,
+              "%s (SQLite %s, used in %s) is not named with its version where README.md says which "
+              "SQLite bertfill needs" % (label, version, where))
+
+
 def main():
     if not shutil.which("sqlite3"):
         skip("docs", "no sqlite3 shell (apt-get install sqlite3)")
@@ -517,6 +641,7 @@ def main():
     files = ["README.md"] + sorted(glob.glob("docs/**/*.md", recursive=True))
     for path in files:
         run_file(path, ext, update)
+        run_demo(path, ext, update)
     runners = {"python": ([sys.executable], {})}
     for path in files:
         fixes = []
@@ -528,6 +653,7 @@ def main():
             update_lines(path, fixes)
         untested_output(path)
     check_errors(files)
+    check_sqlite_versions(files)
     return exit_code()
 
 
