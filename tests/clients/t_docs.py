@@ -68,6 +68,10 @@ sql/demo.sh runs (in a scratch copy, with the extension under test as
 the first line that says "output varies" on (bert_debug's kernels and
 threads), where only the number of lines counts (docs.FILE:LINE.make_demo).
 
+docs/errors.md maps the errors of SQLite itself that users of bertfill meet
+(`unsafe use of bert_fill()`, `database is locked`, ...) to what to do
+(docs.errors_md.sqlite: MESSAGE).
+
 The README says which SQLite bertfill needs: the version entry.c checks,
 and in the same paragraph each newer version that an example needs (`UPDATE
 … FROM`: 3.33), with what needs it (docs.sqlite_version.VERSION).
@@ -182,6 +186,8 @@ def run_file(path, ext, update=False):
             script.append(".print @@%d" % n)
             if stmt.strip() in (".load ./bertfill", ".load ./bertfill.so"):
                 stmt = ".load " + ext
+            elif stmt.startswith(".load ./bertfill "):  # another entry point
+                stmt = ".load " + ext + stmt[len(".load ./bertfill"):]
             script.append(stmt)
         env = dict(os.environ)
         env.pop("BERTFILL_MODEL", None)
@@ -632,6 +638,25 @@ def check_sqlite_versions(paths):
               "SQLite bertfill needs" % (label, version, where))
 
 
+# SQLite's own messages that bertfill's users meet, and the words of the
+# remedy docs/errors.md must give in the same section.
+SQLITE_ERRORS = [
+    ("unsafe use of bert_fill()", "sqlite3_bertfill_trusted_init"),
+    ("database is locked", ".timeout"),
+    ('near "FROM": syntax error', "3.33"),
+    ("no such function: bert_fill", ".load ./bertfill"),
+]
+
+
+def check_sqlite_errors():
+    """docs/errors.md maps SQLite's own errors to what to do (docs.errors_md.sqlite)."""
+    text = open(os.path.join(ROOT, "docs", "errors.md"), encoding="utf-8").read()
+    sections = text.split("\n## ")
+    for msg, remedy in SQLITE_ERRORS:
+        check("docs.errors_md.sqlite: " + msg, any(msg in sec and remedy in sec for sec in sections),
+              "docs/errors.md has no section with %r and its remedy %r" % (msg, remedy))
+
+
 def main():
     if not shutil.which("sqlite3"):
         skip("docs", "no sqlite3 shell (apt-get install sqlite3)")
@@ -654,6 +679,7 @@ def main():
         untested_output(path)
     check_errors(files)
     check_sqlite_versions(files)
+    check_sqlite_errors()
     return exit_code()
 
 
