@@ -342,7 +342,7 @@ def node_runner():
 def php_runner(ext):
     """(argv, environment to add) that run a PHP example, or (None, why not)."""
     if not shutil.which("php"):
-        return None, "no php (Debian: apt-get install php-cli php-sqlite3)"
+        return None, "no php (Debian: make test-deps, or apt-get install php-cli php-sqlite3)"
     if subprocess.run(["php", "-r", "exit(class_exists('SQLite3') ? 0 : 1);"]).returncode != 0:
         return None, "PHP has no SQLite3 class (Debian: apt-get install php-sqlite3)"
     return ["php", "-d", "sqlite3.extension_dir=" + os.path.dirname(os.path.realpath(ext + ".so"))], {}
