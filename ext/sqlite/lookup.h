@@ -27,8 +27,8 @@ void bfx_result_clear(bfx_result *r);
 /* Candidates for t with at least k per mask (k is capped at the vocabulary
 ** size): from the LRU, the cache table, or the encoder (then stored; the
 ** encoder computes at least BFX_MIN_K so that every function can use the
-** entry later).  t comes from bfx_tokenize_fill,
-** which refused a text too long for the model (text.h). */
+** entry later).  t comes from bfx_tokenize_fill, which refused a text too
+** long for the model (text.h). */
 int bfx_lookup_or_encode(bfx_conn *c, bf_model *m, const bf_tokens *t, int k, bfx_result *res,
                          bfx_err *e);
 
