@@ -8,6 +8,8 @@ LD_PRELOAD of the child processes this test starts, for ASan runs).
 
 Exact tokens and probabilities are checked against tests/golden/forward_*.json,
 made by model/reference.py (an independent float64 implementation in numpy).
+The error of a text too long for the model is checked on random long texts:
+the part it says to keep holds every mask, fits and fills (too_long_remedy).
 Prints one line per check: ok NAME / FAIL NAME: why / skip NAME: why.
 """
 import json
