@@ -1,5 +1,8 @@
 # bertfill — build, test, benchmark.  See README.md.
-#   make deps       install the Debian packages needed (apt-get)
+#   make deps       install the Debian packages that building and using bertfill and
+#                   make test's own suites need (apt-get; .ci/install-deps lists them)
+#   make test-deps  the full test suite's peers too: Node.js, PHP, Chromium, dqlite, ...
+#                   (.ci/install-test-deps; without them make test skips their suites)
 #   make            build the loadable SQLite extension ./bertfill.so
 #   make demo       build and run a demo query in the sqlite3 shell
 #   make test       build everything and run the whole test suite
@@ -79,7 +82,7 @@ MODEL_FILES   := $(strip $(or $(MODEL_TRACKED),$(foreach f,$(wildcard model/$(SH
                    $(if $(filter $(INT8_FILE) $(PACKED_FILE) $(BF16_FILE) $(FP_FILE),$(notdir $(f)))$(findstring .tmp.,$(notdir $(f))),,$(f)))))
 PORT ?= 8000
 
-.PHONY: all deps demo test test-bins models install uninstall web asan valgrind bench bench-gemm fuzz soak \
+.PHONY: all deps test-deps demo test test-bins models install uninstall web asan valgrind bench bench-gemm fuzz soak \
         load format cluster clean
 all: $(EXTENSION)
 
@@ -124,9 +127,14 @@ test-bins: $(TEST_BIN)
 models:
 	@$(PYTHON) model/make_test_models.py $(BUILD)/models
 
-# Debian packages for build, demo and tests (apt-get; sudo when not root).
+# Debian packages (apt-get; sudo when not root), each script lists what it
+# installs: deps for building and using bertfill (and make test's own
+# suites), test-deps for the peers the full test suite also drives.
 deps:
 	@bash .ci/install-deps
+
+test-deps: deps
+	@bash .ci/install-test-deps
 
 demo: all
 	@bash sql/demo.sh
@@ -198,7 +206,7 @@ cluster: all $(CLUSTER_NODE)
 ifeq ($(HAVE_DQLITE),1)
 	@BFNODE=$(BUILD)/bfnode BF_EXTENSION=./$(EXTENSION) bash examples/dqlite/start.sh
 else
-	@echo "make cluster: skipped: libdqlite-dev is not installed (make deps installs it)"
+	@echo "make cluster: skipped: libdqlite-dev is not installed (make test-deps installs it)"
 endif
 
 clean:

@@ -332,8 +332,7 @@ static int build_table(bf_tokenizer *t) {
     size_t n = t->len[id] - skip;
     t->keys[id].off = t->off[id] + (uint32_t)skip;
     t->keys[id].len_cont = (uint32_t)(n << 1) | (uint32_t)cont;
-    int chars = 0;
-    for (size_t i = 0; i < n; i++) chars += ((unsigned char)s[i] & 0xC0) != 0x80;
+    int chars = (int)bf_utf8_chars(s, n);
     if (chars > t->max_piece) t->max_piece = chars;
     uint32_t h = key_hash(s, n, cont);
     uint32_t i = h & t->mask;

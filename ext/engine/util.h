@@ -23,6 +23,15 @@ uint64_t bf_wall_ns(void);
 ** "continuation byte 0x80 without a lead byte". */
 long bf_utf8_invalid_at(const char *s, size_t n, char *why, size_t whylen);
 
+/* The characters (code points) of valid UTF-8 s[0..n): its bytes that are
+** not continuation bytes.  A position in characters is what a user counts
+** and what SQL's substr() and instr() take. */
+static inline long bf_utf8_chars(const char *s, size_t n) {
+  long chars = 0;
+  for (size_t i = 0; i < n; i++) chars += ((unsigned char)s[i] & 0xC0) != 0x80;
+  return chars;
+}
+
 /* Write code point c (at most U+10FFFF, not a surrogate) as UTF-8 into
 ** d[0..4); returns the bytes written (1 to 4).  Inline: the tokenizer calls
 ** it for every character of a word. */

@@ -125,7 +125,7 @@ static int cand_best_index(sqlite3_vtab *pVtab, sqlite3_index_info *info) {
 /* The rows: the candidates of every mask, from the memo cache or the encoder. */
 static int cand_rows(sqlite3_vtab_cursor *cursor, bfx_call *call, int k, bfx_result *res) {
   cand_cursor *cur = (cand_cursor *)cursor;
-  int rc = bfx_lookup_or_encode(call->kind->fname, call->c, call->m, &call->t, k, res, &call->e);
+  int rc = bfx_lookup_or_encode(call->c, call->m, &call->t, k, res, &call->e);
   if (rc != SQLITE_OK) return rc;
   int vocab = bf_model_config(call->m)->vocab_size;
   cur->k = k < vocab ? k : vocab;

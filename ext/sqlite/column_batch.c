@@ -18,7 +18,6 @@ bfx_column_text bfx_column_batch_tokenize(bfx_column_batch *b, const char *fname
   *t = &b->seqs[b->n];
   int rc = bfx_tokenize_fill(fname, m, s, n, *t, NULL, why);
   if (rc == SQLITE_OK && (*t)->n_masks == 0) return BFX_COLUMN_NO_MASK;
-  if (rc == SQLITE_OK) rc = bfx_check_length(fname, m, *t, why);
   if (rc == SQLITE_OK) return BFX_COLUMN_FILL;
   return why->rc == SQLITE_NOMEM ? BFX_COLUMN_TEXT_NOMEM : BFX_COLUMN_BAD;
 }

@@ -274,17 +274,16 @@ done:
 
 /* res for t (rows per mask), empty; *key = t's memo key under tag and arg
 ** (followed by more[0..nmore)) when there is something to compute, else
-** NULL (no mask).  SQLITE_OK or an error (too long, out of memory). */
-static int start(const char *fname, bf_model *m, const bf_tokens *t, int rows, int32_t tag,
-                 int32_t arg, const int32_t *more, int nmore, bfx_result *res, bf_tokens *key,
-                 bfx_err *e) {
+** NULL (no mask).  SQLITE_OK or out of memory (a text too long for the model
+** was refused when it was tokenized: bfx_tokenize_fill). */
+static int start(const bf_tokens *t, int rows, int32_t tag, int32_t arg, const int32_t *more,
+                 int nmore, bfx_result *res, bf_tokens *key, bfx_err *e) {
   memset(res, 0, sizeof *res);
   memset(key, 0, sizeof *key);
   res->k = rows;
   res->n_masks = t->n_masks;
   res->source = "none";
   if (t->n_masks == 0) return SQLITE_OK;
-  if (bfx_check_length(fname, m, t, e) != SQLITE_OK) return SQLITE_ERROR;
   key->ids = bfc_tagged_key(tag, arg, t->ids, t->n, more, nmore);
   if (!key->ids) {
     bfx_err_nomem(e);
@@ -325,13 +324,13 @@ static int finish(bfx_conn *c, bf_model *m, const bf_tokens *key, int rows, bf_c
   return SQLITE_OK;
 }
 
-int bfx_joint_fill(const char *fname, bfx_conn *c, bf_model *m, const bf_tokens *t, int k, int why,
-                   bfx_result *res, bfx_err *e) {
+int bfx_joint_fill(bfx_conn *c, bf_model *m, const bf_tokens *t, int k, int why, bfx_result *res,
+                   bfx_err *e) {
   int vocab = bf_model_config(m)->vocab_size;
   if (k > vocab) k = vocab;
   bf_tokens key;
   bf_cand *cands = NULL;
-  int rc = start(fname, m, t, k, BFC_TAG_SEQUENCES, k, NULL, 0, res, &key, e);
+  int rc = start(t, k, BFC_TAG_SEQUENCES, k, NULL, 0, res, &key, e);
   if (rc == SQLITE_OK && key.ids) rc = lookup(c, m, &key, k, why, res, &cands, e);
   if (rc == SQLITE_OK && cands)
     rc = finish(c, m, &key, k, cands, beam_search(m, t, k, cands, &res->times, e), res);
@@ -339,11 +338,11 @@ int bfx_joint_fill(const char *fname, bfx_conn *c, bf_model *m, const bf_tokens 
   return rc;
 }
 
-int bfx_joint_score(const char *fname, bfx_conn *c, bf_model *m, const bf_tokens *t,
-                    const int32_t *answer, bfx_result *res, bfx_err *e) {
+int bfx_joint_score(bfx_conn *c, bf_model *m, const bf_tokens *t, const int32_t *answer,
+                    bfx_result *res, bfx_err *e) {
   bf_tokens key;
   bf_cand *cands = NULL;
-  int rc = start(fname, m, t, 1, BFC_TAG_SCORE, t->n, answer, t->n_masks, res, &key, e);
+  int rc = start(t, 1, BFC_TAG_SCORE, t->n, answer, t->n_masks, res, &key, e);
   if (rc == SQLITE_OK && key.ids) rc = lookup(c, m, &key, 1, BFX_JOINT_CALL, res, &cands, e);
   if (rc == SQLITE_OK && cands)
     rc = finish(c, m, &key, 1, cands, chain_rule(m, t, answer, cands, &res->times, e), res);

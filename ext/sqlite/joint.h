@@ -37,17 +37,18 @@ enum { BFX_JOINT_CALL = 0, BFX_JOINT_PREFILL = 1 };
 ** hypotheses (more only when they exceed BFX_BATCH_MAX_SEQS sequences or
 ** BFX_BATCH_MAX_TOKENS tokens, bounds.h).  From the memo cache when it can
 ** be, keyed by the model, the tokens and k.  A text without a mask gives
-** no rows (res->n_masks = 0).  fname prefixes messages. */
-int bfx_joint_fill(const char *fname, bfx_conn *c, bf_model *m, const bf_tokens *t, int k, int why,
-                   bfx_result *res, bfx_err *e);
+** no rows (res->n_masks = 0).  t comes from bfx_tokenize_fill (it fits the
+** model). */
+int bfx_joint_fill(bfx_conn *c, bf_model *m, const bf_tokens *t, int k, int why, bfx_result *res,
+                   bfx_err *e);
 
 /* P(answer) for t (bert_score): answer[0..t->n_masks) are token ids, one
 ** per mask (a [MASK] among them leaves its mask open).  res gets one row: res->c[mask] = the
 ** answer's token at that mask with its p_i.  The n texts of the chain rule
 ** are known in advance, so they run as one encoder run (or more, as
 ** above).  Memoized, keyed by the model, the tokens and the answer. */
-int bfx_joint_score(const char *fname, bfx_conn *c, bf_model *m, const bf_tokens *t,
-                    const int32_t *answer, bfx_result *res, bfx_err *e);
+int bfx_joint_score(bfx_conn *c, bf_model *m, const bf_tokens *t, const int32_t *answer,
+                    bfx_result *res, bfx_err *e);
 
 /* P of a row of a result: the product of its p_i (in double, left to right;
 ** for one mask exactly that mask's probability). */

@@ -98,8 +98,8 @@ void bfx_cache_put(bfx_conn *c, bf_model *m, const bf_tokens *t, int k, const bf
   bfx_cache_put_batch(c, m, 1, t, k, cands, -1, tm);
 }
 
-int bfx_lookup_or_encode(const char *fname, bfx_conn *c, bf_model *m, const bf_tokens *t, int k,
-                         bfx_result *res, bfx_err *e) {
+int bfx_lookup_or_encode(bfx_conn *c, bf_model *m, const bf_tokens *t, int k, bfx_result *res,
+                         bfx_err *e) {
   int vocab = bf_model_config(m)->vocab_size;
   memset(res, 0, sizeof *res);
   if (k > vocab) k = vocab;
@@ -107,7 +107,6 @@ int bfx_lookup_or_encode(const char *fname, bfx_conn *c, bf_model *m, const bf_t
   res->n_masks = t->n_masks;
   res->source = "none";
   if (t->n_masks == 0) return SQLITE_OK;
-  if (bfx_check_length(fname, m, t, e) != SQLITE_OK) return SQLITE_ERROR;
 
   int hit = bfx_cache_get(c, m, t, k, BFX_GET_COUNT, res);
   if (hit < 0) {

@@ -27,9 +27,10 @@ void bfx_result_clear(bfx_result *r);
 /* Candidates for t with at least k per mask (k is capped at the vocabulary
 ** size): from the LRU, the cache table, or the encoder (then stored; the
 ** encoder computes at least BFX_MIN_K so that every function can use the
-** entry later).  fname prefixes messages. */
-int bfx_lookup_or_encode(const char *fname, bfx_conn *c, bf_model *m, const bf_tokens *t, int k,
-                         bfx_result *res, bfx_err *e);
+** entry later).  t comes from bfx_tokenize_fill, which refused a text too
+** long for the model (text.h). */
+int bfx_lookup_or_encode(bfx_conn *c, bf_model *m, const bf_tokens *t, int k, bfx_result *res,
+                         bfx_err *e);
 
 /* ---- the memo cache as every function reads and writes it ----
 ** A read goes to the LRU, then (mode 'on') to the cache table; an entry
@@ -76,7 +77,7 @@ void bfx_cache_put(bfx_conn *c, bf_model *m, const bf_tokens *t, int k, const bf
 **   bfx_result res = {0};
 **   int failed = 1;
 **   if (bfx_call_begin(&call, c, &kind, s, n) != SQLITE_OK) goto done;
-**   ...bfx_lookup_or_encode(kind.fname, c, call.m, &call.t, k, &res, &call.e)...
+**   ...bfx_lookup_or_encode(c, call.m, &call.t, k, &res, &call.e)...
 **   failed = 0;
 ** done:
 **   if (failed) bfx_error(ctx, &call.e);

@@ -139,8 +139,7 @@ static int encode_and_store_batch(sqlite3_context *ctx, prefill *p) {
 static void prefill_joint(sqlite3_context *ctx, prefill *p, const bf_tokens *t) {
   bfx_err e = BFX_ERR_NONE;
   bfx_result res;
-  int rc = bfx_joint_fill("bert_prefill", p->c, p->m, t, BFX_DEFAULT_K, BFX_JOINT_PREFILL, &res,
-                          &e);
+  int rc = bfx_joint_fill(p->c, p->m, t, BFX_DEFAULT_K, BFX_JOINT_PREFILL, &res, &e);
   if (rc == SQLITE_OK && strcmp(res.source, "encoder") == 0) p->computed++;
   else if (rc == SQLITE_OK) p->cached++;
   bfx_result_clear(&res);

@@ -282,7 +282,7 @@ static int joint_row(rows_cursor *cur, row *r, const bf_tokens *t) {
   bfx_result res;
   memset(&res, 0, sizeof res);
   bfx_err why = BFX_ERR_NONE;
-  int rc = bfx_joint_fill("fill_rows", cur->c, cur->m, t, cur->beam, BFX_JOINT_CALL, &res, &why);
+  int rc = bfx_joint_fill(cur->c, cur->m, t, cur->beam, BFX_JOINT_CALL, &res, &why);
   if (rc == SQLITE_OK) {
     rc = set_filled(cur, r, res.c, (size_t)res.k); /* row 0: the best fill */
     cur->computed++;

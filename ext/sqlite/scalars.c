@@ -59,7 +59,7 @@ static int text_arg(sqlite3_context *ctx, sqlite3_value *v, const char **s, int 
 
 /* The best candidate of each mask on its own: rank 1 of fill_candidates. */
 static int best_candidates(bfx_call *call, bfx_result *res) {
-  return bfx_lookup_or_encode(call->kind->fname, call->c, call->m, &call->t, 1, res, &call->e);
+  return bfx_lookup_or_encode(call->c, call->m, &call->t, 1, res, &call->e);
 }
 
 void bfx_fn_fill(sqlite3_context *ctx, int argc, sqlite3_value **argv) {

@@ -119,8 +119,7 @@ static int seq_best_index(sqlite3_vtab *pVtab, sqlite3_index_info *info) {
 /* The rows: the k best whole fills, by beam search (joint.h). */
 static int seq_rows(sqlite3_vtab_cursor *cursor, bfx_call *call, int k, bfx_result *res) {
   seq_cursor *cur = (seq_cursor *)cursor;
-  int rc = bfx_joint_fill(call->kind->fname, call->c, call->m, &call->t, k, BFX_JOINT_CALL, res,
-                          &call->e);
+  int rc = bfx_joint_fill(call->c, call->m, &call->t, k, BFX_JOINT_CALL, res, &call->e);
   if (rc != SQLITE_OK) return rc;
   cur->k = res->k;
   cur->nrows = res->k;

@@ -111,12 +111,59 @@ int bfx_find_masks(const char *fname, bf_model *m, const char *s, int n, const b
 
 int bfx_max_tokens(bf_model *m) { return bf_model_config(m)->max_position_embeddings; }
 
-int bfx_check_length(const char *fname, bf_model *m, const bf_tokens *t, bfx_err *e) {
-  if (t->n <= bfx_max_tokens(m)) return SQLITE_OK;
+/* The remedy of a text too long for the model, in buf: the part to keep,
+** as SQL's substr(text, FROM, LEN) in characters, a window of the most
+** tokens that fit (all but [CLS] and [SEP]) around its masks (centred on
+** them, moved inside the text), starting on a word (not on a "##" piece);
+** or, when its masks are further apart than that, to fill them apart. */
+static void length_remedy(bf_model *m, const char *s, const bf_tokens *t, char *buf, size_t len) {
+  int keep = bfx_max_tokens(m) - 2; /* text tokens that fit */
+  int last = t->n - 2;              /* the text's tokens are 1..last */
+  int32_t mask_id = bf_tokenizer_mask_id(bf_model_tokenizer(m));
+  int first_mask = 0, last_mask = 0;
+  for (int i = 1; i <= last; i++)
+    if (t->ids[i] == mask_id) {
+      if (!first_mask) first_mask = i;
+      last_mask = i;
+    }
+  if (keep < 1) { /* a config that leaves no room: nothing to keep */
+    snprintf(buf, len, "the model takes no text besides [CLS] and [SEP]");
+    return;
+  }
+  if (first_mask && last_mask - first_mask + 1 > keep) {
+    snprintf(buf, len, "its [MASK]s span %d tokens, more than %d: fill them in separate texts",
+             last_mask - first_mask + 1, keep);
+    return;
+  }
+  int from = 1;
+  if (first_mask) from = first_mask - (keep - (last_mask - first_mask + 1)) / 2;
+  if (from > last - keep + 1) from = last - keep + 1;
+  if (from < 1) from = 1;
+  int stop = first_mask ? first_mask : last;
+  while (from < stop) { /* a word's continuation ("##ing") does not start a text */
+    const char *tok = bf_tokenizer_token(bf_model_tokenizer(m), t->ids[from]);
+    if (!tok || strncmp(tok, "##", 2) != 0) break;
+    from++;
+  }
+  int to = from + keep - 1 < last ? from + keep - 1 : last;
+  const bf_span *a = &t->span[from], *b = &t->span[to];
+  snprintf(buf, len, "keep substr(text, %ld, %ld), the %d tokens around its [MASK]",
+           1 + bf_utf8_chars(s, (size_t)a->start),
+           bf_utf8_chars(s + a->start, (size_t)(b->end - a->start)), to - from + 1);
+}
+
+/* SQLITE_OK when t has no mask (nothing to compute) or fits the model's
+** limit; else the error (counted as err_toolong when reported): both
+** lengths, how many tokens too many and which part to keep. */
+static int check_length(const char *fname, bf_model *m, const char *s, const bf_tokens *t,
+                        bfx_err *e) {
+  if (t->n_masks == 0 || t->n <= bfx_max_tokens(m)) return SQLITE_OK;
+  char remedy[160];
+  length_remedy(m, s, t, remedy, sizeof remedy);
   bfx_errf(e, SQLITE_ERROR, BF_CT_ERR_TOOLONG,
            "%s: the text is %d tokens long ([CLS] and [SEP] included) but the model "
-           "takes at most %d (max_position_embeddings)",
-           fname, t->n, bfx_max_tokens(m));
+           "takes at most %d (max_position_embeddings): %d too many; %s",
+           fname, t->n, bfx_max_tokens(m), t->n - bfx_max_tokens(m), remedy);
   return SQLITE_ERROR;
 }
 
@@ -167,7 +214,7 @@ int bfx_tokenize_fill(const char *fname, bf_model *m, const char *s, int n, bf_t
     bfx_err_nomem(e);
     return SQLITE_NOMEM;
   }
-  if (la.at < 0) return SQLITE_OK;
+  if (la.at < 0) return check_length(fname, m, s, t, e);
   char unplain[16 * BF_LOOKALIKE_SHOWN + 128] = ""; /* " (it has U+200B: ...)" */
   if (la.n_unplain > 0) {
     size_t k = (size_t)snprintf(unplain, sizeof unplain, " (it has");
@@ -179,10 +226,11 @@ int bfx_tokenize_fill(const char *fname, bf_model *m, const char *s, int n, bf_t
   }
   bfx_quote q;
   bfx_errf(e, SQLITE_ERROR, BF_CT_ERR_INPUT,
-           "%s: the text holds '%s' at byte %ld%s, which is not a mask and would be read as "
-           "plain text: write %s (ASCII brackets, capital letters, no spaces) where a token "
-           "should be filled",
-           fname, bfx_quoted(&q, s + la.at, (long)la.len), la.at, unplain, BF_MASK_TEXT);
+           "%s: the text holds '%s' at character %ld, byte %ld%s, which is not a mask and "
+           "would be read as plain text: write %s (ASCII brackets, capital letters, no spaces) "
+           "where a token should be filled",
+           fname, bfx_quoted(&q, s + la.at, (long)la.len), 1 + bf_utf8_chars(s, (size_t)la.at),
+           la.at, unplain, BF_MASK_TEXT);
   return SQLITE_ERROR;
 }
 

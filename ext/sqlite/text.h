@@ -66,16 +66,19 @@ int bfx_tokenize_part(const char *fname, const char *part, bf_model *m, const ch
 ** err_input) when the text holds a look-alike of [MASK] (bf_mask_lookalike:
 ** "［MASK］", "[mask]", "[ MASK ]", "[MA" U+200B "SK]", "[MÁSK]"...), which
 ** would otherwise be left silently unfilled; the message quotes it, gives its
-** byte offset, lists its characters that do not show as what they are
-** ("it has U+200B") and says what to write.  bert_tokenize uses bfx_tokenize:
-** it shows tokens as they are. */
+** character position (from 1, as substr() counts) and byte offset, lists its
+** characters that do not show as what they are ("it has U+200B") and says
+** what to write.  And an error (counted as err_toolong) when the text has a
+** mask and more tokens than the model takes (bfx_max_tokens): it gives both
+** lengths, how many too many, and the part to keep as substr(text, FROM,
+** LEN), the most tokens that fit around the masks (or, when the masks are
+** further apart than that, says to fill them apart); the one length check of
+** every fill function.  bert_tokenize uses bfx_tokenize: it shows tokens as
+** they are, at any length. */
 int bfx_tokenize_fill(const char *fname, bf_model *m, const char *s, int n, bf_tokens *t,
                       uint64_t *ns, bfx_err *e);
 /* The model's limit on tokens per sequence ([CLS] and [SEP] included). */
 int bfx_max_tokens(bf_model *m);
-/* SQLITE_OK when t fits the model's limit; else an error (counted as
-** err_toolong when reported) that gives both lengths. */
-int bfx_check_length(const char *fname, bf_model *m, const bf_tokens *t, bfx_err *e);
 
 /* Append s[0..n) to out with its i-th "[MASK]" (at byte off[i]) replaced by
 ** token c[i * stride].id as displayed (bf_model_token), for i < n_masks. */

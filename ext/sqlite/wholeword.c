@@ -139,7 +139,7 @@ void bfx_fn_score(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
              not_json[0] ? ")" : "");
     goto done;
   }
-  if (bfx_joint_score("bert_score", c, call.m, &call.t, ans, &res, &call.e) != SQLITE_OK) goto done;
+  if (bfx_joint_score(c, call.m, &call.t, ans, &res, &call.e) != SQLITE_OK) goto done;
   sqlite3_result_double(ctx, bfx_joint_p(&res, 0));
   failed = 0;
 done:
@@ -153,8 +153,7 @@ done:
 
 /* The best whole fill: rank 1 of fill_sequences(text, BFX_DEFAULT_K). */
 static int best_joint_fill(bfx_call *call, bfx_result *res) {
-  return bfx_joint_fill(call->kind->fname, call->c, call->m, &call->t, BFX_DEFAULT_K,
-                        BFX_JOINT_CALL, res, &call->e);
+  return bfx_joint_fill(call->c, call->m, &call->t, BFX_DEFAULT_K, BFX_JOINT_CALL, res, &call->e);
 }
 
 void bfx_fn_fill_joint(sqlite3_context *ctx, int argc, sqlite3_value **argv) {

@@ -80,6 +80,20 @@ grep, not a proof: docs.error.checker checks that messages that are not in
 ext/ are rejected.  A quote in a transcript is produced by its statement,
 which is better.
 
+A block whose first line is "$ make demo" shows what the demo prints:
+sql/demo.sh runs (in a scratch copy, with the extension under test as
+./bertfill.so) and its output must be the block's lines, exactly, but from
+the first line that says "output varies" on (bert_debug's kernels and
+threads), where only the number of lines counts (docs.FILE:LINE.make_demo).
+
+docs/errors.md maps the errors of SQLite itself that users of bertfill meet
+(`unsafe use of bert_fill()`, `database is locked`, ...) to what to do
+(docs.errors_md.sqlite: MESSAGE).
+
+The README says which SQLite bertfill needs: the version entry.c checks,
+and in the same paragraph each newer version that an example needs (`UPDATE
+… FROM`: 3.33), with what needs it (docs.sqlite_version.VERSION).
+
 --update (after retraining the shipped model, say) replaces every shown output
 that differs by what the shell (or the program) really printed, and reports
 each statement it changed; read the diff: the prose around an example may
@@ -190,6 +204,8 @@ def run_file(path, ext, update=False):
             script.append(".print @@%d" % n)
             if stmt.strip() in (".load ./bertfill", ".load ./bertfill.so"):
                 stmt = ".load " + ext
+            elif stmt.startswith(".load ./bertfill "):  # another entry point
+                stmt = ".load " + ext + stmt[len(".load ./bertfill"):]
             script.append(stmt)
         env = dict(os.environ)
         env.pop("BERTFILL_MODEL", None)
@@ -358,6 +374,77 @@ def run_shell_once(name, cmds, ext, endpoint):
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+# ---- what `make demo` prints ------------------------------------------------
+
+DEMO = "$ make demo"
+
+
+def demo_transcripts(path):
+    """(line, expected output lines) of every block of path whose first line
+    is "$ make demo": the lines after it are what the demo prints."""
+    out = []
+    for _, body in blocks(path):
+        if body and body[0][1] == DEMO:
+            out.append((body[0][0], [line.rstrip() for _, line in body[1:]]))
+    return out
+
+
+def run_demo(path, ext, update=False):
+    """A shown `make demo` is what sql/demo.sh prints on the shipped model,
+    line for line; from the first line that says "output varies" on, only
+    the number of lines is compared (bert_debug's kernels and threads)."""
+    name = os.path.relpath(path, ROOT)
+    shown = demo_transcripts(path)
+    if not shown:
+        return
+    tmp = tempfile.mkdtemp(prefix="bf_demo_")
+    try:  # the demo as `make demo` runs it, with the extension under test as ./bertfill.so
+        os.mkdir(os.path.join(tmp, "sql"))
+        for f in ("demo.sh", "demo.sql"):
+            shutil.copy(os.path.join(ROOT, "sql", f), os.path.join(tmp, "sql", f))
+        os.symlink(os.path.join(ROOT, "model"), os.path.join(tmp, "model"))
+        os.symlink(os.path.realpath(ext + ".so"), os.path.join(tmp, "bertfill.so"))
+        env = dict(os.environ, BERTFILL_PROGRESS="0")
+        env.pop("BERTFILL_MODEL", None)
+        if os.environ.get("BF_PRELOAD"):
+            env["LD_PRELOAD"] = os.environ["BF_PRELOAD"]
+        r = subprocess.run(["bash", os.path.join(tmp, "sql", "demo.sh")], stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, env=env, text=True, timeout=300)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    have = [line.rstrip() for line in r.stdout.split("\n")]
+    while have and have[-1] == "":
+        have.pop()
+    if r.returncode != 0:
+        have.append("<exit status %d>" % r.returncode)
+    for line, want in shown:
+        label = "docs.%s:%d.make_demo" % (name, line)
+        cut = next((i for i, w in enumerate(want) if "output varies" in w), len(want))
+        same = have[:cut] == want[:cut] and len(have) == len(want)
+        if update and not same and r.returncode == 0:
+            update_demo(path, line, have[:cut] + want[cut:] if len(have) == len(want) else have)
+            print("updated %s" % label)
+            continue
+        diff = next((i for i in range(min(len(have), len(want))) if have[i] != want[i] and i < cut),
+                    min(len(have), len(want)))
+        check(label, same, "the demo prints %d lines, %d shown; first difference at line %d:\n"
+              "      shown: %r\n      real:  %r" % (len(have), len(want), line + 1 + diff,
+                                                    want[diff] if diff < len(want) else None,
+                                                    have[diff] if diff < len(have) else None))
+
+
+def update_demo(path, line, have):
+    """Replace the output of the `$ make demo` block at line by have."""
+    with open(path, encoding="utf-8") as f:
+        lines = f.read().split("\n")
+    end = line
+    while not lines[end].startswith("```"):
+        end += 1
+    lines[line:end] = have
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("\n".join(lines))
+
+
 # ---- Python and Node.js programs ----------------------------------------
 
 LANGS = {  # fence: (output comment, marker statement, file name)
@@ -393,7 +480,7 @@ def programs(path):
 def node_runner():
     """(argv, environment to add) that run a Node.js example, or (None, why not)."""
     if not shutil.which("node"):
-        return None, "no node (Debian: bash .ci/install-deps)"
+        return None, "no node (Debian: make test-deps)"
     r = subprocess.run(["bash", "tests/clients/node/install.sh"], stdout=subprocess.PIPE,
                        stderr=subprocess.PIPE, text=True, timeout=600)
     if r.returncode != 0:
@@ -404,7 +491,7 @@ def node_runner():
 def php_runner(ext):
     """(argv, environment to add) that run a PHP example, or (None, why not)."""
     if not shutil.which("php"):
-        return None, "no php (Debian: apt-get install php-cli php-sqlite3)"
+        return None, "no php (Debian: make test-deps, or apt-get install php-cli php-sqlite3)"
     if subprocess.run(["php", "-r", "exit(class_exists('SQLite3') ? 0 : 1);"]).returncode != 0:
         return None, "PHP has no SQLite3 class (Debian: apt-get install php-sqlite3)"
     return ["php", "-d", "sqlite3.extension_dir=" + os.path.dirname(os.path.realpath(ext + ".so"))], {}
@@ -657,6 +744,68 @@ def check_errors(paths):
             check("docs.error.%s:%d" % (name, line), why is None, "%s\n      quoted: %s" % (why, msg))
 
 
+# SQL of newer SQLite than the extension needs (3.31): what it is called in
+# the README, the version, and how to find it in an example.
+SQLITE_FEATURES = [
+    ("`UPDATE … FROM`", "3.33", re.compile(r"\bUPDATE\s+\w+\s+SET\b[^;]*?\bFROM\b", re.I | re.S)),
+    ("`iif`", "3.32", re.compile(r"\biif\s*\(", re.I)),
+    ("`RETURNING`", "3.35", re.compile(r"\bRETURNING\b", re.I)),
+    ("`DROP COLUMN`", "3.35", re.compile(r"\bDROP\s+COLUMN\b", re.I)),
+    ("`STRICT` tables", "3.37", re.compile(r"\)\s*STRICT\b", re.I)),
+    ("`->>`", "3.38", re.compile(r"->>")),
+    ("`unixepoch`", "3.38", re.compile(r"\bunixepoch\s*\(", re.I)),
+    ("`format`", "3.38", re.compile(r"\bformat\s*\(", re.I)),
+    ("`RIGHT` and `FULL JOIN`", "3.39", re.compile(r"\b(RIGHT|FULL)\s+(OUTER\s+)?JOIN\b", re.I)),
+    ("`concat`", "3.44", re.compile(r"\bconcat(_ws)?\s*\(", re.I)),
+]
+
+
+def check_sqlite_versions(paths):
+    """The README says which SQLite bertfill needs: the extension's minimum
+    (entry.c's check, the version in its message), and, in the same
+    paragraph, every newer version an example of README.md or docs/ needs,
+    with what needs it (docs.sqlite_version)."""
+    entry = open(os.path.join(ROOT, "ext", "sqlite", "entry.c"), encoding="utf-8").read()
+    m = re.search(r"sqlite3_libversion_number\(\) < (\d)(\d{3})(\d{3})", entry)
+    least = "%d.%d" % (int(m.group(1)), int(m.group(2))) if m else None
+    readme = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+    paras = [re.sub(r"\s+", " ", p) for p in readme.split("\n\n")]
+    claim = [p for p in paras if "needs SQLite %s or later" % least in p]
+    check("docs.sqlite_version.least", least is not None and claim,
+          "README.md does not say \"needs SQLite %s or later\", the version entry.c checks" % least)
+    used = {}
+    for path in paths:
+        for lang, body in blocks(path):
+            code = "\n".join(line for _, line in body)
+            for label, version, pat in SQLITE_FEATURES:
+                if pat.search(code):
+                    used.setdefault((label, version), os.path.relpath(path, ROOT))
+    for (label, version), where in sorted(used.items()):
+        said = any(label in p and version in p for p in claim)
+        check("docs.sqlite_version.%s" % version, said,
+              "%s (SQLite %s, used in %s) is not named with its version where README.md says which "
+              "SQLite bertfill needs" % (label, version, where))
+
+
+# SQLite's own messages that bertfill's users meet, and the words of the
+# remedy docs/errors.md must give in the same section.
+SQLITE_ERRORS = [
+    ("unsafe use of bert_fill()", "sqlite3_bertfill_trusted_init"),
+    ("database is locked", ".timeout"),
+    ('near "FROM": syntax error', "3.33"),
+    ("no such function: bert_fill", ".load ./bertfill"),
+]
+
+
+def check_sqlite_errors():
+    """docs/errors.md maps SQLite's own errors to what to do (docs.errors_md.sqlite)."""
+    text = open(os.path.join(ROOT, "docs", "errors.md"), encoding="utf-8").read()
+    sections = text.split("\n## ")
+    for msg, remedy in SQLITE_ERRORS:
+        check("docs.errors_md.sqlite: " + msg, any(msg in sec and remedy in sec for sec in sections),
+              "docs/errors.md has no section with %r and its remedy %r" % (msg, remedy))
+
+
 def main():
     if not shutil.which("sqlite3"):
         skip("docs", "no sqlite3 shell (apt-get install sqlite3)")
@@ -667,6 +816,7 @@ def main():
     for path in files:
         run_file(path, ext, update)
         run_shell(path, ext)
+        run_demo(path, ext, update)
     runners = {"python": ([sys.executable], {})}
     for path in files:
         fixes = []
@@ -678,6 +828,8 @@ def main():
             update_lines(path, fixes)
         untested_output(path)
     check_errors(files)
+    check_sqlite_versions(files)
+    check_sqlite_errors()
     return exit_code()
 
 

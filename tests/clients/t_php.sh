@@ -14,7 +14,7 @@ set -u
 cd "$(dirname "$0")/../.."
 EXT=${BERTFILL_EXT:-./bertfill}
 case "$EXT" in /*) ;; *) EXT=$PWD/$EXT ;; esac
-if ! command -v php >/dev/null; then echo "skip php: no php (Debian: apt-get install php-cli php-sqlite3)"; exit 0; fi
+if ! command -v php >/dev/null; then echo "skip php: no php (Debian: make test-deps, or apt-get install php-cli php-sqlite3)"; exit 0; fi
 if ! php -r 'exit(class_exists("SQLite3") ? 0 : 1);' 2>/dev/null; then
   echo "skip php: PHP has no SQLite3 class (Debian: apt-get install php-sqlite3)"; exit 0
 fi

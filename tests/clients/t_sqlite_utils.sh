@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # t_sqlite_utils.sh — bertfill from Debian's sqlite-utils (apt-get install
-# sqlite-utils; .ci/install-deps does): `sqlite-utils query DB SQL
+# sqlite-utils; make test-deps does): `sqlite-utils query DB SQL
 # --load-extension ./bertfill` with bert_fill and fill_candidates, an error, and
 # a column fill with bert_prefill + UPDATE.  Answers are compared with the
 # sqlite3 shell's for the same model (cache off there, so it computes its own).
@@ -12,7 +12,7 @@ BUILD=${BUILD:-build}
 EXT=${BERTFILL_EXT:-./bertfill}
 case "$EXT" in /*) ;; *) EXT=$PWD/$EXT ;; esac
 if ! command -v sqlite-utils >/dev/null; then
-  echo "skip sqlite_utils: no sqlite-utils (Debian: apt-get install sqlite-utils)"; exit 0
+  echo "skip sqlite_utils: no sqlite-utils (Debian: make test-deps, or apt-get install sqlite-utils)"; exit 0
 fi
 if ! command -v sqlite3 >/dev/null; then echo "skip sqlite_utils: no sqlite3 shell to compare with"; exit 0; fi
 if [ ! -f "$BUILD/models/tiny/config.json" ]; then echo "FAIL sqlite_utils: no test models in $BUILD/models (make models)"; exit 1; fi

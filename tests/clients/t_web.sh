@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # t_web.sh — the fill-mask service example examples/web (tests/clients/node/t_web.js):
-# POST /predict against fill_candidates, its 400/404/405/413 errors, 127.0.0.1
+# POST /predict against fill_candidates and the examples of its README, its 400/404/405/413 errors, 127.0.0.1
 # only; then its WebUI in headless Debian Chromium (apt-get install chromium):
 # type a sentence, press Enter, check the rendered candidates and bars.  Without
 # Node/better-sqlite3 the suite is skipped; without Chromium only the browser

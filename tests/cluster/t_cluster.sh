@@ -36,11 +36,11 @@ BFNODE=${BFNODE:-$BUILD/bfnode}
 NODE_EXT=${BF_NODE_EXTENSION:-$EXT}
 
 if ! ${CC:-cc} -E -include dqlite.h -x c /dev/null >/dev/null 2>&1; then
-  echo "skip cluster: libdqlite-dev is not installed (apt-get install libdqlite-dev go-dqlite)"
+  echo "skip cluster: libdqlite-dev is not installed (make test-deps, or apt-get install libdqlite-dev go-dqlite)"
   exit 0
 fi
 if ! command -v dqlite >/dev/null; then
-  echo "skip cluster: no dqlite shell (apt-get install go-dqlite)"; exit 0
+  echo "skip cluster: no dqlite shell (make test-deps, or apt-get install go-dqlite)"; exit 0
 fi
 if ! command -v sqlite3 >/dev/null; then echo "skip cluster: no sqlite3 shell"; exit 0; fi
 if [ ! -x "$BFNODE" ]; then echo "FAIL cluster: $BFNODE is not built (make test builds it)"; exit 1; fi

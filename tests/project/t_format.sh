@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Formatting: every C file of ext/ and tests/c/ is as clang-format leaves it
 # with the repository's .clang-format (`make format` formats them in place).
-# Skips when clang-format is missing (`make deps` installs it) or is not
+# Skips when clang-format is missing (`make test-deps` installs it) or is not
 # version 14, the one .clang-format is written for (others format some lines
 # differently); CLANG_FORMAT=clang-format-14 names another binary.
 set -u
 cd "$(dirname "$0")/../.."
 cf=${CLANG_FORMAT:-clang-format}
 if ! command -v "$cf" >/dev/null 2>&1; then
-  echo "skip format: clang-format not installed (make deps)"; exit 0
+  echo "skip format: clang-format not installed (make test-deps)"; exit 0
 fi
 ver=$("$cf" --version | sed -n 's/.*version \([0-9][0-9]*\)\..*/\1/p')
 if [ "$ver" != 14 ]; then

@@ -13,13 +13,13 @@ scrape read), and compared with bertfill_stats:
   * bertfill_batch_size: _sum = seqs, _count = encoder_runs;
   * the format argument: 'json' (the default), 'prometheus', else an error;
   * with promtool (Debian's prometheus package; not installed by
-    .ci/install-deps, it is large): `promtool check metrics` finds nothing
+    make test-deps, it is large): `promtool check metrics` finds nothing
     to lint, and the alert rule of docs/prometheus/bertfill-alerts.yml
     passes `promtool check rules` and its unit test
     tests/python/prometheus_alerts_test.yml (fires on P95 > 500 ms only).
 
 Skipped with the reason when prometheus_client is missing (Debian:
-apt-get install python3-prometheus-client; .ci/install-deps does it).
+apt-get install python3-prometheus-client; make test-deps does it).
 """
 import json
 import math

@@ -8,6 +8,8 @@ LD_PRELOAD of the child processes this test starts, for ASan runs).
 
 Exact tokens and probabilities are checked against tests/golden/forward_*.json,
 made by model/reference.py (an independent float64 implementation in numpy).
+The error of a text too long for the model is checked on random long texts:
+the part it says to keep holds every mask, fits and fills (too_long_remedy).
 Prints one line per check: ok NAME / FAIL NAME: why / skip NAME: why.
 """
 import json
@@ -257,6 +259,67 @@ def test_errors():
         expect_error("err_broken_model_invalid_utf8_path", conn, "select bert_load(?)", (bad,),
                      "bad\\xFF/model.safetensors")
         conn.close()
+
+
+def test_too_long_remedy():
+    """The error of a text too long for the model says which part to keep:
+    substr(text, FROM, LEN), the most tokens that fit around its masks.  On
+    random long texts (Han characters, ASCII words cut into pieces, spaces,
+    1 to 3 masks): the part it names holds every mask, fits the model, holds
+    as many tokens as it says, and fills; masks further apart than the model
+    takes are told to be filled apart, and are."""
+    import random
+    import re
+    conn = connect()
+    limit = json.load(open(os.path.join(TINY, "config.json")))["max_position_embeddings"]
+    vocab = open(os.path.join(TINY, "vocab.txt"), encoding="utf-8").read().split("\n")
+    han = [t for t in vocab if len(t) == 1 and "\u4e00" <= t <= "\u9fff"]
+    words = ["java", "javascript", "sqlite", "bertfill", "abcdefghij"]
+    rnd = random.Random(40)
+    bad = []
+    kept = apart = 0
+    for i in range(200):
+        parts = [rnd.choice(han) if rnd.random() < 0.8 else " " + rnd.choice(words) + " "
+                 for _ in range(rnd.randint(limit, 3 * limit))]
+        for _ in range(rnd.randint(1, 3)):
+            parts.insert(rnd.randint(0, len(parts)), "[MASK]")
+        text = "".join(parts)
+        n = len(json.loads(one(conn, "select bert_tokenize(?)", text)))
+        try:
+            conn.execute("select bert_fill(?)", (text,)).fetchone()
+            msg = None
+        except sqlite3.OperationalError as e:
+            msg = str(e)
+        if n <= limit:
+            if msg is not None:
+                bad.append((text, "fits but: " + msg))
+            continue
+        head = ("bert_fill: the text is %d tokens long ([CLS] and [SEP] included) but the model takes at "
+                "most %d (max_position_embeddings): %d too many; " % (n, limit, n - limit))
+        m = re.fullmatch(re.escape(head) + r"keep substr\(text, (\d+), (\d+)\), the (\d+) tokens around "
+                         r"its \[MASK\]", msg or "")
+        far = re.fullmatch(re.escape(head) + r"its \[MASK\]s span (\d+) tokens, more than (\d+): fill them "
+                           r"in separate texts", msg or "")
+        if far:
+            toks = json.loads(one(conn, "select bert_tokenize(?)", text))
+            at = [k for k, t in enumerate(toks) if t == "[MASK]"]
+            if int(far.group(1)) != at[-1] - at[0] + 1 or int(far.group(2)) != limit - 2 or at[-1] - at[0] < limit - 2:
+                bad.append((text, msg))
+            apart += 1
+            continue
+        if not m:
+            bad.append((text, msg))
+            continue
+        part = one(conn, "select substr(?, ?, ?)", text, int(m.group(1)), int(m.group(2)))
+        toks = json.loads(one(conn, "select bert_tokenize(?)", part))
+        filled = one(conn, "select bert_fill(?)", part)
+        if (part.count("[MASK]") != text.count("[MASK]") or len(toks) - 2 != int(m.group(3))
+                or len(toks) > limit or len(toks) < limit - 8 or "[MASK]" in filled):
+            bad.append((text, msg, len(toks)))
+        kept += 1
+    check("too_long_remedy", not bad and kept > 100 and apart > 0,
+          "%d kept, %d apart; %r" % (kept, apart, bad[:2]))
+    conn.close()
 
 
 def test_no_model():
@@ -604,8 +667,8 @@ def main():
     except AttributeError:
         skip("python", "this Python's sqlite3 cannot load extensions (use /usr/bin/python3)")
         return 0
-    for t in (test_functions, test_golden, test_errors, test_no_model, test_cache, test_sharing,
-              test_threads, test_overload, test_trusted_schema, test_progress):
+    for t in (test_functions, test_golden, test_errors, test_too_long_remedy, test_no_model, test_cache,
+              test_sharing, test_threads, test_overload, test_trusted_schema, test_progress):
         try:
             t()
         except Exception as e:  # noqa: BLE001 - a crash of one group is a failure, not the end

@@ -2,7 +2,8 @@
 """t_rows.py — fill_rows(sql [, k]), the column filler (ext/sqlite/rows.c),
 and what goes with it: bert_rows_cache, bert_prefill's error when the cache
 cannot keep a column, the chunked pattern of docs/columns.md (killed, then
-resumed; in Python and in the sqlite3 shell), and the trusted-schema entry
+resumed; in Python and in the sqlite3 shell, whose loop is read from the page
+and run alone and two copies at once), and the trusted-schema entry
 point (sqlite3_bertfill_trusted_init) with PRAGMA trusted_schema on and off.
 
 Through /usr/bin/python3's sqlite3 with the tiny test model.  Run by
@@ -378,13 +379,17 @@ def test_null_and_invalid():
     check("invalid_utf8_row_error", got[3] == (None, "fill_rows: invalid UTF-8 at byte 0 of the text (byte value 0xFF)"),
           repr(got[3]))
     limit = json.load(open(os.path.join(TINY, "config.json")))["max_position_embeddings"]
+    # the remedy: the last limit - 2 tokens (200 我 and the [MASK], one token each), from character
+    # 202 - (limit - 2): the [MASK] ends the text, so the window around it ends there too
     check("too_long_row_error", got[4] == (None, "fill_rows: the text is 203 tokens long ([CLS] and [SEP] included) "
-                                                 "but the model takes at most %d (max_position_embeddings)" % limit),
+                                                 "but the model takes at most %d (max_position_embeddings): %d too "
+                                                 "many; keep substr(text, %d, %d), the %d tokens around its [MASK]"
+                                                 % (limit, 203 - limit, 202 - (limit - 2), limit - 3 + 6, limit - 2)),
           repr(got[4]))
     check("no_mask_as_is", got[5] == ("no mask", None) and got[6] == ("7", None), repr((got[5], got[6])))
     check("other_rows_filled", got[1][0] and "[MASK]" not in got[1][0] and got[7][0] and "[MASK]" not in got[7][0]
           and got[1][1] is None, repr((got[1], got[7])))
-    check("lowercase_mask_row_error", got[8] == (None, "fill_rows: the text holds '[mask]' at byte 0, which is "
+    check("lowercase_mask_row_error", got[8] == (None, "fill_rows: the text holds '[mask]' at character 1, byte 0, which is "
           "not a mask and would be read as plain text: write [MASK] (ASCII brackets, capital letters, no "
           "spaces) where a token should be filled"), repr(got[8]))
     check("row_errors_counted", d["err_input"] == 2 and d["err_toolong"] == 1 and d["rows"] == 8, repr(d))
@@ -517,24 +522,58 @@ def test_kill_and_resume(tmp):
     c.close()
 
 
+def documented_shell_loop():
+    """The shell loop of docs/columns.md as it is written there, for a test:
+    my.db -> "$DB", '.load ./bertfill' -> ".load $EXT", chunks of 100 rows."""
+    doc = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "docs", "columns.md"),
+               encoding="utf-8").read()
+    for block in doc.split("```sh\n")[1:]:
+        block = block.split("```")[0]
+        if "CHUNK=" in block and "while n=$(sqlite3" in block:
+            assert "my.db" in block and "'.load ./bertfill'" in block and "LIMIT 1000" in block, block
+            return (block.replace("my.db", '"$DB"').replace("'.load ./bertfill'", '".load $EXT"')
+                    .replace("LIMIT 1000", "LIMIT 100"))
+    raise AssertionError("docs/columns.md has no shell loop (CHUNK=... while n=$(sqlite3 ...))")
+
+
 def test_shell_chunks(tmp):
-    """The loop of docs/columns.md for the sqlite3 shell."""
+    """The loop of docs/columns.md for the sqlite3 shell, as the page writes
+    it: alone, then two copies at once on one database, which must take
+    turns (no "database is locked") and fill each row once."""
     if not shutil.which("sqlite3"):
         skip("shell_chunks", "no sqlite3 shell")
         return
+    script = documented_shell_loop()
     path = os.path.join(tmp, "shell.db")
     rows = texts(250, seed=11)
     c = connect(path)
     table(c, rows)
     c.close()
-    script = """CHUNK="%s; SELECT changes();"
-while n=$(sqlite3 -bail "$DB" -cmd ".load $EXT" "$CHUNK") && [ "$n" != 0 ]; do echo "$n"; done""" % (CHUNK % 100)
     env = dict(os.environ, DB=path, EXT=EXT, BERTFILL_MODEL=TINY, BERTFILL_PROGRESS="0")
     r = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=300)
-    check("shell_chunks_run", r.returncode == 0 and r.stdout.split() == ["100", "100", "50"],
+    check("shell_chunks_run", r.returncode == 0 and r.stdout.split() == ["100", "100", "50"] and not r.stderr,
           repr((r.returncode, r.stdout, r.stderr)))
     c = connect(path)
     check("shell_chunks_filled", [x[0] for x in c.execute("SELECT filled FROM t ORDER BY id")] == reference(rows))
+    c.close()
+
+    path = os.path.join(tmp, "shell2.db")
+    rows = texts(600, seed=12)
+    c = connect(path)
+    table(c, rows)
+    c.close()
+    env["DB"] = path
+    loops = [subprocess.Popen(["bash", "-c", script], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for _ in range(2)]
+    out = [p.communicate(timeout=300) for p in loops]
+    done = [int(x) for o, _ in out for x in o.split()]
+    errors = [e.strip() for _, e in out if e.strip()]
+    check("shell_chunks_two_at_once", not errors and sum(done) == 600 and all(p.returncode == 0 for p in loops),
+          "errors %r, chunks %r" % (errors, [o.split() for o, _ in out]))
+    c = connect(path)
+    check("shell_chunks_two_at_once_filled",
+          [x[0] for x in c.execute("SELECT filled FROM t ORDER BY id")] == reference(rows)
+          and c.execute("PRAGMA integrity_check").fetchone()[0] == "ok")
     c.close()
 
 

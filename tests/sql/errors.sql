@@ -23,6 +23,17 @@ select 'too_long_without_mask_unchanged', bert_fill(printf('%.*c', 100, '我')) 
 select 'longest_allowed', instr(bert_fill(printf('%.*c[MASK]', 61, '我')), '[MASK]') = 0;
 -- error one_too_many: the text is 65 tokens long
 select bert_fill(printf('%.*c[MASK]', 62, '我'));
+-- The remedy: how many tokens too many, and the part to keep (substr, in
+-- characters): the 62 tokens that fit, around the masks, inside the text.
+-- error too_long_remedy: bert_fill: the text is 73 tokens long ([CLS] and [SEP] included) but the model takes at most 64 (max_position_embeddings): 9 too many; keep substr(text, 10, 67), the 62 tokens around its [MASK]
+select bert_fill(printf('%.*c[MASK]', 70, '我'));
+-- error too_long_remedy_centred: 39 too many; keep substr(text, 21, 67), the 62 tokens around its [MASK]
+select bert_fill(printf('%.*c[MASK]%.*c', 50, '我', 50, '你'));
+-- error too_long_remedy_start: 9 too many; keep substr(text, 1, 67), the 62 tokens around its [MASK]
+select bert_fill(printf('[MASK]%.*c', 70, '我'));
+-- error too_long_masks_apart: 10 too many; its [MASK]s span 72 tokens, more than 62: fill them in separate texts
+select bert_fill(printf('[MASK]%.*c[MASK]', 70, '我'));
+select 'too_long_remedy_fits', instr(bert_fill(substr(printf('%.*c[MASK]%.*c', 50, '我', 50, '你'), 21, 67)), '[MASK]') = 0;
 
 -- error missing_text: fill_candidates: missing text argument
 select * from fill_candidates;

@@ -10,7 +10,7 @@
 # The first build takes 1-3 minutes (better-sqlite3 compiles its own SQLite);
 # later runs reuse node_modules (ignored by git) until package-lock.json
 # changes.  It needs node (20 or newer: better-sqlite3 12), npm, python3, make
-# and g++ (Debian: .ci/install-deps).  Exits non-zero with one line on stderr
+# and g++ (Debian: make test-deps).  Exits non-zero with one line on stderr
 # saying what is missing or what failed; the npm log is $BUILD/node-npm.log.
 set -u
 cd "$(dirname "$0")"
@@ -20,7 +20,7 @@ addon=node_modules/better-sqlite3/build/Release/better_sqlite3.node
 
 have() { command -v "$1" >/dev/null; }
 for tool in node npm python3 make g++; do
-  have "$tool" || { echo "no $tool (Debian: bash .ci/install-deps)" >&2; exit 1; }
+  have "$tool" || { echo "no $tool (Debian: make test-deps)" >&2; exit 1; }
 done
 major=$(node -p 'process.versions.node.split(".")[0]')
 if [ "$major" -lt 20 ]; then

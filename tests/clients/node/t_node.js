@@ -124,7 +124,7 @@ async function main() {
       'bert_fill: invalid UTF-8 at byte 0 of the text (byte value 0xFF)');
     expectError('node.error_too_long', () => db.prepare('SELECT bert_fill(?) AS f').get('我'.repeat(70) + '[MASK]'),
       'bert_fill: the text is 73 tokens long ([CLS] and [SEP] included) but the model takes at most 64 ' +
-      '(max_position_embeddings)');
+      '(max_position_embeddings): 9 too many; keep substr(text, 10, 67), the 62 tokens around its [MASK]');
     // invalid UTF-8 in the argument is escaped in the message (not U+FFFD)
     expectError('node.error_utf8_escaped',
       () => db.prepare('SELECT * FROM fill_candidates(?, CAST(? AS TEXT))').all('好[MASK]', Buffer.from([0xed, 0xa0, 0x80])),

@@ -1,7 +1,9 @@
 // t_web.js — the fill-mask service example (examples/web/server.js) and its
 // WebUI (run by tests/clients/t_web.sh).  Starts the server on a free port of
 // 127.0.0.1 with the shipped model, checks the HTTP contract against
-// fill_candidates through better-sqlite3, then drives headless Chromium over
+// fill_candidates through better-sqlite3 and the requests examples/web/README.md
+// shows (same tokens and sequences, scores to 1e-5, marked "output varies"
+// where they are not this run's exactly), then drives headless Chromium over
 // the DevTools protocol (--remote-debugging-pipe: no WebSocket, no npm
 // package): loads the page, types a sentence, presses Enter, and checks the
 // rendered candidates and their bars; clicks an example; submits a text
@@ -74,7 +76,47 @@ function direct(text, k = 5) {
   return masks;
 }
 
+// The requests of examples/web/README.md ("$ curl -s 127.0.0.1:8000/predict -d '...'" and the
+// JSON shown after it, line breaks added): the same tokens and sequences, scores within 1e-5;
+// shown scores that are not exactly this run's carry the mark "output varies".
+function readmeExamples() {
+  const text = fs.readFileSync(path.join(ROOT, 'examples/web/README.md'), 'utf8');
+  const out = [];
+  const lines = text.split('\n');
+  lines.forEach((l, i) => {
+    const m = l.match(/^\$ curl -s 127\.0\.0\.1:8000\/predict -d '([^']*)'(.*)$/);
+    if (!m) return;
+    let j = i + 1;
+    const shown = [];
+    while (j < lines.length && !lines[j].startsWith('```')) shown.push(lines[j++]);
+    out.push({ line: i + 1, body: JSON.parse(m[1]), shown: JSON.parse(shown.join('')), marked: /output varies/.test(m[2]) });
+  });
+  return out;
+}
+
+function sameAnswer(a, b) {
+  if (Array.isArray(a)) return Array.isArray(b) && a.length === b.length && a.every((x, i) => sameAnswer(x, b[i]));
+  if (typeof a === 'number') return typeof b === 'number' && Math.abs(a - b) <= 1e-5;
+  if (a && typeof a === 'object') {
+    return b && typeof b === 'object' && Object.keys(a).join() === Object.keys(b).join() &&
+      Object.keys(a).every((k) => sameAnswer(a[k], b[k]));
+  }
+  return a === b;
+}
+
 async function httpChecks(base, port, line) {
+  await guarded('web.readme', async () => {
+    const ex = readmeExamples();
+    check('web.readme.examples', ex.length >= 2, `${ex.length} curl examples in examples/web/README.md`);
+    for (const e of ex) {
+      const r = await post(base, e.body);
+      check(`web.readme:${e.line}`, r.status === 200 && sameAnswer(e.shown, r.json),
+        `shown ${JSON.stringify(e.shown).slice(0, 300)} vs ${r.text.slice(0, 300)}`);
+      check(`web.readme:${e.line}.marked`, e.marked || JSON.stringify(e.shown) === JSON.stringify(r.json),
+        'the scores shown differ from a run in their last digits: mark the line "# output varies"');
+    }
+  });
+
   await guarded('web.predict', async () => {
     const r = await post(base, { text: SENTENCE });
     const want = direct(SENTENCE)[0];
