@@ -673,7 +673,8 @@ static int take_slot(sbf *f, unsigned i, int orphans) {
   sb_slot *s = &f->slots[i];
   uint32_t w = atomic_load(&s->state), st = STATE_OF(w);
   if (!orphans && (st == S_TAKEN || st == S_WRITING)) return 0; /* a leader may write it */
-  if (!lock_byte(f->fd, SLOT_BYTE(i), F_WRLCK)) return 0; /* a live owner has it */
+  /* a live owner has it */
+  if (!lock_byte(f->fd, SLOT_BYTE(i), F_WRLCK)) return 0;
   if (!atomic_compare_exchange_strong(&s->state, &w, S_FILLING)) {
     lock_byte(f->fd, SLOT_BYTE(i), F_UNLCK);
     return 0;
@@ -908,9 +909,10 @@ static int take_batch(sbf *f, bf_model *m, int me, member *mb, int32_t *ids, int
     uint32_t w = atomic_load(&s->state), st = STATE_OF(w);
     /* TAKEN or WRITING seen by a new leader before its first batch: an
     ** orphan of a dead leader (a leader gives up the lead only after its
-    ** whole batch is DONE) */
+    ** whole batch is DONE); freed rather than run when its owner is dead
+    ** too */
     if (st != S_POSTED && !(first && (st == S_TAKEN || st == S_WRITING))) continue;
-    if (st != S_POSTED && reclaim_orphan(f, i)) continue; /* its owner is dead too */
+    if (st != S_POSTED && reclaim_orphan(f, i)) continue;
     uint32_t peek = atomic_load(&s->n); /* racy: read again once taken */
     if (peek <= BFX_SHARED_MAX_TOKENS && tokens + (int)peek > BFX_BATCH_MAX_TOKENS && n > 0)
       continue;
