@@ -513,9 +513,10 @@ static int at_path(const char *path, const struct stat *st) {
          now.st_ino == st->st_ino;
 }
 
-/* A slot's texts gone: its token ids and its results zeroed (by the process
-** that holds its byte, with the slot not TAKEN nor WRITING: no leader reads
-** or writes it meanwhile).  A FREE slot holds nothing of its last request
+/* A slot's texts gone: its token ids and its results zeroed, by the process
+** that holds its byte, with the slot FILLING (no leader writes it; one that
+** took it before and still copies its ids gets garbage whose answer the
+** CAS to WRITING keeps out).  A FREE slot holds nothing of its last request
 ** but its sizes, nonce, echo and pids. */
 static void scrub(sb_slot *s) {
   memset(s->ids, 0, sizeof s->ids);
