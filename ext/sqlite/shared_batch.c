@@ -514,7 +514,7 @@ static int at_path(const char *path, const struct stat *st) {
 }
 
 /* A slot's texts gone: its token ids and its results zeroed, by the process
-** that holds its byte, with the slot FILLING (no leader writes it; one that
+** that holds its byte, the slot FILLING or DONE (no leader writes it; one that
 ** took it before and still copies its ids gets garbage whose answer the
 ** CAS to WRITING keeps out).  A FREE slot holds nothing of its last request
 ** but its sizes, nonce, echo and pids. */
