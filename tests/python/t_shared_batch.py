@@ -51,7 +51,8 @@ join:
     no error; after SIGCONT everyone (the stopped one too) answers right;
   * busy_message (issue 41, 4): a request not taken within the busy
     timeout while another process runs a long batch: the error names the
-    machine-wide queue and the leading process;
+    machine-wide queue and the leading process; the request taken back
+    leaves no token ids in the file;
   * exit_cleanup (issue 40, 4): 4 processes use the queue; while one of
     them still runs the file stays and works (a new process batches with
     it); after the last exits normally no file is left; 5 rounds of 6
@@ -1106,10 +1107,16 @@ def test_busy_message():
             break
         time.sleep(0.005)
     rb = b.ask(op="run", texts=texts[1:])
+    # B's request, taken back at its busy timeout (A still runs its batch):
+    # its token ids are gone from the file (issue 40, item 4)
+    _, _, data = slot_data(path)
+    found = texts_in(data, token_ids(texts[1:]))
     ra = a.recv()
     a.close()
     b.close()
     err = rb["errors"][0] if rb["errors"] else ""
+    check("busy_taken_back_cleared", rb["errors"] and found == 0,
+          "B's errors %r; its text's token ids in the file: %d" % (rb["errors"], found))
     check("busy_message_names_queue",
           err.startswith("bertfill: busy:") and "machine-wide queue" in err and
           ("process %d" % a.pid) in err and not ra["errors"],
