@@ -38,6 +38,16 @@
 ** again (a holder that died wakes no one).  Elsewhere than Linux they sleep
 ** 2 ms between looks.  Without the room (more than MAX_WAITERS callers
 ** waiting machine-wide) a caller takes whatever slot it finds free.
+**
+** The slot file stays after the last process exits (unlike the shared
+** batcher's queue files, shared_batch.c LEAVING): it holds no text, only
+** the times at which callers now waiting arrived (each cleared when its
+** caller leaves the room); it is one 4 KB file per user, not per model;
+** its inode is the budget itself, so removing it while another process
+** opens it by name would split the machine's slots into two budgets for as
+** long as both live (a lock-protected leave as in shared_batch.c would be
+** needed, for 4 KB); and a file that BERTFILL_MACHINE_GUARD_FILE names is
+** one the user chose, not the library's to remove.
 */
 #include <errno.h>
 #include <fcntl.h>

@@ -27,9 +27,12 @@
 ** one link, owned by this process's effective uid, mode exactly 0600, and
 ** of the expected size; and when its header has the magic, the layout
 ** version, every layout size and the fingerprint this build expects.
-** Anything else (another user's file, a link, garbage, a truncated file,
-** another build's layout) is refused with one line on stderr, and the
-** process keeps its own batcher (batcher.c): never an error for a call.
+** Anything else (another user's file, a link, garbage, another build's
+** layout) is refused with one line on stderr, and the process keeps its own
+** batcher (batcher.c): never an error for a call.  A file of another size
+** (an older bertfill's layout, or one cut short) that no process of this
+** build is attached to (ATTACH_BYTE, see LEAVING) is removed and made
+** again instead: an upgrade does not turn batching off until a reboot.
 ** Another user's processes compute another file name (their uid) and could
 ** not open this one (0600) anyway: texts never cross users.
 **
@@ -45,7 +48,10 @@
 **                             results[BFX_SHARED_MAX_MASKS * BFX_SHARED_MAX_K]
 **
 ** About 800 KB with the bounds of bounds.h.  Calls beyond the bounds
-** (longer texts, more masks, larger k) take the in-process path.
+** (longer texts, more masks, larger k) take the in-process path.  A slot
+** holds a request's texts (its token ids, and then its results) only while
+** the request is in flight: they are zeroed before the slot is FREE again,
+** and the file is removed by the last process that leaves it (LEAVING).
 **
 ** Every page of the file is reserved when the file is made (fallocate; on
 ** a file system that cannot, zeros written), and again, as a check, by
@@ -66,8 +72,11 @@
 ** locks, fcntl F_OFD_SETLK: they belong to the open file description, and
 ** the kernel drops them when the process dies, SIGKILL included):
 **
-**   INIT_BYTE     held while a process creates or checks the header
+**   INIT_BYTE     held while a process creates or checks the header and
+**                 attaches, and while one leaves (LEAVING)
 **   LEADER_BYTE   held by the process that runs the encoder: the leader
+**   ATTACH_BYTE   read-locked (a shared lock) by every process that has the
+**                 file open: a write lock nobody can take means "in use"
 **   SLOT_BYTE(i)  held by the owner of slot i for as long as the slot is not
 **                 FREE: a slot that is not FREE and whose byte nobody holds
 **                 belongs to a dead process
@@ -80,6 +89,10 @@
 **      |                   stall                              |
 **      |                                               leader: DONE
 **      +------------------------owner: answer read------------+
+**
+**   Every way back to FREE zeroes the slot's token ids and results first
+**   (scrub): the owner's after it has read the answer or taken its request
+**   back, and whoever reclaims a dead process's slot.
 **
 **   1. A call that misses the cache claims a FREE slot: it takes the slot's
 **      lock byte first, then FREE -> FILLING; writes its token ids, n,
@@ -142,9 +155,13 @@
 **   - A requester killed while waiting: its slot byte lock dies with it.
 **     Whoever looks for a free slot and finds a POSTED, FILLING, DONE or
 **     unknown state whose byte it can lock takes the slot over (one CAS from
-**     the state it saw; counted as shared_reclaimed).  A TAKEN or WRITING
-**     slot is never taken over (a live leader may write it): it becomes
-**     DONE first.
+**     the state it saw; counted as shared_reclaimed) and scrubs it; so does
+**     every process that opens the file, for every such slot (sweep_dead),
+**     so that the texts of the dead go at once.  A TAKEN or WRITING slot is
+**     never taken over (a live leader may write it): it becomes DONE first;
+**     except by a new leader before its first batch, for which it is an
+**     orphan: when its owner is dead too (its byte can be locked), nobody
+**     waits for it, and it is scrubbed and FREE instead of run again.
 **   - A corrupt slot (n, n_masks, k out of the bounds, ids the engine
 **     refuses): the leader marks it DONE with an error code; its owner runs
 **     the call in its own process and gets its own error message.
@@ -160,8 +177,9 @@
 **   found the lead held by another process, and that has seen no progress
 **   for STALL_FACTOR times the announced time (at least STALL_MIN_NS, or
 **   half its busy timeout when that is less; at most ABANDON_FACTOR busy
-**   timeouts), counts the lead as stalled: a POSTED request is taken back
-**   (POSTED -> FILLING -> FREE), a TAKEN or WRITING one is abandoned (its
+**   timeouts), counts the lead as stalled: a POSTED or TAKEN request is
+**   taken back (-> FILLING -> FREE, scrubbed; the leader's CAS to WRITING
+**   then fails and it writes nothing), a WRITING one is abandoned (its
 **   byte dropped; the slot stays as it is until the leader, woken, marks
 **   it DONE, and is reclaimed then), and the call runs in its own process.
 **   Its next calls go there at once for as long as the lead is still held
@@ -202,10 +220,45 @@
 **   process alone pays a few system calls per call: two lock bytes taken and
 **   dropped (about 10 us in all); the encoder run is the same.
 **
+** LEAVING: nothing left in the directory.  A process attaches to the file
+** it opens: INIT_BYTE held, it read-locks ATTACH_BYTE after its checks.  At
+** exit (atexit: exit(), a return from main, an interpreter's normal end)
+** it leaves each file: ATTACH_BYTE dropped, then INIT_BYTE taken (waited
+** for at most INIT_WAIT_NS), and when no other description holds
+** ATTACH_BYTE (F_OFD_GETLK) and the file is still the one at the path
+** (same device and inode), it is removed.  The race with an opener that
+** has opened the file by name but not yet attached: the opener takes
+** INIT_BYTE before it attaches, and once it holds it checks that its
+** descriptor is still the file at the path (a link count of 0, or another
+** inode there: the last leaver removed it meanwhile) and opens again (at
+** most OPEN_TRIES times), so a file is never removed under a process that
+** attached to it, and an opener never keeps a removed one.  Two processes
+** leaving at once: each drops its ATTACH_BYTE before it waits for
+** INIT_BYTE, so the second to hold it sees the first gone.  A herd (many
+** processes starting or exiting together) holds INIT_BYTE one at a time
+** for a few system calls each, at the start as before and now at the exit
+** too; the file the last leaver removed is made again by the next process
+** (made, reserved and removed: about 0.15 ms on tmpfs).  A new file that
+** cannot be given its memory is removed at once (nobody uses a file
+** without its size).  The mapping is never unmapped at exit (other threads
+** may still be in a call).
+**   What stays: a file whose processes all died without exit (a signal:
+** SIGKILL, an unhandled SIGTERM, a crash; or _exit) stays, with the
+** requests that were in flight then (finished ones were scrubbed), until
+** the next process of the user and model opens it (sweep_dead and its
+** first batch scrub the slots of the dead) and leaves it; a slot abandoned
+** to a WRITING leader keeps that leader's results until it is reclaimed.
+** Builds before this one take no ATTACH_BYTE: a file one of them uses can
+** be removed under it by a newer process that leaves last; it goes on in
+** the removed file with the old processes that share it (the same
+** answers, without the newer ones' company).  The machine-wide guard's
+** slot file is not removed (machine_guard.c says why).
+**
 ** FORK.  A child shares its parent's open file descriptions, and so its
 ** record locks: in the child (pthread_atfork) every shared file is closed
 ** and unmapped and forgotten, and opened again, with a description of its
-** own, on its first call.
+** own (and its own ATTACH_BYTE), on its first call; the child leaves only
+** its own files at its exit.
 **
 ** Settings (read once from the environment):
 **   BERTFILL_SHARED_BATCH=0      off: every process batches alone (batcher.c)
@@ -225,7 +278,8 @@
 ** in-process path: beyond the bounds, queue full, an error to reproduce,
 ** an answer refused, a stalled lead),
 ** shared_rerun (requests of a dead leader run again), shared_reclaimed
-** (slots of dead processes, or left behind by an abandon, taken over).  bert_debug() shows the queue:
+** (slots of dead processes, or left behind by an abandon, taken over and
+** scrubbed; a dead leader's slot whose owner is dead too among them).  bert_debug() shows the queue:
 ** "shared_batch": {"on", "file", "slots", "posted", "taken", "leader_pid",
 ** "leader_changes", "batches"}.
 */
@@ -265,6 +319,7 @@ SQLITE_EXTENSION_INIT3
 #define STALL_FACTOR 4              /* ... or this many times the batch time it announced */
 #define ABANDON_FACTOR 3            /* the longest wait for a TAKEN slot: this many busy timeouts */
 #define INIT_WAIT_NS 1000000000ull  /* the longest a process waits for another's INIT_BYTE */
+#define OPEN_TRIES 8                /* opens of a file removed between its open and its lock */
 
 /* A slot's state word: the state in its low bits, the ticket of the request
 ** (new for every request, from its nonce) above them. */
@@ -308,6 +363,7 @@ typedef struct sb_slot {
 #define FILE_SIZE ((size_t)HEADER_SIZE + (size_t)NSLOTS * sizeof(sb_slot))
 #define INIT_BYTE ((off_t)FILE_SIZE)
 #define LEADER_BYTE ((off_t)FILE_SIZE + 1)
+#define ATTACH_BYTE ((off_t)FILE_SIZE + 2) /* read-locked by every process that has the file */
 #define SLOT_BYTE(i) ((off_t)FILE_SIZE + 64 + (off_t)(i))
 
 /* One shared file, as this process has it open. */
@@ -381,6 +437,8 @@ static void forget_in_child(void) {
   sb.key = new_key();
 }
 
+static void leave_all(void);
+
 static void sb_init(void) {
   sb.on = bf_env_flag("BERTFILL_SHARED_BATCH", 1);
   sb.gather = (int)bf_env_int("BERTFILL_SHARED_GATHER", 0, BFX_BATCH_MAX_SEQS, 0);
@@ -390,6 +448,7 @@ static void sb_init(void) {
   if (!d || !*d) d = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
   snprintf(sb.dir, sizeof sb.dir, "%s", d);
   pthread_atfork(NULL, NULL, forget_in_child);
+  if (sb.on) atexit(leave_all); /* a forked child's list is its own */
 }
 
 int bfx_shared_on(void) {
@@ -399,10 +458,31 @@ int bfx_shared_on(void) {
 
 /* ---- record locks and futexes ---- */
 
-/* Take (F_WRLCK; 1 when taken) or drop (F_UNLCK) the OFD lock on one byte. */
+/* Take (F_WRLCK, or F_RDLCK shared with others; 1 when taken) or drop
+** (F_UNLCK) the OFD lock on one byte. */
 static int lock_byte(int fd, off_t at, short type) {
   struct flock fl = {.l_type = type, .l_whence = SEEK_SET, .l_start = at, .l_len = 1};
   return fcntl(fd, F_OFD_SETLK, &fl) == 0;
+}
+
+/* 1 when another open file description (another process, or a forked
+** child's own) holds a lock on the byte at that conflicts with a write
+** lock: a lock of this description never does. */
+static int held_elsewhere(int fd, off_t at) {
+  struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = at, .l_len = 1};
+  return fcntl(fd, F_OFD_GETLK, &fl) == 0 && fl.l_type != F_UNLCK;
+}
+
+/* Take INIT_BYTE, waiting for another process's until until_ns: 0, or
+** EAGAIN when it was still held then, or the errno. */
+static int lock_init(int fd, uint64_t until_ns) {
+  while (!lock_byte(fd, INIT_BYTE, F_WRLCK)) {
+    if (errno != EAGAIN && errno != EACCES) return errno;
+    if (bf_now_ns() > until_ns) return EAGAIN;
+    struct timespec ts = {0, 1000000};
+    nanosleep(&ts, NULL);
+  }
+  return 0;
 }
 
 static void futex_wake(_Atomic uint32_t *w) {
@@ -427,6 +507,24 @@ static void futex_wait(_Atomic uint32_t *w, uint32_t seen, uint64_t ns) {
 }
 
 /* ---- the file ---- */
+
+/* 1 when the file st (fstat of an open descriptor) is the one at path: not
+** removed meanwhile, nor replaced by another. */
+static int at_path(const char *path, const struct stat *st) {
+  struct stat now;
+  return st->st_nlink >= 1 && lstat(path, &now) == 0 && now.st_dev == st->st_dev &&
+         now.st_ino == st->st_ino;
+}
+
+/* A slot's texts gone: its token ids and its results zeroed, by the process
+** that holds its byte, the slot FILLING or DONE (no leader writes it; one that
+** took it before and still copies its ids gets garbage whose answer the
+** CAS to WRITING keeps out).  A FREE slot holds nothing of its last request
+** but its sizes, nonce, echo and pids. */
+static void scrub(sb_slot *s) {
+  memset(s->ids, 0, sizeof s->ids);
+  memset(s->out, 0, sizeof s->out);
+}
 
 static void refuse(sbf *f, const char *why, int err) {
   fprintf(stderr, "bertfill: shared batching off for this model: %s %s%s%s\n", f->path, why,
@@ -461,38 +559,60 @@ static int header_ok(const sb_header *h, const char *fp) {
          atomic_load(&h->ready) == 1;
 }
 
-/* Open, check (and create when new) the shared file of f->fp. */
+/* Open, check (and create when new) the shared file of f->fp, and attach
+** to it (ATTACH_BYTE read-locked, see LEAVING). */
 static void open_file(sbf *f) {
   snprintf(f->path, sizeof f->path, "%s/bertfill-%u-batch-%s", sb.dir, (unsigned)geteuid(), f->fp);
-  f->fd = open(f->path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK, 0600);
-  if (f->fd < 0) {
-    refuse(f, "cannot be opened", errno);
-    return;
-  }
   uint64_t until = bf_now_ns() + INIT_WAIT_NS; /* one creator at a time */
-  while (!lock_byte(f->fd, INIT_BYTE, F_WRLCK)) {
-    if (errno != EAGAIN && errno != EACCES) {
-      refuse(f, "cannot be locked", errno);
-      return;
-    }
-    if (bf_now_ns() > until) {
-      refuse(f, "is locked by another process", 0);
-      return;
-    }
-    struct timespec ts = {0, 1000000};
-    nanosleep(&ts, NULL);
-  }
   struct stat st;
+  for (int tries = 1;; tries++) {
+    f->fd = open(f->path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK, 0600);
+    if (f->fd < 0) {
+      refuse(f, "cannot be opened", errno);
+      return;
+    }
+    int err = lock_init(f->fd, until);
+    if (err) {
+      refuse(f, err == EAGAIN ? "is locked by another process" : "cannot be locked",
+             err == EAGAIN ? 0 : err);
+      return;
+    }
+    if (fstat(f->fd, &st) != 0) {
+      refuse(f, "cannot be read", errno);
+      return;
+    }
+    /* the file at the path, or something the checks below refuse; else
+    ** the last process to leave it removed it between the open and the
+    ** lock: the file at the path now (a new one) */
+    int here = at_path(f->path, &st);
+    /* a file of another size (another version of bertfill, or one cut
+    ** short) that no process of this build is attached to: removed, and
+    ** made again, rather than refused for good (an older build's processes
+    ** may still use it: they keep the file they have open) */
+    if (here && S_ISREG(st.st_mode) && st.st_nlink == 1 && st.st_uid == geteuid() &&
+        (st.st_mode & 07777) == 0600 && st.st_size != 0 && (size_t)st.st_size != FILE_SIZE &&
+        !held_elsewhere(f->fd, ATTACH_BYTE) && tries < OPEN_TRIES) {
+      unlink(f->path);
+      close(f->fd);
+      f->fd = -1;
+      continue;
+    }
+    if (!S_ISREG(st.st_mode) || st.st_nlink > 1 || here) break;
+    if (tries == OPEN_TRIES) {
+      refuse(f, "is removed by other processes as fast as it is opened", 0);
+      return;
+    }
+    close(f->fd);
+    f->fd = -1;
+  }
   const char *why = NULL;
-  int err = 0;
-  if (fstat(f->fd, &st) != 0) {
-    why = "cannot be read";
-    err = errno;
-  } else if (!S_ISREG(st.st_mode) || st.st_nlink != 1) {
+  int err = 0, fresh = 0;
+  if (!S_ISREG(st.st_mode) || st.st_nlink != 1) {
     why = "is not a plain file";
   } else if (st.st_uid != geteuid()) {
     why = "belongs to another user";
   } else if (st.st_size == 0) { /* new: make it */
+    fresh = 1;
     if (fchmod(f->fd, 0600) != 0) {
       why = "cannot be made";
       err = errno;
@@ -501,8 +621,8 @@ static void open_file(sbf *f) {
     }
   } else if ((st.st_mode & 07777) != 0600) {
     why = "is not of mode 0600";
-  } else if ((size_t)st.st_size != FILE_SIZE) {
-    why = "has the wrong size (another version of bertfill, or damaged)";
+  } else if ((size_t)st.st_size != FILE_SIZE) { /* and in use: not replaced */
+    why = "has the wrong size (another version of bertfill, or damaged) and is in use";
   } else if ((err = bf_reserve_file(f->fd, FILE_SIZE, 0)) != 0) {
     why = "cannot be given its memory (is its file system full?)";
   }
@@ -520,12 +640,122 @@ static void open_file(sbf *f) {
       else if (!header_ok(f->h, f->fp)) why = "has a header this build does not know (damaged?)";
     }
   }
+  if (!why && !lock_byte(f->fd, ATTACH_BYTE, F_RDLCK)) {
+    why = "cannot be locked";
+    err = errno;
+  }
   if (why) {
+    /* a new file that could not be made is removed (INIT_BYTE held:
+    ** nobody uses a file without its size): the next process tries anew */
+    if (fresh && at_path(f->path, &st)) unlink(f->path);
     refuse(f, why, err);
     return;
   }
   lock_byte(f->fd, INIT_BYTE, F_UNLCK);
 }
+
+/* ---- slots ---- */
+
+/* Take slot i (f->mu held) when it is FREE, or a dead owner's (or an
+** abandoned one) that no leader has (orphans: or a dead leader's, seen by
+** the leader now): 1 when it is now FILLING with its byte held, scrubbed
+** when it was not FREE. */
+static int take_slot(sbf *f, unsigned i, int orphans) {
+  if (f->mine[i]) return 0;
+  sb_slot *s = &f->slots[i];
+  uint32_t w = atomic_load(&s->state), st = STATE_OF(w);
+  if (!orphans && (st == S_TAKEN || st == S_WRITING)) return 0; /* a leader may write it */
+  /* a live owner has it */
+  if (!lock_byte(f->fd, SLOT_BYTE(i), F_WRLCK)) return 0;
+  if (!atomic_compare_exchange_strong(&s->state, &w, S_FILLING)) {
+    lock_byte(f->fd, SLOT_BYTE(i), F_UNLCK);
+    return 0;
+  }
+  if (st != S_FREE) { /* its owner died (or abandoned it): its texts go */
+    scrub(s);
+    bf_stats_add(BF_CT_SHARED_RECLAIMED, 1);
+  }
+  f->mine[i] = 1;
+  return 1;
+}
+
+/* Claim a slot (FREE, or a dead owner's that no leader has): its index, in
+** state FILLING with its byte held; -1 when every slot is in use. */
+static int claim(sbf *f) {
+  pthread_mutex_lock(&f->mu);
+  unsigned start = f->hint;
+  for (unsigned j = 0; j < NSLOTS; j++) {
+    unsigned i = (start + j) % NSLOTS;
+    if (!take_slot(f, i, 0)) continue;
+    f->hint = i + 1;
+    pthread_mutex_unlock(&f->mu);
+    return (int)i;
+  }
+  pthread_mutex_unlock(&f->mu);
+  return -1;
+}
+
+/* Give slot i back: scrubbed, FREE, then its byte (in that order: a slot
+** that is not FREE with no lock behind it is a dead process's). */
+static void release(sbf *f, int i) {
+  scrub(&f->slots[i]);
+  atomic_store(&f->slots[i].state, S_FREE);
+  pthread_mutex_lock(&f->mu);
+  lock_byte(f->fd, SLOT_BYTE(i), F_UNLCK);
+  f->mine[i] = 0;
+  pthread_mutex_unlock(&f->mu);
+}
+
+/* Abandon slot i without freeing it (a leader is writing it, or someone
+** wrote over it): the byte is dropped, and the slot is reclaimed (and
+** scrubbed) by whoever finds it neither TAKEN nor WRITING later. */
+static void abandon(sbf *f, int i) {
+  pthread_mutex_lock(&f->mu);
+  lock_byte(f->fd, SLOT_BYTE(i), F_UNLCK);
+  f->mine[i] = 0;
+  pthread_mutex_unlock(&f->mu);
+}
+
+/* Let go of slot i, seen as w (the request's, POSTED, TAKEN or WRITING),
+** whose leader seems stuck: taken back (scrubbed and FREE; a leader that
+** took it finds it no longer TAKEN and writes nothing) unless a leader is
+** writing it now, which abandons it.  0 when its state changed meanwhile
+** (done, or being written): look again. */
+static int let_go(sbf *f, int i, uint32_t w) {
+  if (STATE_OF(w) == S_WRITING) {
+    abandon(f, i);
+    return 1;
+  }
+  if (!atomic_compare_exchange_strong(&f->slots[i].state, &w, S_FILLING)) return 0;
+  release(f, i);
+  return 1;
+}
+
+/* A newly opened file: the slots its dead processes left (not FREE, no
+** lock behind them, no leader on them) taken over and scrubbed now rather
+** than when a claim comes to them, so that their texts go at once. */
+static void sweep_dead(sbf *f) {
+  for (unsigned i = 0; i < NSLOTS; i++) {
+    if (STATE_OF(atomic_load(&f->slots[i].state)) == S_FREE) continue;
+    pthread_mutex_lock(&f->mu);
+    int got = take_slot(f, i, 0);
+    pthread_mutex_unlock(&f->mu);
+    if (got) release(f, (int)i);
+  }
+}
+
+/* A dead leader's slot (TAKEN or WRITING, seen by the leader now: nobody
+** else may write it) whose owner is dead too: nobody waits for its answer,
+** so it is scrubbed and FREE rather than run again.  1 when it was. */
+static int reclaim_orphan(sbf *f, unsigned i) {
+  pthread_mutex_lock(&f->mu);
+  int got = take_slot(f, i, 1);
+  pthread_mutex_unlock(&f->mu);
+  if (got) release(f, (int)i);
+  return got;
+}
+
+/* ---- attaching and leaving (LEAVING) ---- */
 
 /* The shared file of fingerprint fp, opened on first use; NULL when it is
 ** refused. */
@@ -538,6 +768,7 @@ static sbf *file_of(const char *fp) {
     pthread_mutex_init(&f->mu, NULL);
     f->fd = -1;
     open_file(f);
+    if (f->fd >= 0) sweep_dead(f);
     f->next = sb.files;
     sb.files = f;
   }
@@ -545,52 +776,32 @@ static sbf *file_of(const char *fp) {
   return f && f->fd >= 0 ? f : NULL;
 }
 
-/* ---- slots ---- */
+/* This process leaves file f (at its exit): its ATTACH_BYTE dropped; then,
+** INIT_BYTE held (no opener between its open and its attach), the file
+** removed when no other process is attached to it and it is still the one
+** at the path.  The mapping stays (other threads may still be in a call). */
+static void leave(sbf *f) {
+  lock_byte(f->fd, ATTACH_BYTE, F_UNLCK);
+  if (lock_init(f->fd, bf_now_ns() + INIT_WAIT_NS) != 0) return; /* the next one to leave */
+  struct stat st;
+  if (!held_elsewhere(f->fd, ATTACH_BYTE) && fstat(f->fd, &st) == 0 && at_path(f->path, &st))
+    unlink(f->path);
+  lock_byte(f->fd, INIT_BYTE, F_UNLCK);
+}
 
-/* Claim a slot (FREE, or a dead owner's that no leader has): its index, in
-** state FILLING with its byte held; -1 when every slot is in use. */
-static int claim(sbf *f) {
-  pthread_mutex_lock(&f->mu);
-  unsigned start = f->hint;
-  for (unsigned j = 0; j < NSLOTS; j++) {
-    unsigned i = (start + j) % NSLOTS;
-    if (f->mine[i]) continue;
-    sb_slot *s = &f->slots[i];
-    uint32_t w = atomic_load(&s->state), st = STATE_OF(w);
-    if (st == S_TAKEN || st == S_WRITING) continue;         /* a leader may write it */
-    if (!lock_byte(f->fd, SLOT_BYTE(i), F_WRLCK)) continue; /* a live owner has it */
-    if (!atomic_compare_exchange_strong(&s->state, &w, S_FILLING)) {
-      lock_byte(f->fd, SLOT_BYTE(i), F_UNLCK);
-      continue;
-    }
-    if (st != S_FREE) bf_stats_add(BF_CT_SHARED_RECLAIMED, 1); /* its owner died */
-    f->mine[i] = 1;
-    f->hint = i + 1;
-    pthread_mutex_unlock(&f->mu);
-    return (int)i;
+/* At exit (atexit): leave every file this process has.  Without the list's
+** mutex (another thread stays in file_of) the files are left as they are,
+** to the next process that leaves them. */
+static void leave_all(void) {
+  int locked = 0;
+  for (int i = 0; i < 100 && !(locked = pthread_mutex_trylock(&sb.mu) == 0); i++) {
+    struct timespec ts = {0, 1000000};
+    nanosleep(&ts, NULL);
   }
-  pthread_mutex_unlock(&f->mu);
-  return -1;
-}
-
-/* Give slot i back: FREE, then its byte (in that order: a slot that is not
-** FREE with no lock behind it is a dead process's). */
-static void release(sbf *f, int i) {
-  atomic_store(&f->slots[i].state, S_FREE);
-  pthread_mutex_lock(&f->mu);
-  lock_byte(f->fd, SLOT_BYTE(i), F_UNLCK);
-  f->mine[i] = 0;
-  pthread_mutex_unlock(&f->mu);
-}
-
-/* Abandon slot i without freeing it (its leader seems stuck, or someone
-** wrote over it): the byte is dropped, and the slot is reclaimed by whoever
-** finds it neither TAKEN nor WRITING later. */
-static void abandon(sbf *f, int i) {
-  pthread_mutex_lock(&f->mu);
-  lock_byte(f->fd, SLOT_BYTE(i), F_UNLCK);
-  f->mine[i] = 0;
-  pthread_mutex_unlock(&f->mu);
+  if (!locked) return;
+  for (sbf *f = sb.files; f; f = f->next)
+    if (f->fd >= 0) leave(f);
+  pthread_mutex_unlock(&sb.mu);
 }
 
 /* ---- leading ---- */
@@ -615,13 +826,6 @@ static int try_lead(sbf *f) {
     atomic_fetch_add(&f->h->progress, 1);
   }
   return r;
-}
-
-/* 1 when another process holds LEADER_BYTE (a lock of this process's own
-** description does not conflict, so a lead of this process reads 0). */
-static int lead_held_elsewhere(sbf *f) {
-  struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = LEADER_BYTE, .l_len = 1};
-  return fcntl(f->fd, F_OFD_GETLK, &fl) == 0 && fl.l_type != F_UNLCK;
 }
 
 /* Give up the lead, then wake the owners of what is still POSTED: one of
@@ -697,8 +901,10 @@ static int take_batch(sbf *f, bf_model *m, int me, member *mb, int32_t *ids, int
     uint32_t w = atomic_load(&s->state), st = STATE_OF(w);
     /* TAKEN or WRITING seen by a new leader before its first batch: an
     ** orphan of a dead leader (a leader gives up the lead only after its
-    ** whole batch is DONE) */
+    ** whole batch is DONE); freed rather than run when its owner is dead
+    ** too */
     if (st != S_POSTED && !(first && (st == S_TAKEN || st == S_WRITING))) continue;
+    if (st != S_POSTED && reclaim_orphan(f, i)) continue;
     uint32_t peek = atomic_load(&s->n); /* racy: read again once taken */
     if (peek <= BFX_SHARED_MAX_TOKENS && tokens + (int)peek > BFX_BATCH_MAX_TOKENS && n > 0)
       continue;
@@ -913,7 +1119,7 @@ int bfx_shared_encode(bf_model *m, const bf_tokens *t, int k, bf_cand *out, bfx_
   ** in-process path at once rather than a wait for the stall again */
   uint64_t stalled = atomic_load(&f->stalled_at);
   if (stalled) {
-    if (stalled == atomic_load(&f->h->progress) + 1 && lead_held_elsewhere(f)) {
+    if (stalled == atomic_load(&f->h->progress) + 1 && held_elsewhere(f->fd, LEADER_BYTE)) {
       bf_stats_add(BF_CT_SHARED_FALLBACK, 1);
       return 0;
     }
@@ -984,11 +1190,7 @@ int bfx_shared_encode(bf_model *m, const bf_tokens *t, int k, bf_cand *out, bfx_
       /* another process holds the lead and does nothing (stopped,
       ** descheduled): the request is run here, and so are this process's
       ** next ones while that lasts */
-      uint32_t expect = S_POSTED | ticket;
-      if (st == S_POSTED && !atomic_compare_exchange_strong(&s->state, &expect, S_FILLING))
-        continue;
-      if (st == S_POSTED) release(f, i);
-      else abandon(f, i); /* TAKEN: its leader may still write it when it wakes */
+      if (!let_go(f, i, w)) continue;
       atomic_store(&f->stalled_at, p + 1);
       bf_stats_add(BF_CT_SHARED_FALLBACK, 1);
       return 0;
@@ -1007,7 +1209,7 @@ int bfx_shared_encode(bf_model *m, const bf_tokens *t, int k, bf_cand *out, bfx_
       continue;
     }
     if (st != S_POSTED && now >= give_up) { /* its leader is alive but never finishes */
-      abandon(f, i);
+      if (!let_go(f, i, w)) continue;
       bf_stats_add(BF_CT_SHARED_FALLBACK, 1);
       return 0;
     }
@@ -1031,10 +1233,15 @@ int bfx_shared_encode(bf_model *m, const bf_tokens *t, int k, bf_cand *out, bfx_
   }
   int remote = atomic_load(&s->taker) != sb.key;
   uint64_t enc = atomic_load(&s->encode_ns), topk = atomic_load(&s->topk_ns);
-  /* DONE but no leader's result in it (someone wrote the state): a leader
-  ** may still be about to write; the slot is left to be reclaimed */
-  if (src == RC_PENDING) abandon(f, i);
-  else release(f, i);
+  /* the answer is read: the slot's texts go with it (release).  DONE but
+  ** no leader's result in it (someone wrote the state): a leader may still
+  ** be about to write; the slot is scrubbed and left to be reclaimed */
+  if (src == RC_PENDING) {
+    scrub(s);
+    abandon(f, i);
+  } else {
+    release(f, i);
+  }
   if (!good) { /* an error (or a damaged answer): computed again here */
     bf_stats_add(BF_CT_SHARED_FALLBACK, 1);
     return 0;

@@ -24,9 +24,11 @@ join:
   * other_user: a process running as nobody uses its own file (its uid),
     cannot open root's, refuses a file of its name that root made; root's
     processes refuse a file of their name owned by nobody;
-  * refused_files: garbage of the right size, a truncated file, a symbolic
-    link, mode 0644: one warning on stderr, right answers from the process's
-    own batcher, bert_debug says usable false;
+  * refused_files: garbage of the right size, a symbolic link, mode 0644:
+    one warning on stderr, right answers from the process's own batcher,
+    bert_debug says usable false; a file of another size (cut short, or an
+    older bertfill's) that no process is attached to is replaced instead
+    (replaced_truncated, replaced_older_version: batching stays on);
   * full_queue: every slot held by a live process: calls take the
     in-process path (shared_fallback), never an error;
   * fork: a process forks after its first call; parent and child then
@@ -51,7 +53,19 @@ join:
     no error; after SIGCONT everyone (the stopped one too) answers right;
   * busy_message (issue 41, 4): a request not taken within the busy
     timeout while another process runs a long batch: the error names the
-    machine-wide queue and the leading process.
+    machine-wide queue and the leading process; the request taken back
+    leaves no token ids in the file;
+  * exit_cleanup (issue 40, 4): 4 processes use the queue; while one of
+    them still runs the file stays and works (a new process batches with
+    it); after the last exits normally no file is left; 5 rounds of 6
+    processes that start at once and exit at once leave none either;
+  * slot_texts_cleared (issue 40, 4): with two processes attached, after
+    their calls answered (each ran requests of the other), no slot holds
+    token ids or results, and the token ids of no text are in the file;
+  * sigkill_cleanup (issue 40, 4): processes SIGKILLed with requests in
+    flight leave the file; the next process clears their slots when it
+    opens it and its first batch (checked while it runs), answers right,
+    and removes the file when it exits.
 Environment: BERTFILL_EXT, BUILD (as tests/run.sh sets them).
 """
 import fcntl
@@ -270,6 +284,47 @@ TAKEN, POSTED = 3, 2
 STATE_BITS = 0xF  # a slot's state word: the state, and the request's ticket above it
 
 
+SLOT_DATA = 72  # offsetof(sb_slot, ids): token ids, then results, to the end of the slot
+
+
+def slot_data(path):
+    """(states, the slots whose token ids or results are not all zero, the
+    file's bytes) of a shared file."""
+    with open(path, "rb") as f:
+        data = f.read()
+    slot_size, nslots = struct.unpack_from("<II", data, 16)
+    states, dirty = [], []
+    for i in range(nslots):
+        at = 4096 + i * slot_size
+        states.append(struct.unpack_from("<I", data, at)[0] & STATE_BITS)
+        if data[at + SLOT_DATA:at + slot_size].strip(b"\0"):
+            dirty.append(i)
+    return states, dirty, data
+
+
+def token_ids(texts, model=TINY):
+    """The token ids of each text (without [CLS] and [SEP]), as the model's
+    tokenizer makes them."""
+    import sqlite3
+    vocab = {}
+    with open(os.path.join(model, "vocab.txt"), encoding="utf-8") as f:
+        for i, line in enumerate(f):
+            vocab.setdefault(line.rstrip("\n"), i)
+    c = sqlite3.connect(":memory:")
+    c.enable_load_extension(True)
+    c.load_extension(EXT)
+    c.execute("SELECT bert_load(?)", (model,))
+    out = [[vocab[t] for t in json.loads(c.execute("SELECT bert_tokenize(?)", (t,)).fetchone()[0])
+            [1:-1]] for t in texts]
+    c.close()
+    return out
+
+
+def texts_in(data, ids_list):
+    """How many of the token id sequences are in data (as the slots store them)."""
+    return sum(1 for ids in ids_list if struct.pack("<%di" % len(ids), *ids) in data)
+
+
 def sum_counters(results, name):
     return sum(r["counters"].get(name, 0) for r in results)
 
@@ -474,9 +529,9 @@ def test_requester_kill():
     check("requester_kill", kills == 10 and wrong == 0 and not r["errors"],
           "%d kills, %d wrong, errors %r" % (kills, wrong, r["errors"][:2]))
     # slots of dead owners (not FREE, no lock behind them): written into the
-    # file by hand, every slot of the queue; a new call takes one over
+    # file by hand, every slot of the queue, while the survivor (idle)
+    # keeps the file; a new process takes them over
     slot_size, nslots, _, _ = read_header(path)
-    survivor.close()
     with open(path, "r+b") as f:
         m = mmap.mmap(f.fileno(), 0)
         for i in range(nslots):
@@ -486,6 +541,7 @@ def test_requester_kill():
     r = w.ask(op="run", texts=texts[:5])
     d = w.ask(op="debug")
     err = w.close()
+    survivor.close()
     wrong = count_wrong([r], texts[:5], ref)
     c = d["counters"]
     check("dead_slots_reclaimed",
@@ -506,11 +562,11 @@ def test_models_precisions():
         w.send(op="run", texts=texts)
     res = [(k, w.recv()) for k, w in ws]
     dbg = [w.ask(op="debug") for _, w in ws]
+    files = shared_files(sdir)  # while they run: the last to exit removes each
     for _, w in ws:
         w.close()
     wrong = sum(1 for k, r in res for a, t in zip(r["answers"], texts) if not same(a, refs[k][t]))
     errors = sum(len(r["errors"]) for _, r in res)
-    files = shared_files(sdir)
     paths = set(d["shared"]["file"] for d in dbg)
     served = sum(r["counters"]["shared_served"] for _, r in res)
     check("models_precisions", wrong == 0 and errors == 0 and len(files) == 3 and
@@ -553,13 +609,14 @@ def test_other_user():
     r1, r2 = root.recv(), nob.recv()
     d_root, d_nob = root.ask(op="debug"), nob.ask(op="debug")
     nob_err = nob.close()
-    root.close()
     wrong = count_wrong([r0, r1, r2], texts, ref)
     st = os.stat(rootfile)
     # nobody cannot open root's file
     probe = subprocess.run(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups",
                             "/usr/bin/python3", "-c", "open(%r, 'r+b')" % rootfile],
                            capture_output=True, text=True)
+    size = st.st_size
+    root.close()  # the last process of root: it removes root's file
     check("other_user_own_file",
           wrong == 0 and d_nob["shared"]["file"] != rootfile and
           "-65534-batch-" in d_nob["shared"]["file"] and d_nob["shared"]["usable"] and
@@ -569,7 +626,8 @@ def test_other_user():
           (wrong, d_nob["shared"], d_root["counters"], st.st_mode, probe.returncode, nob_err[-300:]))
     # a file of nobody's name made by root: nobody refuses it (cannot open it)
     nobfile = d_nob["shared"]["file"]
-    os.unlink(nobfile)
+    if os.path.lexists(nobfile):  # removed by nobody's last process
+        os.unlink(nobfile)
     with open(nobfile, "wb") as f:
         f.write(b"\0" * 4096)
     os.chmod(nobfile, 0o600)
@@ -578,9 +636,10 @@ def test_other_user():
     d = nob.ask(op="debug")
     err = nob.close()
     # and a file of root's name owned by nobody: root refuses it
-    os.unlink(rootfile)
+    if os.path.lexists(rootfile):
+        os.unlink(rootfile)
     with open(rootfile, "wb") as f:
-        f.write(b"\0" * os.path.getsize(nobfile))
+        f.write(b"\0" * size)
     os.chmod(rootfile, 0o600)
     os.chown(rootfile, 65534, 65534)
     root = Worker(env, model, ext=ext)
@@ -604,15 +663,31 @@ def test_refused_files():
     w = Worker(env)
     w.ask(op="run", texts=texts[:1])
     good = w.ask(op="debug")["shared"]["file"]
-    w.close()
     size = os.path.getsize(good)
     saved = open(good, "rb").read()
+    w.close()  # the last process: it removes the file
     cases = {
         "garbage": lambda p: open(p, "wb").write(os.urandom(size)),
-        "truncated": lambda p: open(p, "wb").write(saved[:size // 2]),
         "link": lambda p: os.symlink(os.path.join(sdir, "elsewhere"), p),
         "mode_0644": lambda p: (open(p, "wb").write(saved), os.chmod(p, 0o644)),
     }
+    # a file of another size (an older bertfill's, or cut short) that no
+    # process is attached to: replaced by a new one, batching stays on
+    for name, make in (("truncated", lambda p: open(p, "wb").write(saved[:size // 2])),
+                       ("older_version", lambda p: open(p, "wb").write(saved + bytes(4096)))):
+        make(good)
+        os.chmod(good, 0o600)
+        w = Worker(env)
+        r = w.ask(op="run", texts=texts)
+        d = w.ask(op="debug")
+        now = os.path.getsize(good) if os.path.exists(good) else -1
+        err = w.close()
+        wrong = count_wrong([r], texts, ref)
+        check("replaced_" + name,
+              wrong == 0 and not r["errors"] and d["shared"]["usable"] and now == size and
+              "shared batching off" not in err and not os.path.exists(good),
+              "wrong %d, errors %r, shared %r, size %d, stderr %r" % (wrong, r["errors"], d["shared"],
+                                                                    now, err[-300:]))
     for name, make in cases.items():
         if os.path.lexists(good):
             os.unlink(good)
@@ -855,12 +930,21 @@ for name, free_kb in (("new_file_100k_free", 100), ("new_file_196k_free", 196)):
     fill(free_kb)
     res[name] = run(1)
 # a file made by another process (a bertfill before this fix: ftruncate
-# only), its pages not there: only its header page written
+# only), its pages not there: only its header page written (read while
+# the process that made it runs: its last process removes the file)
 mount()
-run(1)
+p = subprocess.Popen([sys.executable, "-c", worker, ext, model, "fp32"], stdin=subprocess.PIPE,
+                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+p.stdout.readline()
+p.stdin.write(json.dumps({"op": "run", "texts": texts[:1]}) + "\n")
+p.stdin.flush()
+p.stdout.readline()
 path = [os.path.join(mnt, f) for f in os.listdir(mnt) if "-batch-" in f][0]
 head, size = open(path, "rb").read(4096), os.path.getsize(path)
-os.unlink(path)
+p.stdin.close()
+p.wait()
+if os.path.exists(path):
+    os.unlink(path)
 fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
 os.write(fd, head)
 os.ftruncate(fd, size)
@@ -1041,15 +1125,152 @@ def test_busy_message():
             break
         time.sleep(0.005)
     rb = b.ask(op="run", texts=texts[1:])
+    # B's request, taken back at its busy timeout (A still runs its batch):
+    # its token ids are gone from the file (issue 40, item 4)
+    _, _, data = slot_data(path)
+    found = texts_in(data, token_ids(texts[1:]))
     ra = a.recv()
     a.close()
     b.close()
     err = rb["errors"][0] if rb["errors"] else ""
+    check("busy_taken_back_cleared", rb["errors"] and found == 0,
+          "B's errors %r; its text's token ids in the file: %d" % (rb["errors"], found))
     check("busy_message_names_queue",
           err.startswith("bertfill: busy:") and "machine-wide queue" in err and
           ("process %d" % a.pid) in err and not ra["errors"],
           "B's errors %r (A is %d), A's errors %r" % (rb["errors"], a.pid, ra["errors"]))
     print("   (%s)" % err)
+    shutil.rmtree(sdir, ignore_errors=True)
+
+
+# ---- issue 40, item 4: nothing left behind ----
+
+def test_exit_cleanup():
+    """Item 4 of issue 40: the queue file is removed when the last process
+    using it exits (normally); while one still runs it stays and works."""
+    texts = make_texts(20, seed=161)
+    ref = dict(zip(texts, references(texts)))
+    sdir = tempfile.mkdtemp(prefix="bf-sb-")
+    env = base_env(sdir, BERTFILL_SHARED_GATHER=2)
+    ws = [Worker(env) for _ in range(4)]
+    for w in ws:
+        w.send(op="run", texts=texts)
+    res = [w.recv() for w in ws]
+    while_all = shared_files(sdir)
+    for w in ws[1:]:
+        w.close()
+    while_one = shared_files(sdir)
+    # the one left still uses the file, and a process that comes now joins it
+    late = Worker(env)
+    ws[0].send(op="run", texts=texts)
+    late.send(op="run", texts=texts)
+    res += [ws[0].recv(), late.recv()]
+    shared = [ws[0].ask(op="debug"), late.ask(op="debug")]
+    late.close()
+    ws[0].close()
+    after = shared_files(sdir)
+    wrong = count_wrong(res, texts, ref)
+    errors = sum(len(r["errors"]) for r in res)
+    served = sum(d["counters"]["shared_served"] for d in shared)
+    same_file = len(set(d["shared"]["file"] for d in shared)) == 1
+    check("exit_file_stays_while_one_runs",
+          len(while_all) == 1 and while_one == while_all and wrong == 0 and errors == 0 and
+          served > 0 and same_file and all(d["shared"]["usable"] for d in shared),
+          "files with 4 %r, with 1 %r, %d wrong, %d errors, served %d, files %r" %
+          (while_all, while_one, wrong, errors, served, [d["shared"]["file"] for d in shared]))
+    check("exit_no_file_left", len(while_all) == 1 and after == [],
+          "files after the last process exited: %r" % after)
+    # a herd: processes that start at once and exit at once
+    left, wrong = [], 0
+    for rnd in range(5):
+        ws = [Worker(env) for _ in range(6)]
+        for w in ws:
+            w.send(op="run", texts=texts[rnd::5])
+        res = [w.recv() for w in ws]
+        wrong += count_wrong(res, texts[rnd::5], ref) + sum(len(r["errors"]) for r in res)
+        for w in ws:
+            w.p.stdin.close()
+        for w in ws:
+            w.p.wait(30)
+            w.close()
+        left += shared_files(sdir)
+    check("exit_herd_no_file_left", not left and wrong == 0,
+          "files left after rounds of 6 processes exiting at once: %r; %d wrong or errors"
+          % (left, wrong))
+    shutil.rmtree(sdir, ignore_errors=True)
+
+
+def test_slot_texts_cleared():
+    """Item 4 of issue 40: a slot's token ids and results are cleared once
+    its answer is taken (the file read while both processes stay attached)."""
+    texts = make_texts(16, seed=171)
+    ref = dict(zip(texts, references(texts)))
+    ids = token_ids(texts)
+    sdir = tempfile.mkdtemp(prefix="bf-sb-")
+    env = base_env(sdir, BERTFILL_SHARED_GATHER=2)
+    a, b = Worker(env), Worker(env)
+    a.send(op="run", texts=texts)
+    b.send(op="run", texts=texts[::-1])
+    ra, rb = a.recv(), b.recv()
+    da, db = a.ask(op="debug"), b.ask(op="debug")
+    states, dirty, data = slot_data(da["shared"]["file"])
+    found = texts_in(data, ids)
+    a.close()
+    b.close()
+    wrong = count_wrong([ra], texts, ref) + count_wrong([rb], texts[::-1], ref)
+    served = da["counters"]["shared_served"] + db["counters"]["shared_served"]
+    check("slot_texts_cleared",
+          wrong == 0 and not ra["errors"] and not rb["errors"] and served > 0 and
+          not dirty and found == 0 and all(s == 0 for s in states),
+          "%d wrong, served %d; slots with ids or results left %r, %d of %d texts' ids in the "
+          "file, states %r" % (wrong, served, dirty[:8], found, len(texts),
+                               sorted(set(states))))
+    shutil.rmtree(sdir, ignore_errors=True)
+
+
+def test_sigkill_cleanup():
+    """Item 4 of issue 40: processes SIGKILLed (with requests in flight)
+    cannot leave the file; the next process clears what they left in it and
+    removes it when it exits."""
+    texts = make_texts(12, seed=181)
+    ref = dict(zip(texts, references(texts)))
+    ids = token_ids(texts)
+    sdir = tempfile.mkdtemp(prefix="bf-sb-")
+    ws = [Worker(base_env(sdir, BERTFILL_SHARED_HOLD_MS=400, BERTFILL_SHARED_GATHER=3))
+          for _ in range(3)]
+    ws[0].ask(op="run", texts=texts[:1])  # the file exists
+    path = shared_path(sdir)
+    for j, w in enumerate(ws):
+        w.send(op="run", texts=texts[j::3])
+    seen, until = [], time.monotonic() + 5
+    while time.monotonic() < until:  # killed with a batch TAKEN (in flight)
+        _, _, _, states = read_header(path)
+        if states.count(TAKEN) >= 2:
+            seen = states
+            break
+        time.sleep(0.005)
+    for w in ws:
+        w.kill()
+        w.close()
+    _, dirty_before, data = slot_data(path)
+    left = shared_files(sdir)
+    n = Worker(base_env(sdir))
+    r = n.ask(op="run", texts=texts)
+    _, dirty, data = slot_data(path)  # while it runs, after its calls answered
+    found = texts_in(data, ids)
+    d = n.ask(op="debug")
+    n.close()
+    after = shared_files(sdir)
+    wrong = count_wrong([r], texts, ref)
+    check("sigkill_file_left_then_removed",
+          seen and left and after == [] and wrong == 0 and not r["errors"],
+          "%d requests in flight at the kill, files after the kill %r, after the next process "
+          "%r, %d wrong, errors %r" % (len(seen) - seen.count(0), left, after, wrong,
+                                       r["errors"][:2]))
+    check("sigkill_slots_cleared", dirty_before and not dirty and found == 0 and
+          d["counters"]["shared_reclaimed"] >= 1,
+          "slots with texts after the kill %r, while the next process runs %r, %d texts' ids "
+          "in the file, counters %r" % (dirty_before[:8], dirty[:8], found, d["counters"]))
     shutil.rmtree(sdir, ignore_errors=True)
 
 
@@ -1061,7 +1282,8 @@ def main():
     tests = [test_off, test_fast_path, test_same_answers, test_rerun_counted, test_leader_kill,
              test_requester_kill, test_models_precisions, test_other_user, test_refused_files,
              test_full_queue, test_stalled_process, test_fork, test_full_tmpfs, test_slot_writer,
-             test_stopped_leader, test_busy_message]
+             test_stopped_leader, test_busy_message, test_exit_cleanup, test_slot_texts_cleared,
+             test_sigkill_cleanup]
     for t in tests:
         if only and t.__name__[5:] not in only:
             continue
