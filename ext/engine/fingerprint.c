@@ -243,7 +243,9 @@ char *bf_model_file(bf_model *m, const char *name, int where, int make) {
     free(root);
     return NULL;
   }
-  *slash = 0; /* the cache directory, then the model's folder in it */
+  /* the cache directory ("/" when the folder is at the top), then the model's folder */
+  if (slash == root) slash[1] = 0;
+  else *slash = 0;
   int ok = bf_private_dir(root, make, why, sizeof why) == 0 &&
            bf_private_dir(m->cache_dir, make, why, sizeof why) == 0;
   if (!ok && (make || errno != ENOENT)) bf_model_cache_refused(m, "%s", why);

@@ -240,6 +240,11 @@ char *bf_user_cache_dir(char *why, size_t whylen) {
 
 int bf_private_dir(const char *path, int make, char *why, size_t whylen) {
   struct stat st;
+  if (path[0] != '/') {
+    bf_errf(why, whylen, "%s: not an absolute path", path);
+    errno = EINVAL;
+    return -1;
+  }
   if (make && lstat(path, &st) != 0 && errno == ENOENT) {
     char *p = strdup(path);
     if (!p) {
