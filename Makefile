@@ -8,6 +8,7 @@
 #   make test       build everything and run the whole test suite
 #   make install    bertfill.so and the shipped model with its card under PREFIX (DESTDIR for staging);
 #   make uninstall  removes those files and the ones loads wrote next to the model
+#                   (and says how to clean each user's cache: docs/settings.md)
 #   make web        the fill-mask web service example (examples/web) on 127.0.0.1:$(PORT)
 #   make asan       the C tests under AddressSanitizer + UBSan
 #   make valgrind   the C tests under valgrind
@@ -151,6 +152,9 @@ uninstall:
 	rm -f $(INSTALL_LIB)/bertfill.so
 	rm -f $(addprefix $(INSTALL_SHARE)/$(SHIPPED_MODEL)/,$(notdir $(MODEL_FILES) $(MODEL_CARD)) $(LOAD_FILES))
 	rmdir $(INSTALL_SHARE)/$(SHIPPED_MODEL) $(INSTALL_SHARE) 2>/dev/null || true
+	@echo "make uninstall: the files loads of a read-only model made in each user's cache stay;" \
+	  "to remove them, each user runs: rm -rf \"\$${XDG_CACHE_HOME:-\$$HOME/.cache}/bertfill\"" \
+	  "(or the BERTFILL_CACHE_DIR in use; docs/settings.md)"
 
 # The /predict service and its WebUI (examples/web/README.md); Ctrl-C stops it.
 web: all

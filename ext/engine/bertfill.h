@@ -181,13 +181,15 @@ typedef struct bf_model bf_model;
 **                      attention scores, softmax and GELU stay fp32.
 ** An int8 load keeps its quantized weights in dir/model.int8.safetensors,
 ** written on the first int8 load when dir is writable and mmapped (shared
-** by every process) from then on; in a read-only dir they are made at load
-** into private memory (see bf_model_int8_source).  An fp32 load on a CPU
+** by every process) from then on; for a read-only dir that file goes to the
+** model's folder of the per-user cache (bf_model_cache_dir), and only where
+** that cannot be written either are they made at load into private memory
+** (see bf_model_int8_source, bf_model_cache_error).  An fp32 load on a CPU
 ** with AVX-512 keeps the encoder's matrices, packed into the panels its
 ** products read, in dir/model.packed.safetensors (the same size as the
-** matrices: 340 MB for bert-base), made the same way; without it (read-only
-** dir, BERTFILL_PACKED=0) the products read the weights in place, a little
-** slower (see bf_model_packed_source).
+** matrices: 340 MB for bert-base), made the same way (read-only dir: in the
+** cache); without it (neither writable, BERTFILL_PACKED=0) the products read
+** the weights in place, a little slower (see bf_model_packed_source).
 **   BF_PRECISION_BF16  every Linear of the encoder and of the MLM head with
 **                      bf16 weights and bf16 activations (x rounded to bf16
 **                      per product), summed in float as AVX512-BF16's
@@ -196,8 +198,9 @@ typedef struct bf_model bf_model;
 **                      slower).  Embeddings, LayerNorm, attention, softmax
 **                      and GELU stay fp32.  Its panels are kept in
 **                      dir/model.bf16.safetensors (half the matrices' size),
-**                      made like the int8 file (private memory in a
-**                      read-only dir: bf_model_packed_source says "memory"). */
+**                      made like the int8 file (private memory where
+**                      neither the dir nor the cache can be written:
+**                      bf_model_packed_source says "memory"). */
 #define BF_HAVE_PRECISION 1
 typedef enum { BF_PRECISION_FP32 = 0, BF_PRECISION_INT8 = 1, BF_PRECISION_BF16 = 2 } bf_precision;
 /* "fp32", "int8" or "bf16" (any letter case) into *out: 0; anything else: -1. */
@@ -221,16 +224,31 @@ const char *bf_model_dir(const bf_model *m);
 const char *bf_model_dtype(const bf_model *m); /* "F32", "F16" or "BF16" as stored */
 bf_precision bf_model_precision(const bf_model *m);
 /* Where an int8 model's quantized weights are: "file" (mmapped
-** dir/model.int8.safetensors, shared between processes), "memory" (made at
-** load, private to the process: the directory was not writable); "" for fp32. */
+** model.int8.safetensors, shared between processes: bf_model_derived_file
+** says where), "memory" (made at load, private to the process: neither the
+** directory nor the per-user cache could be written); "" for fp32. */
 const char *bf_model_int8_source(const bf_model *m);
 /* Where an fp32 model's products read the encoder's matrices: "file"
 ** (packed panels, mmapped dir/model.packed.safetensors, shared between
 ** processes), or "in place (why)": the rows of model.safetensors, because
 ** the kernels have no use for panels (no AVX-512), BERTFILL_PACKED=0, or
-** the directory could not be written; "" for int8.  A bf16 load's bf16
-** panels: "file" or "memory" (the directory could not be written). */
+** neither the directory nor the per-user cache could be written; "" for
+** int8.  A bf16 load's bf16 panels: "file" or "memory" (neither could be
+** written). */
 const char *bf_model_packed_source(const bf_model *m);
+/* The path of the file of derived weights this load maps (the int8, packed
+** or bf16 file: next to the weights, or in the per-user cache directory when
+** the model's directory cannot be written), or "" when none. */
+const char *bf_model_derived_file(const bf_model *m);
+/* This model's folder of the per-user cache directory ($XDG_CACHE_HOME/
+** bertfill/NAME-HASH, ~/.cache/bertfill/..., or under BERTFILL_CACHE_DIR),
+** where its derived files and model.fingerprint go when its directory cannot
+** be written; "" when there is none (bf_model_cache_error says why). */
+const char *bf_model_cache_dir(const bf_model *m);
+/* Why the per-user cache directory cannot be used for this model (none, a
+** symbolic link, another user's, writable by others, cannot be made,
+** BERTFILL_CACHE_DIR=0, HOME not set), or "" when nothing is wrong. */
+const char *bf_model_cache_error(const bf_model *m);
 /* Token string for display: vocabulary entry with a leading "##" removed. */
 const char *bf_model_token(const bf_model *m, int32_t id);
 /* A 16-hex-digit fingerprint of config, vocabulary, every weight byte and

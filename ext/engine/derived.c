@@ -1,6 +1,6 @@
 /*
 ** derived.c — a file of weights made from model.safetensors and kept next
-** to it: layout, record, the checks that it was made from these very
+** to it (or in the per-user cache): layout, record, the checks that it was made from these very
 ** weights and is whole, writing and mapping (derived.h).
 **
 ** Why a file is trusted (issue 41): the size and modification time of
@@ -43,9 +43,19 @@
 ** A file that fails either check (or is stale, of another format, or not
 ** laid out as the spec says) is made again from the weights and replaces
 ** the old one whole (bf_write_file_replace: a temporary file renamed into
-** place), or, where the directory cannot be written, the load does without
-** it as its caller says.  Temporary files left by a writer that was killed
-** are removed at the next load (util.h's bf_remove_stale_temps).
+** place).  Temporary files left by a writer that was killed are removed at
+** the next load (util.h's bf_remove_stale_temps).
+**
+** Where (issue 37): next to the weights, or, where the model's directory
+** cannot be written (a model installed in site-packages, node_modules,
+** /usr/share, a read-only mount), in the model's folder of the per-user
+** cache directory (fingerprint.c's bf_model_file: this user's, 0700, no
+** links; its files opened with O_NOFOLLOW and used only when they are this
+** user's), so that processes still share one copy.  derived_map looks next
+** to the weights first, then there; derived_write writes next to the
+** weights, else there.  Only where neither can be written does the load do
+** without the file as its caller says (one line on stderr, once per
+** process; bert_debug's model.cache_dir_error says why).
 */
 #include <stdatomic.h>
 #include <stdio.h>
@@ -149,8 +159,7 @@ static void verify_one(void *arg, int unit, int tid) {
 
 /* 1 if every tensor of f has the checksum its record gives, else 0 (and
 ** one line on stderr saying which file is damaged). */
-static int tensors_whole(const bf_model *m, const derived_spec *d, const st_file *f,
-                         const int64_t *r) {
+static int tensors_whole(const derived_spec *d, const st_file *f, const int64_t *r) {
   int nt = bf_pool_threads();
   if (nt > d->n) nt = d->n;
   if (nt < 1) nt = 1;
@@ -173,29 +182,34 @@ static int tensors_whole(const bf_model *m, const derived_spec *d, const st_file
   int bad = atomic_load(&j.bad);
   if (bad)
     fprintf(stderr,
-            "bertfill: %s/%s is damaged (the bytes of %s are not those it was written with); "
+            "bertfill: %s is damaged (the bytes of %s are not those it was written with); "
             "it is made again from model.safetensors\n",
-            m->dir, d->file, d->t[bad - 1].name);
+            f->path, d->t[bad - 1].name);
   return bad == 0;
 }
 
-int derived_map(bf_model *m, const derived_spec *d, const unsigned char **data) {
-  char *path = bf_path_join(m->dir, d->file);
+/* derived_map at one place (fingerprint.c's BF_IN_DIR or BF_IN_CACHE). */
+static int map_at(bf_model *m, const derived_spec *d, int where, const unsigned char **data) {
+  char *path = bf_model_file(m, d->file, where, 0);
   if (!path) return 0;
   bf_remove_stale_temps(path);
   st_file f;
   char ignored[256];
-  int rc = st_open(&f, path, ignored, sizeof ignored) == 0;
-  free(path);
-  if (!rc) return 0;
+  int rc = (where == BF_IN_CACHE ? st_open_private(&f, path, ignored, sizeof ignored)
+                                 : st_open(&f, path, ignored, sizeof ignored)) == 0;
+  if (!rc) {
+    free(path);
+    return 0;
+  }
   int64_t *r = layout_matches(d, &f) ? malloc(record_bytes(d)) : NULL;
   rc = r != NULL;
   if (rc) {
     memcpy(r, st_find(&f, d->source)->data, record_bytes(d));
-    rc = made_from_these_weights(m, d, r) && tensors_whole(m, d, &f, r);
+    rc = made_from_these_weights(m, d, r) && tensors_whole(d, &f, r);
   }
   free(r);
   if (!rc) {
+    free(path);
     st_close(&f);
     return 0;
   }
@@ -204,11 +218,16 @@ int derived_map(bf_model *m, const derived_spec *d, const unsigned char **data) 
   m->dmap_len = f.map_len;
   m->dmap_fd = f.fd;
   m->dmap_mtime_ns = f.mtime_ns;
-  m->dmap_file = d->file;
+  free(m->dmap_path);
+  m->dmap_path = path;
   f.map = NULL; /* the model owns the mapping and the descriptor now */
   f.fd = -1;
   st_close(&f);
   return 1;
+}
+
+int derived_map(bf_model *m, const derived_spec *d, const unsigned char **data) {
+  return map_at(m, d, BF_IN_DIR, data) || map_at(m, d, BF_IN_CACHE, data);
 }
 
 /* The record of d for m's weights and the tensors in data, into data[0..):
@@ -266,27 +285,44 @@ static char *make_header(const derived_spec *d, size_t *len) {
   return h;
 }
 
+/* Said once per process on stderr when a derived file could be written
+** neither next to the weights nor in the cache: each process then does
+** without it (bert_debug's model.cache_dir_error says why). */
+static void say_not_written(bf_model *m, const derived_spec *d) {
+  static atomic_int said;
+  if (atomic_exchange(&said, 1)) return;
+  fprintf(stderr,
+          "bertfill: %s could be written neither in %s nor in the per-user cache directory "
+          "(%s): this process does without it (bert_debug() shows how)\n",
+          d->file, m->dir,
+          atomic_load(&m->cache_error_state) == 2 ? m->cache_error : "cannot be written");
+}
+
 int derived_write(bf_model *m, const derived_spec *d, unsigned char *data) {
   if (make_record(m, d, data) != 0) return -1;
   size_t hlen = 0;
   char *header = make_header(d, &hlen);
-  char *path = bf_path_join(m->dir, d->file);
   int rc = -1;
-  if (header && path) {
-    unsigned char n8[8];
-    for (int i = 0; i < 8; i++) n8[i] = (unsigned char)((uint64_t)hlen >> (8 * i));
-    const void *part[3] = {n8, header, data};
-    size_t len[3] = {8, hlen, d->data_len};
-    rc = bf_write_file_replace(path, 3, part, len);
+  if (!header) return -1;
+  unsigned char n8[8];
+  for (int i = 0; i < 8; i++) n8[i] = (unsigned char)((uint64_t)hlen >> (8 * i));
+  const void *part[3] = {n8, header, data};
+  size_t len[3] = {8, hlen, d->data_len};
+  for (int where = BF_IN_DIR; where <= BF_IN_CACHE && rc != 0; where++) {
+    char *path = bf_model_file(m, d->file, where, 1);
+    if (path) rc = bf_write_file_replace(path, 3, part, len);
+    free(path);
   }
   free(header);
-  free(path);
+  if (rc != 0) say_not_written(m, d);
   return rc;
 }
 
 void derived_unmap(bf_model *m) {
   if (m->dmap) munmap(m->dmap, m->dmap_len);
   if (m->dmap_fd >= 0) close(m->dmap_fd);
+  free(m->dmap_path);
   m->dmap = NULL;
   m->dmap_fd = -1;
+  m->dmap_path = NULL;
 }

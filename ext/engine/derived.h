@@ -1,6 +1,6 @@
 /*
 ** derived.h — a file of weights made from a model's model.safetensors and
-** kept next to it (engine-internal): the int8 copies of an int8 load
+** kept next to it, or in the per-user cache (engine-internal): the int8 copies of an int8 load
 ** (quantized.c, model.int8.safetensors) and the packed fp32 panels of an
 ** fp32 load (packed.c, model.packed.safetensors).
 **
@@ -57,7 +57,7 @@ typedef struct derived_tensor {
 } derived_tensor;
 
 typedef struct derived_spec {
-  const char *file;   /* its name in the model's directory */
+  const char *file;   /* its name (in the model's directory or its cache folder) */
   const char *format; /* the header's __metadata__ "format" */
   const char *source; /* the name of the source entry */
   int version;        /* bump when what the file holds changes */
@@ -75,18 +75,22 @@ void derived_layout(derived_spec *d);
 ** fills the tensors writes each byte once. */
 void derived_zero_gaps(const derived_spec *d, unsigned char *data);
 
-/* Map m's file of d and, if it was made from m's weights and is whole,
-** hand the mapping to m (m->dmap ...) and its data area to *data: 1.  Not
-** there, not a match or damaged: 0 (nothing changed in m but, perhaps, its
-** weights' hash, computed to check the file).  First removes the temporary
-** files of d's file left by a writer that was killed. */
+/* Map m's file of d (next to the weights, else in the model's folder of
+** the per-user cache) and, if it was made from m's weights and is whole,
+** hand the mapping to m (m->dmap ..., m->dmap_path) and its data area to
+** *data: 1.  Not there, not a match or damaged: 0 (nothing changed in m but,
+** perhaps, its weights' hash, computed to check the file).  First removes
+** the temporary files of d's file left by a writer that was killed, in each
+** place it looks. */
 int derived_map(bf_model *m, const derived_spec *d, const unsigned char **data);
 
-/* Write d's file in m's directory, data being its data area with the
-** tensors in place: the record goes into data's first bytes (the weights'
-** hash, computed now if not known; the tensors' checksums), then the file
-** replaces any old one whole.  0, or -1 (nothing left behind: the directory
-** cannot be written, or the weights changed since loading). */
+/* Write d's file in m's directory, else (it cannot be written) in the
+** model's folder of the per-user cache (fingerprint.c's bf_model_file), data
+** being its data area with the tensors in place: the record goes into data's
+** first bytes (the weights' hash, computed now if not known; the tensors'
+** checksums), then the file replaces any old one whole.  0, or -1 (nothing
+** left behind: neither can be written, or the weights changed since
+** loading). */
 int derived_write(bf_model *m, const derived_spec *d, unsigned char *data);
 
 /* Unmap and close what derived_map gave m (nothing if none). */

@@ -17,12 +17,32 @@
 ** which a load may ask for first), whether a derived file was made from
 ** these weights (derived.c).  bf_fp_hash_bytes / bf_fp_hash_file are the one
 ** definition of a file's hash, from memory or read with pread().
+**
+** Where the files a load derives are kept (bf_model_file; issue 37): next to
+** the weights when the directory can be written, else in the model's folder
+** of the per-user cache directory (util.h's bf_user_cache_dir:
+** $XDG_CACHE_HOME/bertfill, ~/.cache/bertfill, or BERTFILL_CACHE_DIR), so
+** that a model installed read-only (site-packages, node_modules, /usr/share,
+** a read-only mount) still has one copy of each, shared by every process of
+** the user, instead of one in each process's memory.  The folder is named
+** after the model directory: its last component and a hash of its real path
+** (NAME-0123456789abcdef), so two model directories never share a folder,
+** a model replaced in place (an upgrade) reuses its folder rather than
+** leaving the old files behind, and what a file holds is proved by its
+** record anyway (derived.c; model.fingerprint by the identity it keeps).  It
+** is made 0700 when first needed, and used only while it and the cache
+** directory are directories of this user, not links, that group and others
+** cannot write; its files are opened with O_NOFOLLOW and used only when they
+** are this user's.  Otherwise, or without HOME, the load does as in a
+** directory nothing can be written to, and m->cache_error says why
+** (bert_debug's model.cache_dir_error).
 */
 #include "model.h"
 #include "util.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -93,32 +113,33 @@ uint64_t bf_fp_hash(const unsigned char *p, size_t n, uint64_t seed) {
   return fmix64(h ^ (uint64_t)n);
 }
 
-/* One mapped file against what it was when mapped: BF_OK, or BF_ERR_MODEL
-** with err saying how it changed. */
-static int check_file(const bf_model *m, int fd, size_t len, int64_t mtime_then, const char *name,
+/* One mapped file, dir/name (dir NULL: name is its path), against what it
+** was when mapped: BF_OK, or BF_ERR_MODEL with err saying how it changed. */
+static int check_file(int fd, size_t len, int64_t mtime_then, const char *dir, const char *name,
                       char *err, size_t errlen) {
   bf_file_id now;
   if (bf_file_id_of(fd, &now) != 0) return BF_OK; /* cannot tell: keep going */
   if ((size_t)now.size == len && now.mtime_ns == mtime_then) return BF_OK;
   if ((size_t)now.size != len)
     bf_errf(err, errlen,
-            "%s/%s changed on disk after it was loaded (%zu bytes then, %lld now): "
+            "%s%s%s changed on disk after it was loaded (%zu bytes then, %lld now): "
             "the model must be loaded again (replace model files with a new file and rename, "
             "never in place)",
-            m->dir, name, len, (long long)now.size);
+            dir ? dir : "", dir ? "/" : "", name, len, (long long)now.size);
   else
     bf_errf(err, errlen,
-            "%s/%s was rewritten in place after it was loaded: the model must be "
+            "%s%s%s was rewritten in place after it was loaded: the model must be "
             "loaded again (replace model files with a new file and rename, never in place)",
-            m->dir, name);
+            dir ? dir : "", dir ? "/" : "", name);
   return BF_ERR_MODEL;
 }
 
 int bf_model_check(const bf_model *m, char *err, size_t errlen) {
   if (!m || !m->map) return BF_OK;
-  int rc = check_file(m, m->map_fd, m->map_len, m->map_mtime_ns, "model.safetensors", err, errlen);
+  int rc = check_file(m->map_fd, m->map_len, m->map_mtime_ns, m->dir, "model.safetensors", err,
+                      errlen);
   if (rc == BF_OK && m->dmap)
-    rc = check_file(m, m->dmap_fd, m->dmap_len, m->dmap_mtime_ns, m->dmap_file, err, errlen);
+    rc = check_file(m->dmap_fd, m->dmap_len, m->dmap_mtime_ns, NULL, m->dmap_path, err, errlen);
   return rc;
 }
 
@@ -175,6 +196,63 @@ static int hash_weights(const bf_model *m, uint64_t *out) {
   return rc;
 }
 
+/* ---- where the files a load derives are kept (see the top) ---- */
+
+void bf_model_cache_refused(bf_model *m, const char *fmt, ...) {
+  int none = 0;
+  if (!atomic_compare_exchange_strong(&m->cache_error_state, &none, 1)) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(m->cache_error, sizeof m->cache_error, fmt, ap);
+  va_end(ap);
+  atomic_store(&m->cache_error_state, 2);
+}
+
+/* At load: m->cache_dir, ROOT/NAME-HASH (see the top), or NULL and why. */
+static void locate_cache_dir(bf_model *m) {
+  char why[320];
+  char *root = bf_user_cache_dir(why, sizeof why);
+  char *real = root ? realpath(m->dir, NULL) : NULL;
+  if (!root) bf_model_cache_refused(m, "%s", why);
+  else if (!real) bf_model_cache_refused(m, "%s: %s", m->dir, strerror(errno));
+  if (root && real) {
+    const char *base = strrchr(real, '/');
+    base = base && base[1] ? base + 1 : "model";
+    char name[96];
+    size_t n = 0;
+    for (const char *c = base; *c && n < 48; c++, n++) { /* a name that needs no quoting */
+      int plain = (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') ||
+                  (*c >= '0' && *c <= '9') || *c == '-' || *c == '_' || (*c == '.' && n > 0);
+      name[n] = plain ? *c : '_';
+    }
+    snprintf(name + n, sizeof name - n, "-%016llx",
+             (unsigned long long)bf_fp_hash((const unsigned char *)real, strlen(real), 37));
+    m->cache_dir = bf_path_join(root, name);
+  }
+  free(real);
+  free(root);
+}
+
+char *bf_model_file(bf_model *m, const char *name, int where, int make) {
+  if (where == BF_IN_DIR) return bf_path_join(m->dir, name);
+  if (!m->cache_dir) return NULL;
+  char why[320];
+  char *root = strdup(m->cache_dir);
+  char *slash = root ? strrchr(root, '/') : NULL;
+  if (!slash) {
+    free(root);
+    return NULL;
+  }
+  /* the cache directory ("/" when the folder is at the top), then the model's folder */
+  if (slash == root) slash[1] = 0;
+  else *slash = 0;
+  int ok = bf_private_dir(root, make, why, sizeof why) == 0 &&
+           bf_private_dir(m->cache_dir, make, why, sizeof why) == 0;
+  if (!ok && (make || errno != ENOENT)) bf_model_cache_refused(m, "%s", why);
+  free(root);
+  return ok ? bf_path_join(m->cache_dir, name) : NULL;
+}
+
 /* ---- the fingerprint file ----
 **
 ** Hashing every byte of a 400 MB model takes 50-100 ms, and with the cache
@@ -189,7 +267,8 @@ static int hash_weights(const bf_model *m, uint64_t *out) {
 ** change within the same clock tick could keep its times: git's "racy"
 ** index entries have the same cure).  Written like model.int8.safetensors
 ** (a temporary file renamed into place); a directory that cannot be written
-** simply has none, and each load hashes. */
+** keeps it in the model's folder of the per-user cache (bf_model_file), and
+** where neither can be written each load hashes. */
 #define FP_FILE "model.fingerprint"
 #define FP_FILE_FORMAT 1
 #define FP_FILE_SETTLE_NS 2000000000ll
@@ -210,19 +289,21 @@ static int settled(const bf_file_id *id, long long now_ns) {
 ** settled: derived.c records it in the files it makes only then), and the
 ** weights' hash from dir/model.fingerprint when it was made from that very
 ** file (m->weights_known = 1), else nothing. */
-void bf_fp_read_file(bf_model *m) {
-  bf_file_id id;
-  if (bf_file_id_of(m->map_fd, &id) != 0) return;
-  m->map_id = id;
-  m->map_id_settled = settled(&id, (long long)bf_wall_ns());
-  char *path = bf_path_join(m->dir, FP_FILE);
-  if (path) bf_remove_stale_temps(path);
-  int fd = path ? bf_open_regular(path, O_RDONLY, 0, NULL) : -1;
+/* The hash model.fingerprint at path keeps for the file of identity id:
+** 0, or -1 (none there, not a regular file, another user's in the cache,
+** made from another file). */
+static int read_fp_file(const char *path, int in_cache, const bf_file_id *id, uint64_t *out) {
+  bf_remove_stale_temps(path);
+  struct stat st;
+  int fd = bf_open_regular(path, O_RDONLY | (in_cache ? O_NOFOLLOW : 0), 0, &st);
+  if (fd >= 0 && in_cache && st.st_uid != geteuid()) {
+    close(fd);
+    fd = -1;
+  }
   FILE *f = fd >= 0 ? fdopen(fd, "r") : NULL;
-  free(path);
   if (!f) {
     if (fd >= 0) close(fd);
-    return;
+    return -1;
   }
   char line[256], want[256];
   int ok = fgets(line, sizeof line, f) != NULL;
@@ -232,27 +313,49 @@ void bf_fp_read_file(bf_model *m) {
   if (!ok ||
       sscanf(line, "bertfill-fingerprint %d %*u %*u %*u %*d %*d %16llx", &version, &h) != 2 ||
       version != FP_FILE_FORMAT)
-    return;
-  format_fp_line(want, sizeof want, &id, h);
-  if (strcmp(line, want) != 0) return; /* made from another file (or another version of it) */
+    return -1;
+  format_fp_line(want, sizeof want, id, h);
+  if (strcmp(line, want) != 0) return -1; /* made from another file (or another version of it) */
+  *out = h;
+  return 0;
+}
+
+void bf_fp_read_file(bf_model *m) {
+  bf_file_id id;
+  if (bf_file_id_of(m->map_fd, &id) != 0) return;
+  m->map_id = id;
+  m->map_id_settled = settled(&id, (long long)bf_wall_ns());
+  locate_cache_dir(m);
+  uint64_t h;
+  int found = 0;
+  for (int where = BF_IN_DIR; where <= BF_IN_CACHE && !found; where++) {
+    char *path = bf_model_file(m, FP_FILE, where, 0);
+    found = path && read_fp_file(path, where == BF_IN_CACHE, &id, &h) == 0;
+    free(path);
+  }
+  if (!found) return;
   m->weights_hash = h;
   m->weights_known = 1;
   m->weights_source = FP_FILE;
 }
 
-/* After hashing: keep the hash in dir/model.fingerprint when the file did
-** not change while it was hashed (before and after are its identity then)
-** and had settled before.  Failures (a read-only directory) are silent. */
-static void write_fp_file(const bf_model *m, const bf_file_id *before, uint64_t h) {
+/* After hashing: keep the hash in model.fingerprint (next to the weights,
+** else in the model's folder of the per-user cache) when the file did not
+** change while it was hashed (before and after are its identity then) and
+** had settled before.  Failures (neither can be written) are silent. */
+static void write_fp_file(bf_model *m, const bf_file_id *before, uint64_t h) {
   bf_file_id after;
   if (bf_file_id_of(m->map_fd, &after) != 0 || !bf_file_id_same(before, &after)) return;
   if (!settled(before, (long long)bf_wall_ns())) return;
-  char *path = bf_path_join(m->dir, FP_FILE);
   char line[256];
   const void *part[1] = {line};
   size_t len[1] = {(size_t)format_fp_line(line, sizeof line, before, h)};
-  if (path) (void)bf_write_file_replace(path, 1, part, len);
-  free(path);
+  int written = 0;
+  for (int where = BF_IN_DIR; where <= BF_IN_CACHE && !written; where++) {
+    char *path = bf_model_file(m, FP_FILE, where, 1);
+    written = path && bf_write_file_replace(path, 1, part, len) == 0;
+    free(path);
+  }
 }
 
 /* Hashed outside the lock by whoever asks first: a caller never waits for

@@ -45,6 +45,7 @@ void bf_model_free(bf_model *m) {
     if (m->map_fd >= 0) close(m->map_fd);
   }
   pthread_mutex_destroy(&m->fp_mu);
+  free(m->cache_dir);
   free(m->dir);
   free(m);
 }
@@ -65,6 +66,11 @@ const char *bf_model_dtype(const bf_model *m) { return m->dtype; }
 bf_precision bf_model_precision(const bf_model *m) { return m->precision; }
 const char *bf_model_int8_source(const bf_model *m) { return m->int8_source; }
 const char *bf_model_packed_source(const bf_model *m) { return m->packed_source; }
+const char *bf_model_derived_file(const bf_model *m) { return m->dmap_path ? m->dmap_path : ""; }
+const char *bf_model_cache_dir(const bf_model *m) { return m->cache_dir ? m->cache_dir : ""; }
+const char *bf_model_cache_error(const bf_model *m) {
+  return atomic_load(&((bf_model *)m)->cache_error_state) == 2 ? m->cache_error : "";
+}
 
 const char *bf_model_token(const bf_model *m, int32_t id) {
   if (!m || id < 0 || id >= m->cfg.vocab_size) return NULL;

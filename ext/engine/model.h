@@ -71,13 +71,13 @@ struct bf_model {
 
   bf_precision precision;
   const char *int8_source; /* "file", "memory" or "" (fp32) */
-  void *own8;              /* the quantized weights in private memory (int8, read-only dir) */
+  void *own8; /* the quantized weights in private memory (int8; dir and cache not writable) */
   /* fp32 loads: the encoder's matrices as packed panels (packed.c), or
   ** "in place" (NULL panels: the kernels read the rows of W); bf16 loads:
   ** their bf16 panels, from the file or in private memory (own_h) */
   const char
     *packed_source; /* "file", "memory" (bf16), or why not: "in place (...)"; "" for int8 */
-  void *own_h;      /* bf16 panels in private memory (bf16, read-only dir) */
+  void *own_h;      /* bf16 panels in private memory (bf16; dir and cache not writable) */
 
   /* the file of derived weights (derived.h): model.int8.safetensors of an
   ** int8 load, model.packed.safetensors of an fp32 load,
@@ -86,7 +86,16 @@ struct bf_model {
   size_t dmap_len;
   int dmap_fd;           /* its descriptor (bf_model_check watches it too), or -1 */
   int64_t dmap_mtime_ns; /* its modification time when mapped */
-  const char *dmap_file; /* its name in dir */
+  char *dmap_path;       /* its path: in dir, or in cache_dir */
+
+  /* where the files a load derives (the derived file, model.fingerprint) go
+  ** when dir cannot be written (fingerprint.c, bf_model_file): this model's
+  ** folder of the per-user cache directory (made when first needed), or
+  ** NULL; why it cannot be used, once known (first reason kept: written
+  ** once, cache_error_state 0 none, 1 being written, 2 written) */
+  char *cache_dir;
+  atomic_int cache_error_state;
+  char cache_error[384];
 
   /* display strings: vocab entries with a leading "##" removed */
   char **display; /* [V] */
@@ -121,10 +130,23 @@ void bf_model_free(bf_model *m);
 ** tokenizer files go into m->fp_files with it at load). */
 uint64_t bf_fp_hash(const unsigned char *p, size_t n, uint64_t seed);
 /* fingerprint.c: at load, the identity of the mapped model.safetensors
-** (m->map_id, m->map_id_settled) and the weights' hash from
-** dir/model.fingerprint when it was made from that very file
-** (m->weights_known = 1). */
+** (m->map_id, m->map_id_settled), the model's folder of the per-user cache
+** (m->cache_dir, not made yet), and the weights' hash from model.fingerprint
+** (next to the weights, else in that folder) when it was made from that very
+** file (m->weights_known = 1). */
 void bf_fp_read_file(bf_model *m);
+/* fingerprint.c: where the file name of m is kept: BF_IN_DIR, next to the
+** weights (dir/name), or BF_IN_CACHE, in the model's folder of the per-user
+** cache directory (only when that folder and the cache directory are this
+** user's, no links, and writable by nobody else; make: made first when
+** missing).  The path, malloc'd, or NULL: no usable cache folder (why, in
+** m->cache_error when something is wrong rather than simply missing). */
+enum { BF_IN_DIR, BF_IN_CACHE };
+char *bf_model_file(bf_model *m, const char *name, int where, int make);
+/* fingerprint.c: say (once per model, first reason kept) why the per-user
+** cache cannot be used, into m->cache_error. */
+void bf_model_cache_refused(bf_model *m, const char *fmt, ...)
+  __attribute__((format(printf, 2, 3)));
 /* fingerprint.c: the weights' hash (what the fingerprint keys on): known
 ** since loading, else model.safetensors hashed now through its descriptor
 ** (and kept in dir/model.fingerprint).  0, or -1 when the file changed
@@ -148,9 +170,9 @@ int bf_fp_hash_file(int fd, uint64_t off, size_t n, unsigned char *buf, uint64_t
 void bf_model_warm_up(bf_model *m, uint64_t t0);
 
 /* quantized.c: give an int8 load its quantized weights (m->layers[*].*8,
-** head8, dec8, int8_source), from dir/model.int8.safetensors when it is there
-** and was made from this very model.safetensors, else by quantizing now (and
-** writing that file when the directory is writable).  0, or -1 with err. */
+** head8, dec8, int8_source), from model.int8.safetensors (derived.h: next to
+** the weights or in the cache) when it is there and was made from this very
+** model.safetensors, else by quantizing now (and writing that file).  0, or -1 with err. */
 int bf_quantized_attach(bf_model *m, char *err, size_t errlen);
 /* Unmap / free what bf_quantized_attach set up. */
 void bf_quantized_detach(bf_model *m);

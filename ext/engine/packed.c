@@ -32,12 +32,15 @@
 ** The fp32 file is as large as the encoder's matrices (340 MB for
 ** bert-base; the first fp32 load makes it in 1.7-2.2 s on a Zen 5), the bf16
 ** file half that and the head's (204 MB; 2.3 s).  fp32 packing is only worth it, and only happens, when the
-** kernel set has a packed kernel (AVX-512).  When it does not, when
-** BERTFILL_PACKED=0, or when the file cannot be written (read-only directory,
-** disk full), the fp32 products read W in place as before (packed_source
-** says why): never a private copy, which would cost every process the
-** matrices' size again.  A bf16 load needs its panels: where the file cannot
-** be written they are made in private memory (packed_source "memory").
+** kernel set has a packed kernel (AVX-512).  A read-only directory keeps
+** these files in the model's folder of the per-user cache instead (derived.c).
+** When the kernels have no use for panels, when BERTFILL_PACKED=0, or when
+** the file can be written neither there nor next to the weights (no HOME,
+** a cache directory refused, disk full), the fp32 products read W in place
+** as before (packed_source says why): never a private copy, which would cost
+** every process the matrices' size again.  A bf16 load needs its panels:
+** where the file cannot be written they are made in private memory
+** (packed_source "memory").
 */
 #include <stdio.h>
 #include <stdlib.h>
@@ -161,7 +164,7 @@ void bf_packed_attach(bf_model *m) {
   const unsigned char *data = attach(m, &d, 0, &owned);
   if (owned) { /* not written: in place rather than a private copy */
     free(owned);
-    m->packed_source = "in place (the directory could not be written)";
+    m->packed_source = "in place (neither the directory nor the cache directory could be written)";
   } else if (data) {
     for (int i = 0; i < nm; i++) *matrix_at(m, i).fp32 = (const float *)(data + t[i].off);
     m->packed_source = "file";

@@ -29,8 +29,11 @@
 ** temporary name and renames it into place (so readers never see half a
 ** file, and two processes doing this at once are harmless), and maps it.
 ** When the directory cannot be written (read-only, not ours, disk full), the
-** quantized weights stay in private memory (int8_source "memory": about a
-** quarter of the fp32 weights, per process).  The fp32 file stays mapped in
+** file goes to the model's folder of the per-user cache (derived.c), still
+** one copy for every process of the user; only when that cannot be written
+** either (no HOME, a cache directory refused) do the quantized weights stay
+** in private memory (int8_source "memory": about a quarter of the fp32
+** weights, per process; bert_debug's model.cache_dir_error says why).  The fp32 file stays mapped in
 ** both cases: the embeddings, LayerNorms and biases come from it.
 */
 #include <stdio.h>
@@ -199,7 +202,7 @@ int bf_quantized_attach(bf_model *m, char *err, size_t errlen) {
     point_into(m, nm, &d, mapped);
     m->int8_source = "file";
     free(data);
-  } else { /* the directory cannot be written: keep them in private memory */
+  } else { /* neither the directory nor the cache can be written: private memory */
     point_into(m, nm, &d, data);
     m->own8 = data;
     m->int8_source = "memory";

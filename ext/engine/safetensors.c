@@ -174,11 +174,16 @@ static int parse_entry(const char *path, const char *name, const json_value *v, 
 
 /* Step 1: open and map the file read-only into f (map, fd, mtime, path).
 ** On an error before the mapping exists f is left as it was. */
-static int map_file(st_file *f, const char *path, char *err, size_t errlen) {
+static int map_file(st_file *f, const char *path, int private, char *err, size_t errlen) {
   struct stat st;
-  int fd = bf_open_regular(path, O_RDONLY, 0, &st);
+  int fd = bf_open_regular(path, O_RDONLY | (private ? O_NOFOLLOW : 0), 0, &st);
   if (fd < 0) {
     bf_errf(err, errlen, "%s: %s", path, bf_open_failure(errno));
+    return -1;
+  }
+  if (private && st.st_uid != geteuid()) {
+    bf_errf(err, errlen, "%s: belongs to another user (uid %u)", path, (unsigned)st.st_uid);
+    close(fd);
     return -1;
   }
   size_t size = (size_t)st.st_size;
@@ -330,17 +335,25 @@ static int check_overlaps(const st_file *f, const char *path, char *err, size_t 
   return rc;
 }
 
-int st_open(st_file *f, const char *path, char *err, size_t errlen) {
+static int open_file(st_file *f, const char *path, int private, char *err, size_t errlen) {
   memset(f, 0, sizeof *f);
   f->fd = -1;
   if (err && errlen) err[0] = 0;
-  if (map_file(f, path, err, errlen) != 0 || find_data_area(f, path, err, errlen) != 0 ||
+  if (map_file(f, path, private, err, errlen) != 0 || find_data_area(f, path, err, errlen) != 0 ||
       parse_header(f, path, err, errlen) != 0 || sort_names(f, path, err, errlen) != 0 ||
       check_overlaps(f, path, err, errlen) != 0) {
     st_close(f);
     return -1;
   }
   return 0;
+}
+
+int st_open(st_file *f, const char *path, char *err, size_t errlen) {
+  return open_file(f, path, 0, err, errlen);
+}
+
+int st_open_private(st_file *f, const char *path, char *err, size_t errlen) {
+  return open_file(f, path, 1, err, errlen);
 }
 
 const st_tensor *st_find(const st_file *f, const char *name) {

@@ -85,6 +85,9 @@ typedef struct st_file {
 /* Map and validate.  0 on success; else -1 with err set and f zeroed
 ** (st_close on it is harmless). */
 int st_open(st_file *f, const char *path, char *err, size_t errlen);
+/* st_open of a file in a folder of this user's (the per-user cache): not
+** when path is a symbolic link (O_NOFOLLOW) or the file is another user's. */
+int st_open_private(st_file *f, const char *path, char *err, size_t errlen);
 /* Tensor by exact name, or NULL. */
 const st_tensor *st_find(const st_file *f, const char *name);
 /* A dtype's name as safetensors spells it ("F32", "BF16", ...; "?" for none). */

@@ -198,6 +198,95 @@ int bf_env_choice(const char *name, const char *const *choices, int n, int dflt)
   return dflt;
 }
 
+const char *bf_env_dir(const char *name, int *off) {
+  const char *s = getenv(name);
+  *off = 0;
+  if (!s || !*s) return NULL;
+  if (s[0] == '/') return s;
+  static const char *const words[] = {"0", "off", "false", "no", "1", "on", "true", "yes"};
+  for (int i = 0; i < 8; i++)
+    if (strcasecmp(s, words[i]) == 0) {
+      *off = i < 4;
+      return NULL;
+    }
+  env_ignored(name, s, "an absolute path, or 0/off/false/no");
+  return NULL;
+}
+
+char *bf_user_cache_dir(char *why, size_t whylen) {
+  int off;
+  const char *dir = bf_env_dir("BERTFILL_CACHE_DIR", &off);
+  if (off) {
+    bf_errf(why, whylen, "turned off by BERTFILL_CACHE_DIR=%s", getenv("BERTFILL_CACHE_DIR"));
+    return NULL;
+  }
+  if (dir) {
+    char *p = strdup(dir);
+    if (!p) bf_errf(why, whylen, "out of memory");
+    return p;
+  }
+  const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+  char *p = NULL;
+  if (xdg && xdg[0] == '/') p = bf_path_join(xdg, "bertfill");
+  else if (home && home[0] == '/') p = bf_path_join(home, ".cache/bertfill");
+  else {
+    bf_errf(why, whylen, "no per-user cache directory: HOME is not set%s",
+            xdg && *xdg ? " and XDG_CACHE_HOME is not an absolute path" : "");
+    return NULL;
+  }
+  if (!p) bf_errf(why, whylen, "out of memory");
+  return p;
+}
+
+int bf_private_dir(const char *path, int make, char *why, size_t whylen) {
+  struct stat st;
+  if (path[0] != '/') {
+    bf_errf(why, whylen, "%s: not an absolute path", path);
+    errno = EINVAL;
+    return -1;
+  }
+  if (make && lstat(path, &st) != 0 && errno == ENOENT) {
+    char *p = strdup(path);
+    if (!p) {
+      bf_errf(why, whylen, "out of memory");
+      errno = ENOMEM;
+      return -1;
+    }
+    for (char *c = strchr(p + 1, '/');; c = strchr(c + 1, '/')) { /* the parents, then path */
+      if (c) *c = 0;
+      int made = mkdir(p, 0700) == 0 || errno == EEXIST;
+      int e = errno;
+      if (!made || !c) {
+        if (!made) bf_errf(why, whylen, "%s: cannot be made (%s)", p, strerror(e));
+        free(p);
+        if (!made) {
+          errno = e;
+          return -1;
+        }
+        break;
+      }
+      *c = '/';
+    }
+  }
+  if (lstat(path, &st) != 0) {
+    int e = errno;
+    bf_errf(why, whylen, "%s: %s", path, strerror(e));
+    errno = e;
+    return -1;
+  }
+  errno = EPERM;
+  if (S_ISLNK(st.st_mode)) bf_errf(why, whylen, "%s: is a symbolic link", path);
+  else if (!S_ISDIR(st.st_mode)) bf_errf(why, whylen, "%s: not a directory", path);
+  else if (st.st_uid != geteuid())
+    bf_errf(why, whylen, "%s: belongs to another user (uid %u, not %u)", path, (unsigned)st.st_uid,
+            (unsigned)geteuid());
+  else if (st.st_mode & 022)
+    bf_errf(why, whylen, "%s: group or others can write it (mode %04o)", path,
+            (unsigned)(st.st_mode & 07777));
+  else return 0;
+  return -1;
+}
+
 static int write_all(int fd, const void *p, size_t n) {
   const unsigned char *c = p;
   while (n > 0) {

@@ -2,7 +2,7 @@
 ** util.h — the small helpers every part of bertfill shares, one copy each:
 ** a monotonic clock, the UTF-8 validator and encoder, the error formatter,
 ** the path join, the number of usable cores, and the one rule for reading
-** settings from the environment.  No SQLite, no model: plain C for engine and
+** settings from the environment, the per-user cache directory.  No SQLite, no model: plain C for engine and
 ** SQLite layer alike.
 */
 #ifndef BERTFILL_UTIL_H
@@ -128,5 +128,23 @@ int bf_ncores(void);
 int bf_env_flag(const char *name, int dflt);
 long long bf_env_int(const char *name, long long lo, long long hi, long long dflt);
 int bf_env_choice(const char *name, const char *const *choices, int n, int dflt);
+/* bf_env_dir: a directory: an absolute path (returned), or one of the off
+** words (NULL, *off = 1), or one of the on words (NULL: the default); the
+** rest is ignored as above (NULL). */
+const char *bf_env_dir(const char *name, int *off);
+
+/* bertfill's per-user cache directory, malloc'd: BERTFILL_CACHE_DIR when it
+** names one, else $XDG_CACHE_HOME/bertfill (an absolute XDG_CACHE_HOME),
+** else $HOME/.cache/bertfill.  Nothing is made here.  NULL with why when
+** there is none: BERTFILL_CACHE_DIR=0, HOME not set, out of memory. */
+char *bf_user_cache_dir(char *why, size_t whylen);
+
+/* A directory only this process's user can write: made when make is set
+** and it is missing (mode 0700, and its missing parents 0700 too), then
+** checked without following a link: a directory, not a symbolic link,
+** owned by the process's effective user, not writable by group or others.
+** 0, or -1 with errno (ENOENT: missing and not made) and why saying what is
+** wrong ("PATH: is a symbolic link", ...). */
+int bf_private_dir(const char *path, int make, char *why, size_t whylen);
 
 #endif

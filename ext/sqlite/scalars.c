@@ -198,6 +198,12 @@ static void debug_model(sqlite3_str *o, bfx_conn *c) {
     bfx_json_string(o, bf_model_int8_source(m));
     sqlite3_str_appendall(o, ",\"packed_weights\":");
     bfx_json_string(o, bf_model_packed_source(m));
+    sqlite3_str_appendall(o, ",\"derived_file\":"); /* where: next to the weights, or the cache */
+    bfx_json_string(o, bf_model_derived_file(m));
+    sqlite3_str_appendall(o, ",\"cache_dir\":");
+    bfx_json_string(o, bf_model_cache_dir(m));
+    sqlite3_str_appendall(o, ",\"cache_dir_error\":");
+    bfx_json_string(o, bf_model_cache_error(m));
     sqlite3_str_appendf(o,
                         ",\"config\":{\"vocab_size\":%d,\"hidden_size\":%d,"
                         "\"num_hidden_layers\":%d,\"num_attention_heads\":%d,"

@@ -5,7 +5,7 @@ the tests of the files a load makes next to the weights (connect, one,
 copy_model, run_client, check_derived_file with other_weights,
 check_other_weights, check_damaged_in_place and check_stale_temps,
 model_texts, candidates, fresh_load, load_read_only, check_read_only,
-agreement, debug)."""
+check_cache_dir with cache_env and private_dir, agreement, debug)."""
 import array
 import hashlib
 import json
@@ -235,12 +235,15 @@ def check_damaged_in_place(d, name, load_sql, answers, want, made, mtime_kept):
     c.close()
 
 
-def check_stale_temps(d, name, load_sql):
+def check_stale_temps(d, name, load_sql, where=None, load=None):
     """Issue 6: the temporary files a writer killed while writing name left
     (NAME.tmp.PID.TID) are removed by a later load when the writer is gone
     and they have not changed for a minute; those of a live writer, recent
-    ones, links, others' files and names not of that exact pattern stay."""
-    p = os.path.join(d, name)
+    ones, links, others' files and names not of that exact pattern stay.
+    where: the folder they are in (default d); load: what loads (default
+    load_sql in this process), run as loader_uid() when given."""
+    p = os.path.join(where or d, name)
+    uid = loader_uid() if load else os.geteuid()
     dead = subprocess.Popen(["true"])
     dead.wait()
     old = time.time_ns() - 120 * 10**9
@@ -260,13 +263,18 @@ def check_stale_temps(d, name, load_sql):
             continue
         with open(f, "wb") as out:
             out.write(b"\0" * 4096)
+        if uid != os.geteuid():
+            os.chown(f, uid, uid)
         if f != keep["a recent one"]:
             os.utime(f, ns=(old, old))
     if "another user's" in keep:
-        os.chown(keep["another user's"], 65534, 65534)
-    c = connect()
-    one(c, load_sql, (d,))
-    c.close()
+        os.chown(keep["another user's"], *((65534, 65534) if uid == 0 else (0, 0)))
+    if load:
+        load()
+    else:
+        c = connect()
+        one(c, load_sql, (d,))
+        c.close()
     check("a stale %s.tmp.PID.TID left by a writer that is gone: removed by the next load" % name,
           not os.path.lexists(stale))
     check("... and one whose pid was taken since by a process started later: removed",
@@ -356,6 +364,53 @@ def check_derived_file(d, name, load_sql, answers, made=None):
         c.close()
     check_stale_temps(d, name, load_sql)
 
+def check_cache_refused(d, tmp, precision, name, field, xdg):
+    """check_cache_dir's cache directories refused (a symbolic link, mode
+    0777, another user's: the old behaviour, with the reason in bert_debug),
+    BERTFILL_CACHE_DIR choosing it (before XDG_CACHE_HOME) or turning it off,
+    and no HOME."""
+    # refused cache directories: the old behaviour, with the reason
+    old = {"int8": "memory", "bf16": "memory"}.get(precision)
+    other = os.path.join(tmp, "xdg-target")
+    cases = [("a symbolic link", "is a symbolic link",
+              lambda b: (private_dir(other), os.symlink(other, b))),
+             ("of mode 0777", "group or others can write it",
+              lambda b: private_dir(b, 0o777))]
+    if os.geteuid() == 0:
+        cases.append(("another user's", "belongs to another user",
+                      lambda b: (private_dir(b), os.chown(b, 0, 0))))
+    for what, why, make in cases:
+        x = private_dir(os.path.join(tmp, "xdg-refused"))
+        make(os.path.join(x, "bertfill"))
+        r = load_read_only(d, tmp, precision, env=cache_env(XDG_CACHE_HOME=x))
+        if not r:
+            continue
+        m = r[1]
+        check("a cache directory that is %s is refused, with the reason in bert_debug" % what,
+              (m[field] == old if old else m[field].startswith("in place")) and
+              m.get("derived_file") == "" and why in m.get("cache_dir_error", "") and
+              not any(name in fs for _, _, fs in os.walk(x)) and
+              not any(name in fs for _, _, fs in os.walk(other)),
+              "%s=%s, cache_dir_error %r" % (field, m[field], m.get("cache_dir_error")))
+        shutil.rmtree(x, ignore_errors=True)
+        shutil.rmtree(other, ignore_errors=True)
+    # BERTFILL_CACHE_DIR: chooses the directory, or turns the cache off; no HOME
+    chosen = os.path.join(private_dir(os.path.join(tmp, "chosen")), "cache")
+    r = load_read_only(d, tmp, precision, env=cache_env(BERTFILL_CACHE_DIR=chosen,
+                                                        XDG_CACHE_HOME=xdg))
+    check("BERTFILL_CACHE_DIR names the cache directory (made 0700), before XDG_CACHE_HOME",
+          r and r[1].get("derived_file", "").startswith(chosen + "/") and
+          os.stat(chosen).st_mode & 0o777 == 0o700, r and r[1].get("derived_file"))
+    for env, why in ((cache_env(BERTFILL_CACHE_DIR="0", XDG_CACHE_HOME=xdg),
+                      "turned off by BERTFILL_CACHE_DIR=0"),
+                     (cache_env(HOME=None), "HOME is not set")):
+        r = load_read_only(d, tmp, precision, env=env)
+        m = r and r[1]
+        check("... %s: the old behaviour, and bert_debug says why" % why,
+              m and (m[field] == old if old else m[field].startswith("in place")) and
+              m.get("derived_file") == "" and why in m.get("cache_dir_error", ""),
+              m and "%s=%s, %r" % (field, m[field], m.get("cache_dir_error")))
+
 
 def model_texts(model, n, seed):
     """n texts of 8-30 characters from the model's vocabulary, one [MASK] each."""
@@ -386,7 +441,9 @@ dbg = json.loads(c.execute("SELECT bert_debug()").fetchone()[0])
 c.execute("SELECT bert_cache('off')").fetchone()
 out = [c.execute("SELECT token, score FROM fill_candidates(?, 5) ORDER BY mask, rank", (t,)).fetchall()
        for t in json.loads(sys.argv[4])]
-print(json.dumps([d, dbg, out]))
+f = (dbg["model"] or {}).get("derived_file")  # the inodes this process maps it by
+maps = sorted({int(l.split()[4]) for l in open("/proc/self/maps") if f and l.rstrip().endswith(f)})
+print(json.dumps([d, dbg, out, maps]))
 """
 
 
@@ -399,18 +456,119 @@ def fresh_load(d, precision, texts, env=None, tmp=None):
     if r.returncode != 0:
         check("bert_load(dir, '%s') in a fresh process" % precision, False, r.stderr.strip()[-400:])
         return None
-    desc, dbg, out = json.loads(r.stdout)
+    desc, dbg, out, maps = json.loads(r.stdout)
+    fresh_load.maps = maps  # the inodes by which it mapped bert_debug's model.derived_file
     return desc, dbg, [[tuple(x) for x in rows] for rows in out], r.stderr
 
 
-def load_read_only(d, tmp, precision):
+def cache_env(**settings):
+    """This environment without the settings of the per-user cache directory
+    (XDG_CACHE_HOME, BERTFILL_CACHE_DIR), then with settings (None: unset)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("XDG_CACHE_HOME", "BERTFILL_CACHE_DIR")}
+    env.update({k: v for k, v in settings.items() if v is not None})
+    for k in [k for k, v in settings.items() if v is None]:
+        env.pop(k, None)
+    return env
+
+
+def load_read_only(d, tmp, precision, env=None):
     """fresh_load in a process that cannot write d (made read-only for it; as
     nobody under root): (description, bert_debug's model, the candidates of
-    '我[MASK]你'), or None after a failed check."""
+    '我[MASK]你'), or None after a failed check.  env: its environment (by
+    default, the per-user cache turned off: BERTFILL_CACHE_DIR=0)."""
     os.chmod(d, 0o555)
-    r = fresh_load(d, precision, ["我[MASK]你"], tmp=tmp)
+    r = fresh_load(d, precision, ["我[MASK]你"], env=env or cache_env(BERTFILL_CACHE_DIR="0"),
+                   tmp=tmp)
     os.chmod(d, 0o755)
     return r and (r[0], r[1]["model"], r[2][0])
+
+
+def loader_uid():
+    """The user that the processes of load_read_only run as."""
+    return 65534 if os.geteuid() == 0 else os.geteuid()
+
+
+def private_dir(path, mode=0o700):
+    """A directory of load_read_only's user (mode), made afresh."""
+    shutil.rmtree(path, ignore_errors=True)
+    os.makedirs(path)
+    os.chmod(path, mode)
+    if os.geteuid() == 0:
+        os.chown(path, loader_uid(), loader_uid())
+    return path
+
+
+def check_cache_dir(d, tmp, precision, name, field, full=False):
+    """Issue 37 item 6: a model directory the process cannot write (as one
+    installed in site-packages): the file name a load derives goes to the
+    model's folder of the per-user cache directory ($XDG_CACHE_HOME/bertfill),
+    bert_debug says where, a second process maps the same file (the same
+    inode, not made again), and the answers are those of a load that wrote it
+    next to the weights.  With full: the cache directory refused (a symbolic
+    link, another user's, mode 0777: the old behaviour with the reason),
+    BERTFILL_CACHE_DIR choosing it or turning it off, no HOME, and the stale
+    temporary files of a killed writer in the cache removed."""
+    xdg = private_dir(os.path.join(tmp, "xdg-" + precision))
+    env = cache_env(XDG_CACHE_HOME=xdg)
+    if full:
+        check_cache_refused(d, tmp, precision, name, field, xdg)
+    runs = []
+    for i in range(2):
+        r = load_read_only(d, tmp, precision, env=env)
+        if not r:
+            return
+        runs.append((r, list(fresh_load.maps)))
+    (desc, model, got), maps = runs[0]
+    (_, model2, got2), maps2 = runs[1]
+    f = model.get("derived_file", "")
+    check("%s in a read-only directory: %s made in the per-user cache ($XDG_CACHE_HOME/bertfill)"
+          % (precision, name), model[field] == "file" and
+          f.startswith(os.path.join(xdg, "bertfill") + "/") and f.endswith("/" + name) and
+          os.path.isfile(f) and not os.path.exists(os.path.join(d, name)),
+          "%s=%s, derived_file %r" % (field, model[field], f))
+    if not os.path.isfile(f):
+        return
+    st = os.stat(f)
+    folder = os.stat(os.path.dirname(f))
+    check("... in a folder of this user's, mode 0700 (and the cache directory too)",
+          folder.st_uid == loader_uid() and folder.st_mode & 0o777 == 0o700 and
+          os.stat(os.path.join(xdg, "bertfill")).st_mode & 0o777 == 0o700 and
+          st.st_uid == loader_uid(), oct(folder.st_mode))
+    check("... bert_debug's model.cache_dir is that folder, with no error",
+          model.get("cache_dir") == os.path.dirname(f) and model.get("cache_dir_error") == "",
+          "%r %r" % (model.get("cache_dir"), model.get("cache_dir_error")))
+    check("... a second process maps the same file (same inode, not made again)",
+          model2.get("derived_file") == f and model2[field] == "file" and
+          maps == [st.st_ino] and maps2 == [st.st_ino] and os.stat(f).st_ino == st.st_ino,
+          "%s %s %s" % (maps, maps2, st.st_ino))
+    c = connect()
+    one(c, "SELECT bert_load(?, ?)", (d, precision))
+    one(c, "SELECT bert_cache('off')")
+    want = [tuple(x) for x in candidates(c, "我[MASK]你")]
+    c.close()
+    check("... both answer as a load that wrote it next to the weights",
+          got == want and got2 == want, "%s / %s vs %s" % (got, got2, want))
+    os.unlink(os.path.join(d, name))
+    if not full:
+        return
+    # the folder of another model directory is another folder
+    d2 = copy_model(d, tmp, "cache-other-" + precision)
+    r = load_read_only(d2, tmp, precision, env=env)
+    f2 = r and r[1].get("derived_file", "")
+    check("another model directory gets a folder of its own in the cache",
+          f2 and f2 != f and os.path.dirname(os.path.dirname(f2)) ==
+          os.path.dirname(os.path.dirname(f)), "%r vs %r" % (f2, f))
+    # model.fingerprint of settled weights: in the cache folder too
+    changed = os.stat(os.path.join(d, "model.safetensors")).st_ctime_ns
+    time.sleep(max(0.0, 2.2 - (time.time_ns() - changed) / 1e9))
+    load_read_only(d, tmp, precision, env=env)  # its bert_debug() hashes the weights
+    check("model.fingerprint of a read-only model: in the cache folder, not next to the weights",
+          os.path.isfile(os.path.join(os.path.dirname(f), "model.fingerprint")) and
+          not os.path.exists(os.path.join(d, "model.fingerprint")),
+          str(os.listdir(os.path.dirname(f))))
+    # stale temporary files of a killed writer, in the cache folder
+    check_stale_temps(d, name, None, where=os.path.dirname(f),
+                      load=lambda: load_read_only(d, tmp, precision, env=env))
 
 
 def debug(c):
@@ -419,15 +577,17 @@ def debug(c):
 
 
 def check_read_only(d, tmp, precision, name, field, want, same_answers):
-    """bert_load(d, precision) where the process cannot write d: it loads,
-    bert_debug's model[field] says want, d/name is not written, and (with
-    same_answers) it answers as a load that could write d/name."""
+    """bert_load(d, precision) where the process cannot write d and the
+    per-user cache is off (BERTFILL_CACHE_DIR=0): it loads, bert_debug's
+    model[field] says want, d/name is not written, and (with same_answers)
+    it answers as a load that could write d/name."""
     r = load_read_only(d, tmp, precision)
     if not r:
         return
     desc, model, got = r
     check("%s in a read-only directory loads" % precision, desc.endswith(precision), desc)
-    check("... with %s %s" % (field, want), model[field] == want, model[field])
+    check("... with %s %s (the per-user cache turned off)" % (field, want),
+          model[field] == want, model[field])
     check("... and writes nothing there", not os.path.exists(os.path.join(d, name)))
     if same_answers:
         c = connect()

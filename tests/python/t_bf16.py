@@ -16,7 +16,7 @@ import shutil
 import sys
 import tempfile
 
-from bftest import (MODELS, TINY, agreement, candidates, check, check_derived_file, check_read_only,
+from bftest import (MODELS, TINY, agreement, candidates, check, check_derived_file, check_cache_dir, check_read_only,
                     connect, copy_model, debug, exit_code, fresh_load, one, run_client, skip)
 
 BF16_FILE = "model.bf16.safetensors"
@@ -55,6 +55,12 @@ def test_read_only(tmp):
     """A directory the process cannot write: the bf16 panels in private memory."""
     check_read_only(copy_model(TINY, tmp, "ro"), tmp, "bf16", BF16_FILE, "packed_weights", "memory",
                     same_answers=True)
+
+
+def test_cache_dir(tmp):
+    """A directory the process cannot write (a model installed read-only): the
+    file goes to the per-user cache directory, shared by the next process."""
+    check_cache_dir(copy_model(TINY, tmp, "cache-dir"), tmp, "bf16", BF16_FILE, "packed_weights")
 
 
 def test_cache_keeps_precisions_apart(tmp):
@@ -136,7 +142,7 @@ def main():
         return 0
     tmp = tempfile.mkdtemp(prefix="bf-bf16-")
     try:
-        for t in (test_load_and_file, test_stale_and_damaged, test_read_only,
+        for t in (test_load_and_file, test_stale_and_damaged, test_read_only, test_cache_dir,
                   test_cache_keeps_precisions_apart, test_env, test_portable_kernel, test_agreement):
             t(tmp)
     finally:

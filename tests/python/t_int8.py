@@ -17,7 +17,7 @@ import shutil
 import sys
 import tempfile
 
-from bftest import (MODELS, TINY, agreement, candidates, check, check_derived_file, check_read_only,
+from bftest import (MODELS, TINY, agreement, candidates, check, check_derived_file, check_cache_dir, check_read_only,
                     connect, copy_model, debug, error_of, exit_code, model_texts, one, run_client,
                     skip)
 
@@ -69,6 +69,12 @@ def test_read_only(tmp):
     """A directory the process cannot write: the int8 weights in private memory."""
     check_read_only(copy_model(TINY, tmp, "ro"), tmp, "int8", INT8_FILE, "int8_weights", "memory",
                     same_answers=True)
+
+
+def test_cache_dir(tmp):
+    """A directory the process cannot write (a model installed read-only): the
+    file goes to the per-user cache directory, shared by the next process; refused cache directories, BERTFILL_CACHE_DIR, no HOME, stale temporary files."""
+    check_cache_dir(copy_model(TINY, tmp, "cache-dir"), tmp, "int8", INT8_FILE, "int8_weights", full=True)
 
 
 def test_cache_keeps_precisions_apart(tmp):
@@ -180,7 +186,7 @@ def main():
         return 0
     tmp = tempfile.mkdtemp(prefix="bf-int8-")
     try:
-        for t in (test_load_and_file, test_stale_and_damaged, test_read_only,
+        for t in (test_load_and_file, test_stale_and_damaged, test_read_only, test_cache_dir,
                   test_cache_keeps_precisions_apart, test_side_by_side, test_env,
                   test_agreement, test_column_functions):
             t(tmp)

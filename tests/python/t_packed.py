@@ -17,7 +17,7 @@ import shutil
 import sys
 import tempfile
 
-from bftest import (MODELS, TINY, check, check_derived_file, check_read_only, connect, copy_model,
+from bftest import (MODELS, TINY, check, check_derived_file, check_cache_dir, check_read_only, connect, copy_model,
                     debug, exit_code, fresh_load, one, skip)
 
 PACKED = "model.packed.safetensors"
@@ -88,7 +88,14 @@ def test_stale_and_damaged(tmp):
 def test_read_only(tmp):
     """A directory the process cannot write: the weights read in place."""
     check_read_only(copy_model(TINY, tmp, "ro"), tmp, "fp32", PACKED, "packed_weights",
-                    "in place (the directory could not be written)", same_answers=False)
+                    "in place (neither the directory nor the cache directory could be written)",
+                    same_answers=False)
+
+
+def test_cache_dir(tmp):
+    """A directory the process cannot write (a model installed read-only): the
+    file goes to the per-user cache directory, shared by the next process."""
+    check_cache_dir(copy_model(TINY, tmp, "cache-dir"), tmp, "fp32", PACKED, "packed_weights")
 
 
 def test_env_off(tmp):
@@ -123,7 +130,7 @@ def main():
         for m in ("tiny", "small"):
             if os.path.isdir(os.path.join(MODELS, m)):
                 test_file(tmp, os.path.join(MODELS, m))
-        for t in (test_stale_and_damaged, test_read_only, test_env_off):
+        for t in (test_stale_and_damaged, test_read_only, test_cache_dir, test_env_off):
             t(tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
