@@ -23,7 +23,13 @@ log=$(mktemp)
 if [ -z "${BERTFILL_SHARED_BATCH_DIR:-}" ]; then
   BERTFILL_SHARED_BATCH_DIR=$(mktemp -d); export BERTFILL_SHARED_BATCH_DIR; own_shared=1
 fi
-trap 'rm -f "$log"; [ -n "${own_shared:-}" ] && rm -rf "$BERTFILL_SHARED_BATCH_DIR"' EXIT
+# The per-user cache of derived files (a read-only model's) in a folder of
+# this run's too: nothing of the tests goes into the real ~/.cache/bertfill.
+if [ -z "${BERTFILL_CACHE_DIR:-}" ]; then
+  BERTFILL_CACHE_DIR=$(mktemp -d); export BERTFILL_CACHE_DIR; own_cache=1
+fi
+trap 'rm -f "$log"; [ -n "${own_shared:-}" ] && rm -rf "$BERTFILL_SHARED_BATCH_DIR";
+      [ -n "${own_cache:-}" ] && rm -rf "$BERTFILL_CACHE_DIR"' EXIT
 runs=()
 suites=$(
   ls tests/project/t_*.sh tests/project/t_*.py 2>/dev/null | LC_ALL=C sort
