@@ -78,8 +78,6 @@ static void sgemm_builtin(int order, int transA, int transB, int M, int N, int K
                           int ldc) {
   (void)order;
   int ta = transA == Trans, tb = transB == Trans;
-#define A_AT(i, k) (ta ? A[(size_t)(k) * lda + (i)] : A[(size_t)(i) * lda + (k)])
-#define B_AT(k, j) (tb ? B[(size_t)(j) * ldb + (k)] : B[(size_t)(k) * ldb + (j)])
   for (int i = 0; i < M; i++) {
     float *c = C + (size_t)i * ldc;
     int j = 0;
@@ -99,12 +97,14 @@ static void sgemm_builtin(int order, int transA, int transB, int M, int N, int K
       }
     for (; j < N; j++) {
       float s = 0;
-      for (int k = 0; k < K; k++) s += A_AT(i, k) * B_AT(k, j);
+      for (int k = 0; k < K; k++) {
+        float a = ta ? A[(size_t)k * lda + i] : A[(size_t)i * lda + k];
+        float b = tb ? B[(size_t)j * ldb + k] : B[(size_t)k * ldb + j];
+        s += a * b;
+      }
       c[j] = alpha * s + (beta != 0 ? beta * c[j] : 0);
     }
   }
-#undef A_AT
-#undef B_AT
 }
 
 /* Does the CPU (and the OS, via XCR0) support the AVX-512 subsets that
