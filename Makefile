@@ -230,4 +230,4 @@ else
 endif
 
 clean:
-	rm -rf build $(EXTENSION)
+	rm -rf build $(EXTENSION) $(DIST)
