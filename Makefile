@@ -7,6 +7,7 @@
 #   make demo       build and run a demo query in the sqlite3 shell
 #   make test       build everything and run the whole test suite
 #   make install    bertfill.so and the shipped model with its card under PREFIX (DESTDIR for staging);
+#   make dist       release tarballs in dist/ for x86-64 and (with the cross compiler) arm64
 #   make uninstall  removes those files and the ones loads wrote next to the model
 #                   (and says how to clean each user's cache: docs/settings.md)
 #   make web        the fill-mask web service example (examples/web) on 127.0.0.1:$(PORT)
@@ -83,8 +84,8 @@ MODEL_FILES   := $(strip $(or $(MODEL_TRACKED),$(foreach f,$(wildcard model/$(SH
                    $(if $(filter $(INT8_FILE) $(PACKED_FILE) $(BF16_FILE) $(FP_FILE),$(notdir $(f)))$(findstring .tmp.,$(notdir $(f))),,$(f)))))
 PORT ?= 8000
 
-.PHONY: all deps test-deps demo test test-bins models install uninstall web asan valgrind bench bench-gemm fuzz soak \
-        load format cluster clean
+.PHONY: all deps test-deps demo test test-bins models install uninstall dist web asan valgrind bench \
+        bench-gemm fuzz soak load format cluster clean
 all: $(EXTENSION)
 
 $(BUILD)/obj/engine/%.o: ext/engine/%.c $(ENGINE_HDR)
@@ -156,6 +157,37 @@ uninstall:
 	  "to remove them, each user runs: rm -rf \"\$${XDG_CACHE_HOME:-\$$HOME/.cache}/bertfill\"" \
 	  "(or the BERTFILL_CACHE_DIR in use; docs/settings.md)"
 
+# make dist (docs/dist.md): dist/bertfill-VERSION-linux-ARCH.tar.gz for
+# x86_64 and, where Debian's cross compiler is installed (.ci/install-cross),
+# aarch64; packaging/tarball.sh stages and checks each.  Each .so is built
+# apart, in $(BUILD)/dist/ARCH, self-contained: utf8proc linked in (its
+# static library, PIC), libgcc too, only the entry points exported
+# (ext/sqlite/exports.map; --exclude-libs keeps the linked-in libraries'
+# symbols local), no debug information; it needs only the C library.
+# OpenBLAS stays loaded at run time when present (blas.c: never required).
+# arm64 gets no -march=x86-64-v2 (dispatch.c then has only the portable set).
+VERSION      := $(shell sed -n 's/^\#define BFX_VERSION "\(.*\)"/\1/p' ext/sqlite/version.h)
+DIST         ?= dist
+CROSS_ARM64  ?= aarch64-linux-gnu-
+HAVE_ARM64   := $(shell command -v $(CROSS_ARM64)gcc >/dev/null 2>&1 && echo 1)
+DIST_ARCHES  := x86_64 $(if $(HAVE_ARM64),aarch64)
+DIST_LDFLAGS := -Wl,--version-script=ext/sqlite/exports.map -Wl,--exclude-libs,ALL -static-libgcc \
+                -Wl,-z,defs
+DIST_LDLIBS  := -l:libutf8proc.a -ldl -lm -lpthread
+dist_cc_x86_64   := $(CC)
+dist_opt_x86_64  := -O2 -march=x86-64-v2
+dist_cc_aarch64  := $(CROSS_ARM64)gcc
+dist_opt_aarch64 := -O2
+
+dist:
+	@$(if $(HAVE_ARM64),,echo "make dist: no $(CROSS_ARM64)gcc (bash .ci/install-cross): x86_64 only")
+	@$(foreach a,$(DIST_ARCHES),\
+	  $(MAKE) --no-print-directory BUILD=$(BUILD)/dist/$(a) EXTENSION=$(BUILD)/dist/$(a)/bertfill.so \
+	    CC="$(dist_cc_$(a))" OPT="$(dist_opt_$(a))" LDFLAGS="$(DIST_LDFLAGS)" \
+	    LDLIBS="$(DIST_LDLIBS)" $(BUILD)/dist/$(a)/bertfill.so && \
+	  CC="$(dist_cc_$(a))" bash packaging/tarball.sh $(VERSION) $(a) $(BUILD)/dist/$(a)/bertfill.so \
+	    $(DIST) $(MODEL_FILES) &&) true
+
 # The /predict service and its WebUI (examples/web/README.md); Ctrl-C stops it.
 web: all
 	@bash tests/clients/node/install.sh
@@ -214,4 +246,4 @@ else
 endif
 
 clean:
-	rm -rf build $(EXTENSION)
+	rm -rf build $(EXTENSION) $(DIST)

@@ -315,10 +315,12 @@ int bf_fill_scored(const bf_model *m, bf_run *r, int nseq, const bf_tokens *seqs
 /* Load OpenBLAS at run time (choosing fast kernels for CPUs the installed
 ** OpenBLAS does not know, e.g. SkylakeX kernels on Sapphire Rapids when it
 ** would fall back to Prescott).  Idempotent, thread-safe; called by
-** bf_model_load.  */
+** bf_model_load.  No OpenBLAS on the machine is not an error: the products
+** it would run use plain C loops (blas.c), core "builtin".  Fails only for a
+** library that loads without cblas_sgemm.  */
 int bf_blas_init(char *err, size_t errlen);
-const char *bf_blas_core(void);   /* e.g. "SkylakeX"; "" before init */
-const char *bf_blas_config(void); /* openblas_get_config() */
+const char *bf_blas_core(void);   /* e.g. "SkylakeX", "builtin"; "" before init */
+const char *bf_blas_config(void); /* openblas_get_config(), or why there is no OpenBLAS */
 /* Which code does the encoder's matrix products: "avx512" or "avx2"
 ** (bertfill's own kernels, ext/engine/kernels/avx512.c and avx2.c: the best
 ** the CPU has, capped by BERTFILL_KERNELS; see kernels/kernels.h) or

@@ -18,6 +18,16 @@
 **      On other CPUs (Haswell-class AVX2, AMD without AVX-512) OpenBLAS
 **      decides alone.
 **   3. dlsym cblas_sgemm and the openblas_* helpers.
+**   3b. No OpenBLAS on the machine (the release files of `make dist` need
+**      nothing but the C library, docs/dist.md): not an error.  The products
+**      that would go to it run on plain C loops here (sgemm_builtin, one
+**      thread per call); bf_blas_core() says "builtin" and bf_blas_config()
+**      why.  Which products those are: all the fp32 products on CPUs with
+**      neither AVX-512 nor AVX2 (arm64 included) or under
+**      BERTFILL_KERNELS=openblas, and elsewhere only the fallback when the
+**      kernels' panel buffers cannot be allocated (forward.c).  A library
+**      that loads but has no cblas_sgemm is still an error (a broken
+**      install says so rather than running slower in silence).
 **   4. Threads: the engine's own setting (bf_pool_threads, pool.h), given to
 **      OpenBLAS (openblas_set_num_threads), not taken from it.  Its default
 **      reads OPENBLAS_NUM_THREADS, GOTO_NUM_THREADS and OMP_NUM_THREADS as
@@ -57,6 +67,45 @@ static int (*p_get_threads)(void);
 static char init_err[256];
 static char core[64] = "";
 static char config[256] = "";
+
+/* 3b: C[M,N] = alpha op(A) op(B) + beta C in plain C, row-major, for a
+** machine without OpenBLAS.  Each element one sum over k in order (the
+** same bits for any M, N or thread); four columns at a time for the
+** transB case the engine calls (rows of A and B both contiguous).  The
+** arguments as cblas_sgemm's (order: RowMajor only, bf_sgemm's). */
+static void sgemm_builtin(int order, int transA, int transB, int M, int N, int K, float alpha,
+                          const float *A, int lda, const float *B, int ldb, float beta, float *C,
+                          int ldc) {
+  (void)order;
+  int ta = transA == Trans, tb = transB == Trans;
+  for (int i = 0; i < M; i++) {
+    float *c = C + (size_t)i * ldc;
+    int j = 0;
+    if (!ta && tb)
+      for (; j + 4 <= N; j += 4) {
+        const float *a = A + (size_t)i * lda, *b0 = B + (size_t)j * ldb, *b1 = b0 + ldb,
+                    *b2 = b1 + ldb, *b3 = b2 + ldb;
+        float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+        for (int k = 0; k < K; k++) {
+          s0 += a[k] * b0[k];
+          s1 += a[k] * b1[k];
+          s2 += a[k] * b2[k];
+          s3 += a[k] * b3[k];
+        }
+        float s[4] = {s0, s1, s2, s3};
+        for (int u = 0; u < 4; u++) c[j + u] = alpha * s[u] + (beta != 0 ? beta * c[j + u] : 0);
+      }
+    for (; j < N; j++) {
+      float s = 0;
+      for (int k = 0; k < K; k++) {
+        float a = ta ? A[(size_t)k * lda + i] : A[(size_t)i * lda + k];
+        float b = tb ? B[(size_t)j * ldb + k] : B[(size_t)k * ldb + j];
+        s += a * b;
+      }
+      c[j] = alpha * s + (beta != 0 ? beta * c[j] : 0);
+    }
+  }
+}
 
 /* Does the CPU (and the OS, via XCR0) support the AVX-512 subsets that
 ** OpenBLAS's SkylakeX kernels use? */
@@ -101,11 +150,13 @@ static void blas_load(void) {
     for (int i = 0; i < n && !lib; i++) lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
     if (set_core) unsetenv("OPENBLAS_CORETYPE");
   }
-  if (!lib) {
+  if (!lib) { /* 3b: the built-in products */
     const char *why = dlerror();
-    snprintf(init_err, sizeof init_err,
-             "OpenBLAS not found: install libopenblas0 (Debian: apt-get install "
-             "libopenblas0-pthread) (%s)",
+    p_sgemm = sgemm_builtin;
+    snprintf(core, sizeof core, "builtin");
+    snprintf(config, sizeof config,
+             "no OpenBLAS (%s): the products it would run use bertfill's plain C loops "
+             "(slower; Debian: apt-get install libopenblas0-pthread)",
              why ? why : "dlopen failed");
     return;
   }

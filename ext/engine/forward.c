@@ -21,7 +21,8 @@
 ** The matrix products with the weights run on the AVX-512 or AVX2 kernels of
 ** kernels/ through gemm.c's job splitter (q, k and v as one job), shared
 ** with the run's helper threads (pool.c); on CPUs with neither they go to
-** OpenBLAS (bf_sgemm, blas.h).  Each product goes to one or the other, never
+** OpenBLAS (bf_sgemm, blas.h; where OpenBLAS is not installed, blas.c's
+** plain C loops, on the calling thread).  Each product goes to one or the other, never
 ** both, so that the two thread pools do not run at once.  The rest is loops
 ** over rows, through the row operations of the same kernel set
 ** (kernels/kernels.h: AVX-512, AVX2, or plain C), shared by the same threads,

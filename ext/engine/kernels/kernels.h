@@ -3,7 +3,8 @@
 ** place that chooses among them.  Engine-internal.
 **
 **   kernels/portable.c  plain C: the row operations and the int8 products;
-**                       no fp32 products of its own (OpenBLAS does them, blas.h)
+**                       no fp32 products of its own (OpenBLAS does them,
+**                       blas.h; without OpenBLAS, blas.c's plain C loops)
 **   kernels/avx2.c      AVX2 and FMA, 8 floats at a time: the fp32 products,
 **                       the row operations and the int8 products (CPUs
 **                       without AVX-512: AMD Zen 2/3, Intel Haswell to Alder

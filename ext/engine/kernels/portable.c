@@ -1,8 +1,9 @@
 /*
 ** portable.c — the portable kernel set (kernels.h): forward.c's loops over
 ** rows in plain C, for CPUs with neither AVX-512 nor AVX2 and FMA, and under
-** BERTFILL_KERNELS=openblas.  No fp32 products of its own: gemm_xwt says
-** GEMM_NO_KERNEL and forward.c gives them to OpenBLAS (blas.h).  expf and
+** BERTFILL_KERNELS=openblas, and all of arm64's.  No fp32 products of its
+** own: gemm_xwt says GEMM_NO_KERNEL and forward.c gives them to OpenBLAS
+** (blas.h; on a machine without OpenBLAS, blas.c's plain C loops).  expf and
 ** erff from libm; the vector sets' polynomials agree with them to ~1e-7.
 ** Also the int8 products' plain C, and the bf16 products' (the definition
 ** that the AVX512-BF16 kernel matches bit for bit, for every CPU without it).
