@@ -7,7 +7,7 @@
 #   make demo       build and run a demo query in the sqlite3 shell
 #   make test       build everything and run the whole test suite
 #   make install    bertfill.so and the shipped model with its card under PREFIX (DESTDIR for staging);
-#   make dist       release tarballs in dist/ for x86-64 and (with the cross compiler) arm64
+#   make dist       release tarballs and Python wheels in dist/ for x86-64 and (with the cross compiler) arm64
 #   make uninstall  removes those files and the ones loads wrote next to the model
 #                   (and says how to clean each user's cache: docs/settings.md)
 #   make web        the fill-mask web service example (examples/web) on 127.0.0.1:$(PORT)
@@ -159,7 +159,8 @@ uninstall:
 
 # make dist (docs/dist.md): dist/bertfill-VERSION-linux-ARCH.tar.gz for
 # x86_64 and, where Debian's cross compiler is installed (.ci/install-cross),
-# aarch64; packaging/tarball.sh stages and checks each.  Each .so is built
+# aarch64; packaging/tarball.sh stages and checks each.  packaging/wheel.py
+# then makes each tarball a wheel, bertfill-VERSION-py3-none-manylinux_2_N_ARCH.whl.  Each .so is built
 # apart, in $(BUILD)/dist/ARCH, self-contained: utf8proc linked in (its
 # static library, PIC), libgcc too, only the entry points exported
 # (ext/sqlite/exports.map; --exclude-libs keeps the linked-in libraries'
@@ -187,6 +188,8 @@ dist:
 	    LDLIBS="$(DIST_LDLIBS)" $(BUILD)/dist/$(a)/bertfill.so && \
 	  CC="$(dist_cc_$(a))" bash packaging/tarball.sh $(VERSION) $(a) $(BUILD)/dist/$(a)/bertfill.so \
 	    $(DIST) $(MODEL_FILES) &&) true
+	@# the Python wheel of each tarball (packaging/wheel.py: its tag is BUILDINFO's manylinux one)
+	@$(foreach a,$(DIST_ARCHES),$(PYTHON) packaging/wheel.py $(DIST)/bertfill-$(VERSION)-linux-$(a).tar.gz $(DIST) &&) true
 
 # The /predict service and its WebUI (examples/web/README.md); Ctrl-C stops it.
 web: all
