@@ -29,6 +29,7 @@ import io
 import os
 import sys
 import tarfile
+import time
 import zipfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -98,7 +99,6 @@ def main():
     record = "".join("%s,%s,%d\n" % (n, record_hash(d), len(d)) for n, d in sorted(entries.items()))
     entries[dist_info + "/RECORD"] = (record + dist_info + "/RECORD,,\n").encode()
 
-    import time
     date = time.gmtime(max(mtime, 315532800))[:6]  # zip dates start in 1980
     name = "bertfill-%s-py3-none-%s.whl" % (version, tag)
     os.makedirs(outdir, exist_ok=True)
