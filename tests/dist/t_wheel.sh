@@ -92,7 +92,9 @@ if ! "$venv/bin/pip" install -q --no-index --no-deps "$whl" >"$tmp/pip.log" 2>&1
   echo "FAIL wheel_pip_install: $(tail -3 "$tmp/pip.log" | tr '\n' ' ')"; exit 0
 fi
 echo "ok wheel_pip_install"
-work=$tmp/work; mkdir -p "$work"      # outside the repository: no ./bertfill, no ./model
+# Every Python runs in $work, outside the repository: a checkout's ./bertfill.so
+# in the current folder would be taken for the package by `python -c 'import bertfill'`.
+work=$tmp/work; mkdir -p "$work"
 # run_check CMD...: wheel_check.py's lines; a check that stops with an error is a FAIL
 run_check() {
   (cd "$work" && env -u BERTFILL_MODEL -u PYTHONPATH BERTFILL_CACHE_DIR="$tmp/cache" "$@") 2>"$tmp/check.err" ||
@@ -100,7 +102,7 @@ run_check() {
 }
 run_check "$venv/bin/python" "$repo/tests/dist/wheel_check.py" fills "$version"
 
-model=$("$venv/bin/python" -c 'import bertfill; print(bertfill.model_path())')
+model=$(cd "$work" && "$venv/bin/python" -c 'import bertfill; print(bertfill.model_path())')
 if [ "$(id -u)" = 0 ]; then
   if unshare -m true 2>/dev/null; then
     run_check unshare -m sh -c 'mount --bind "$1" "$1" && mount -o remount,bind,ro "$1" "$1" && shift && exec "$@"' \
@@ -123,7 +125,7 @@ def connect(*args, **kwargs):
     return Connection()
 PY
 run_check env PYTHONPATH="$tmp/fake" "$venv/bin/python" "$repo/tests/dist/wheel_check.py" no_ext stand_in
-site=$("$venv/bin/python" -c 'import bertfill, os; print(os.path.dirname(os.path.dirname(bertfill.__file__)))')
+site=$(cd "$work" && "$venv/bin/python" -c 'import bertfill, os; print(os.path.dirname(os.path.dirname(bertfill.__file__)))')
 for py in $(type -ap python3 | sort -u); do
   [ "$("$py" -c 'import sqlite3; print(hasattr(sqlite3.Connection, "enable_load_extension"))' 2>/dev/null)" = False ] || continue
   run_check env PYTHONPATH="$site" PYTHONNOUSERSITE=1 "$py" "$repo/tests/dist/wheel_check.py" no_ext "$(echo "$py" | tr -c 'a-zA-Z0-9\n' _)"
