@@ -166,6 +166,8 @@ uninstall:
 # symbols local), no debug information; it needs only the C library.
 # OpenBLAS stays loaded at run time when present (blas.c: never required).
 # arm64 gets no -march=x86-64-v2 (dispatch.c then has only the portable set).
+# packaging/npm.sh then packs the npm packages from the same .so files:
+# bertfill-VERSION.tgz and bertfill-linux-{x64,arm64}-VERSION.tgz.
 VERSION      := $(shell sed -n 's/^\#define BFX_VERSION "\(.*\)"/\1/p' ext/sqlite/version.h)
 DIST         ?= dist
 CROSS_ARM64  ?= aarch64-linux-gnu-
@@ -187,6 +189,7 @@ dist:
 	    LDLIBS="$(DIST_LDLIBS)" $(BUILD)/dist/$(a)/bertfill.so && \
 	  CC="$(dist_cc_$(a))" bash packaging/tarball.sh $(VERSION) $(a) $(BUILD)/dist/$(a)/bertfill.so \
 	    $(DIST) $(MODEL_FILES) &&) true
+	@bash packaging/npm.sh $(VERSION) $(DIST) $(foreach a,$(DIST_ARCHES),$(a)=$(BUILD)/dist/$(a)/bertfill.so) -- $(MODEL_FILES)
 
 # The /predict service and its WebUI (examples/web/README.md); Ctrl-C stops it.
 web: all
