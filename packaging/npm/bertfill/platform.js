@@ -15,14 +15,18 @@ const PACKAGES = {
 };
 const SUBPATH = 'bertfill.so';
 
-// glibc or musl on Linux: the packages hold glibc builds (their "libc" field).
+// glibc or musl on Linux: the packages hold glibc builds (their "libc"
+// field).  Node.js's report says (about 20 ms to make: once per process).
+let libc;
 function linuxLibc() {
-  try {
-    const header = process.report.getReport().header;
-    return header.glibcVersionRuntime ? 'glibc' : 'musl';
-  } catch (e) {
-    return 'glibc';
+  if (libc === undefined) {
+    try {
+      libc = process.report.getReport().header.glibcVersionRuntime ? 'glibc' : 'musl';
+    } catch (e) {
+      libc = 'glibc';
+    }
   }
+  return libc;
 }
 
 function available() {
