@@ -12,7 +12,8 @@
 #   t_dist.sh with the sqlite3 shell's results of the x86-64 release tarball's
 #   .so, the extension taken from the installed platform package; node:sqlite where
 #   this Node.js has it; an unsupported platform (process.platform/arch
-#   replaced by a --require preload) and a missing platform package each
+#   replaced by a --require preload), musl (Node.js's report without a glibc
+#   version, the same way) and a missing platform package each
 #   give the error that names the platform, the packages and the tarball;
 #   a nested layout (the platform package inside bertfill/node_modules, where
 #   a path built from bertfill's own folder would miss it) still resolves.
@@ -131,6 +132,13 @@ for kind in cjs mjs; do
     grep -q 'bertfill-linux-x64' "$tmp/darwin_$kind.out" && grep -q 'bertfill-linux-arm64' "$tmp/darwin_$kind.out" &&
     grep -q 'tarball' "$tmp/darwin_$kind.out" && echo 1 || echo 0)" "$(head -5 "$tmp/darwin_$kind.out" | tr '\n' '|')"
 done
+
+# Linux on x86-64 with musl: Node.js's report without a glibc version.
+printf '%s\n' "const real = process.report.getReport.bind(process.report);" \
+  "process.report.getReport = () => { const r = real(); delete r.header.glibcVersionRuntime; return r; };" >"$app/musl.cjs"
+(cd "$app" && node -r ./musl.cjs fill.cjs) >"$tmp/musl.out" 2>&1
+check unsupported_libc "$(grep -q 'no prebuilt extension for linux-x64 (musl)' "$tmp/musl.out" &&
+  grep -q 'bertfill-linux-x64 (linux-x64, glibc)' "$tmp/musl.out" && echo 1 || echo 0)" "$(head -5 "$tmp/musl.out" | tr '\n' '|')"
 
 # A nested layout: the platform package under bertfill/node_modules.
 mkdir -p "$app/node_modules/bertfill/node_modules"
