@@ -167,6 +167,8 @@ uninstall:
 # symbols local), no debug information; it needs only the C library.
 # OpenBLAS stays loaded at run time when present (blas.c: never required).
 # arm64 gets no -march=x86-64-v2 (dispatch.c then has only the portable set).
+# packaging/npm.sh then packs the npm packages from the same .so files:
+# bertfill-VERSION.tgz and bertfill-linux-{x64,arm64}-VERSION.tgz.
 VERSION      := $(shell sed -n 's/^\#define BFX_VERSION "\(.*\)"/\1/p' ext/sqlite/version.h)
 DIST         ?= dist
 CROSS_ARM64  ?= aarch64-linux-gnu-
@@ -190,6 +192,7 @@ dist:
 	    $(DIST) $(MODEL_FILES) &&) true
 	@# the Python wheel of each tarball (packaging/wheel.py: its tag is BUILDINFO's manylinux one)
 	@$(foreach a,$(DIST_ARCHES),$(PYTHON) packaging/wheel.py $(DIST)/bertfill-$(VERSION)-linux-$(a).tar.gz $(DIST) &&) true
+	@bash packaging/npm.sh $(VERSION) $(DIST) $(foreach a,$(DIST_ARCHES),$(a)=$(BUILD)/dist/$(a)/bertfill.so) -- $(MODEL_FILES)
 
 # The /predict service and its WebUI (examples/web/README.md); Ctrl-C stops it.
 web: all

@@ -1,0 +1,164 @@
+#!/usr/bin/env bash
+# t_npm.sh — the npm packages of `make dist` (packaging/npm.sh, docs/dist.md),
+# built into a temporary folder from this tree and used as a user gets them:
+#   their package.json fields: the main package's exports (CJS, ESM, types)
+#   and optionalDependencies pinned to exactly this version; the platform
+#   package's os, cpu, libc ["glibc"] and exports of ./bertfill.so;
+#   `npm install --offline` of the two tarballs (bertfill and
+#   bertfill-linux-x64: the optional dependency is in no registry here, so both
+#   are named) into a temporary project outside the repository; there,
+#   through better-sqlite3 (tests/clients/node's build, linked in, not
+#   rebuilt), CJS require() and ESM import each load() and fill the texts of
+#   t_dist.sh with the sqlite3 shell's results of the x86-64 release tarball's
+#   .so, the extension taken from the installed platform package; node:sqlite where
+#   this Node.js has it; an unsupported platform (process.platform/arch
+#   replaced by a --require preload), musl (Node.js's report without a glibc
+#   version, the same way) and a missing platform package each
+#   give the error that names the platform, the packages and the tarball;
+#   a nested layout (the platform package inside bertfill/node_modules, where
+#   a path built from bertfill's own folder would miss it) still resolves.
+# Skipped with the reason: without node/npm, without better-sqlite3
+# (tests/clients/node/install.sh), node:sqlite on a Node.js before 22.5,
+# pnpm when it is not installed (no download).
+set -u
+cd "$(dirname "$0")/../.."
+export BUILD=${BUILD:-build}
+repo=$PWD
+build_dir=$BUILD; case "$build_dir" in /*) ;; *) build_dir=$PWD/$build_dir ;; esac
+check() { if [ "$2" = 1 ]; then echo "ok npm_$1"; else echo "FAIL npm_$1: $3"; fi; }
+for tool in node npm sqlite3; do
+  command -v $tool >/dev/null || { echo "skip npm: no $tool"; exit 0; }
+done
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+export BERTFILL_SHARED_BATCH_DIR=${BERTFILL_SHARED_BATCH_DIR:-$tmp}
+export npm_config_cache=$tmp/npm-cache npm_config_update_notifier=false
+
+if ! make -s dist DIST="$tmp/dist" >"$tmp/make.log" 2>&1; then
+  echo "FAIL npm_build: make dist failed: $(tail -5 "$tmp/make.log")"; exit 1
+fi
+version=$(sed -n 's/^#define BFX_VERSION "\(.*\)"/\1/p' ext/sqlite/version.h)
+main_tgz=$tmp/dist/bertfill-$version.tgz plat_tgz=$tmp/dist/bertfill-linux-x64-$version.tgz
+for f in "$main_tgz" "$plat_tgz"; do
+  [ -f "$f" ] || { echo "FAIL npm_build: make dist wrote no $f: $(tail -3 "$tmp/make.log")"; exit 1; }
+done
+
+# The package.json fields, read from the tarballs.
+mkdir -p "$tmp/main" "$tmp/plat"
+tar xzf "$main_tgz" -C "$tmp/main" && tar xzf "$plat_tgz" -C "$tmp/plat"
+fields=$(node -e '
+  const [m, p, v] = [require(process.argv[1]), require(process.argv[2]), process.argv[3]];
+  const bad = [];
+  const eq = (what, got, want) => { if (JSON.stringify(got) !== JSON.stringify(want)) bad.push(`${what}: ${JSON.stringify(got)}`); };
+  eq("bertfill version", m.version, v);
+  eq("bertfill exports", m.exports["."], { types: "./index.d.ts", import: "./index.mjs", require: "./index.js" });
+  eq("bertfill optionalDependencies", m.optionalDependencies, { "bertfill-linux-x64": v, "bertfill-linux-arm64": v });
+  eq("bertfill license", m.license, "Apache-2.0");
+  eq("platform name", p.name, "bertfill-linux-x64"); eq("platform version", p.version, v);
+  eq("platform os", p.os, ["linux"]); eq("platform cpu", p.cpu, ["x64"]); eq("platform libc", p.libc, ["glibc"]);
+  eq("platform exports", p.exports["./bertfill.so"], "./bertfill.so");
+  eq("platform license", p.license, "Apache-2.0");
+  console.log(bad.join("; "));' "$tmp/main/package/package.json" "$tmp/plat/package/package.json" "$version")
+check package_fields "$([ -z "$fields" ] && echo 1 || echo 0)" "$fields"
+files_ok=$( (cd "$tmp/main/package" && ls index.js index.mjs index.d.ts platform.js README.md LICENSE) >/dev/null 2>&1 &&
+  cmp -s "$tmp/plat/package/bertfill.so" "$build_dir/dist/x86_64/bertfill.so" &&
+  [ -f "$tmp/plat/package/model/MODEL_CARD.md" ] && [ -f "$tmp/plat/package/README.md" ] &&
+  [ "$(cd "$tmp/plat/package/model/bertfill-zh-tiny" && ls | tr '\n' ' ')" = \
+    "$(git ls-files model/bertfill-zh-tiny | xargs -n1 basename | LC_ALL=C sort | tr '\n' ' ')" ] && echo 1 || echo 0)
+check package_files "$files_ok" "main: $(ls "$tmp/main/package" | tr '\n' ' '); platform: $(cd "$tmp/plat/package" && find . -type f | tr '\n' ' ')"
+
+if ! bash tests/clients/node/install.sh 2>"$tmp/install.err"; then
+  echo "skip npm_fills: better-sqlite3 unavailable: $(tail -n1 "$tmp/install.err")"; exit 0
+fi
+app=$tmp/app; mkdir -p "$app"
+echo '{ "name": "app", "version": "1.0.0", "private": true }' >"$app/package.json"
+(cd "$app" && npm install --offline --no-audit --no-fund "$main_tgz" "$plat_tgz") >"$tmp/npm.log" 2>&1
+check install "$([ -f "$app/node_modules/bertfill/index.js" ] && [ -f "$app/node_modules/bertfill-linux-x64/bertfill.so" ] && echo 1 || echo 0)" \
+  "npm install --offline: $(tail -3 "$tmp/npm.log" | tr '\n' ' ')"
+ln -s "$repo/tests/clients/node/node_modules/better-sqlite3" "$app/node_modules/better-sqlite3"
+
+mkdir -p "$tmp/x" && tar xzf "$tmp/dist/bertfill-$version-linux-x86_64.tar.gz" -C "$tmp/x"
+texts=("中华人民共[MASK]国" "今天天气很[MASK]。" "我想喝一杯[MASK]。" "他[MASK]在北京工作。" "[MASK][MASK]是中国的首都。")
+sql="select token || ' ' || printf('%.4f', score) from fill_candidates(?) where rank = 1"
+for t in "${texts[@]}"; do
+  printf "select token || ' ' || printf('%%.4f', score) from fill_candidates('%s') where rank = 1;\n" "$t"
+done | (cd "$tmp" && env -u BERTFILL_MODEL sqlite3 -batch -cmd ".load $tmp/x/bertfill-$version-linux-x86_64/bertfill" :memory:) >"$tmp/want.out" 2>&1
+printf '%s\n' "${texts[@]}" >"$tmp/texts"
+# The fills of the texts, one line per mask, through the installed package.
+cat >"$app/fill.cjs" <<EOT
+const fs = require('fs'), bertfill = require('bertfill'), Database = require('better-sqlite3');
+const db = new Database(':memory:'); bertfill.load(db);
+const out = [bertfill.getLoadablePath()];
+for (const t of fs.readFileSync('$tmp/texts', 'utf8').trim().split('\n'))
+  for (const r of db.prepare("$sql").pluck().all(t)) out.push(r);
+console.log(out.join('\n'));
+EOT
+cat >"$app/fill.mjs" <<EOT
+import fs from 'node:fs';
+import * as bertfill from 'bertfill';
+import Database from 'better-sqlite3';
+const db = new Database(':memory:'); bertfill.load(db);
+const out = [bertfill.getLoadablePath()];
+for (const t of fs.readFileSync('$tmp/texts', 'utf8').trim().split('\n'))
+  for (const r of db.prepare("$sql").pluck().all(t)) out.push(r);
+console.log(out.join('\n'));
+EOT
+so_path=$(cd "$app/node_modules/bertfill-linux-x64" && pwd -P)/bertfill.so
+for kind in cjs mjs; do
+  (cd "$app" && env -u BERTFILL_MODEL node "fill.$kind") >"$tmp/$kind.out" 2>&1
+  check "fill_$kind" "$([ -s "$tmp/want.out" ] && [ "$(head -1 "$tmp/$kind.out")" = "$so_path" ] &&
+    [ "$(sed 1d "$tmp/$kind.out")" = "$(cat "$tmp/want.out")" ] && echo 1 || echo 0)" \
+    "$(tr '\n' '|' <"$tmp/$kind.out"); want $so_path|$(tr '\n' '|' <"$tmp/want.out")"
+done
+
+if node -e 'require("node:sqlite")' 2>/dev/null; then
+  cat >"$app/fill_node_sqlite.mjs" <<EOT
+import { DatabaseSync } from 'node:sqlite';
+import * as bertfill from 'bertfill';
+const db = new DatabaseSync(':memory:', { allowExtension: true }); bertfill.load(db);
+console.log(db.prepare("select bert_fill(?) as t").get('中华人民共[MASK]国').t);
+EOT
+  out=$(cd "$app" && env -u BERTFILL_MODEL node fill_node_sqlite.mjs 2>&1)
+  check fill_node_sqlite "$([ "$out" = 中华人民共和国 ] && echo 1 || echo 0)" "node:sqlite gave: $out"
+else
+  echo "skip npm_fill_node_sqlite: Node.js $(node --version) has no node:sqlite (22.5+; none downloaded)"
+fi
+
+# An unsupported platform: process.platform and process.arch replaced before bertfill runs.
+printf '%s\n' "Object.defineProperty(process, 'platform', { value: 'darwin' });" \
+  "Object.defineProperty(process, 'arch', { value: 'arm64' });" >"$app/darwin.cjs"
+for kind in cjs mjs; do
+  (cd "$app" && node -r ./darwin.cjs "fill.$kind") >"$tmp/darwin_$kind.out" 2>&1
+  check "unsupported_platform_$kind" "$(grep -q 'no prebuilt extension for darwin-arm64' "$tmp/darwin_$kind.out" &&
+    grep -q 'bertfill-linux-x64' "$tmp/darwin_$kind.out" && grep -q 'bertfill-linux-arm64' "$tmp/darwin_$kind.out" &&
+    grep -q 'tarball' "$tmp/darwin_$kind.out" && echo 1 || echo 0)" "$(head -5 "$tmp/darwin_$kind.out" | tr '\n' '|')"
+done
+
+# Linux on x86-64 with musl: Node.js's report without a glibc version.
+printf '%s\n' "const real = process.report.getReport.bind(process.report);" \
+  "process.report.getReport = () => { const r = real(); delete r.header.glibcVersionRuntime; return r; };" >"$app/musl.cjs"
+(cd "$app" && node -r ./musl.cjs fill.cjs) >"$tmp/musl.out" 2>&1
+check unsupported_libc "$(grep -q 'no prebuilt extension for linux-x64 (musl)' "$tmp/musl.out" &&
+  grep -q 'bertfill-linux-x64 (linux-x64, glibc)' "$tmp/musl.out" && echo 1 || echo 0)" "$(head -5 "$tmp/musl.out" | tr '\n' '|')"
+
+# A nested layout: the platform package under bertfill/node_modules.
+mkdir -p "$app/node_modules/bertfill/node_modules"
+mv "$app/node_modules/bertfill-linux-x64" "$app/node_modules/bertfill/node_modules/"
+(cd "$app" && env -u BERTFILL_MODEL node fill.cjs) >"$tmp/nested.out" 2>&1
+check nested_layout "$([ "$(head -1 "$tmp/nested.out")" = "$app/node_modules/bertfill/node_modules/bertfill-linux-x64/bertfill.so" ] &&
+  [ "$(sed 1d "$tmp/nested.out")" = "$(cat "$tmp/want.out")" ] && echo 1 || echo 0)" "$(tr '\n' '|' <"$tmp/nested.out")"
+
+# The platform package missing (an install with --omit=optional).
+rm -rf "$app/node_modules/bertfill/node_modules/bertfill-linux-x64"
+for kind in cjs mjs; do
+  (cd "$app" && node "fill.$kind") >"$tmp/missing_$kind.out" 2>&1
+  check "missing_platform_package_$kind" "$(grep -q 'the package bertfill-linux-x64, which holds the extension for linux-x64, is not installed' "$tmp/missing_$kind.out" &&
+    grep -q "npm install bertfill-linux-x64@$version" "$tmp/missing_$kind.out" && echo 1 || echo 0)" \
+    "$(head -5 "$tmp/missing_$kind.out" | tr '\n' '|')"
+done
+
+if command -v pnpm >/dev/null; then
+  echo "skip npm_pnpm: pnpm $(pnpm --version) is installed but an offline pnpm install is not checked yet"
+else
+  echo "skip npm_pnpm: no pnpm (none downloaded); the nested layout stands in for its non-hoisted one"
+fi
+exit 0
