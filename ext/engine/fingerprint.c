@@ -184,11 +184,11 @@ int bf_fp_hash_file(int fd, uint64_t off, size_t n, unsigned char *buf, uint64_t
 ** does not map the pages into this process, so hashing a file whose
 ** products run from its int8 copy costs no resident memory.  Never reads
 ** the mapping: a file that shrank would raise SIGBUS there.  0, or -1 when
-** the file changed since loading (bf_model_check says how), when a read
-** fails or comes back short, or when out of memory.  (bert-base, 409 MB in
+** a read fails or comes back short (the file shrank meanwhile), or when out
+** of memory.  (bert-base, 409 MB in
 ** the page cache: 43-47 ms on one core of a Zen 5.) */
 static int hash_weights(const bf_model *m, uint64_t *out) {
-  if (m->map_fd < 0 || bf_model_check(m, NULL, 0) != BF_OK) return -1;
+  if (m->map_fd < 0) return -1;
   unsigned char *b = malloc(BF_FP_CHUNK);
   if (!b) return -1;
   int rc = bf_fp_hash_file(m->map_fd, 0, m->map_len, b, out);
@@ -361,8 +361,11 @@ static void write_fp_file(bf_model *m, const bf_file_id *before, uint64_t h) {
 /* Hashed outside the lock by whoever asks first: a caller never waits for
 ** the warm-up thread, which runs at the lowest priority (two may hash at
 ** once; both get the same value and the first one stored stays).  A load
-** that checks a derived file against the weights (derived.c) may ask first. */
+** that checks a derived file against the weights (derived.c) may ask first.
+** Weights changed on disk since the load have no hash, even one taken
+** before they changed (at load, or from model.fingerprint): -1. */
 int bf_model_weights_hash(bf_model *m, uint64_t *out) {
+  if (bf_model_check(m, NULL, 0) != BF_OK) return -1;
   pthread_mutex_lock(&m->fp_mu);
   int known = m->weights_known;
   *out = m->weights_hash;
@@ -389,11 +392,8 @@ const char *bf_model_fingerprint(bf_model *m) {
   int known = m->fingerprint[0] != 0;
   pthread_mutex_unlock(&m->fp_mu);
   if (known) return m->fingerprint;
-  /* changed on disk since the load: nothing to key on, even when the
-  ** weights' hash was taken at load (a derived file's check, or
-  ** model.fingerprint) */
   uint64_t w;
-  if (bf_model_check(m, NULL, 0) != BF_OK || bf_model_weights_hash(m, &w) != 0) return NULL;
+  if (bf_model_weights_hash(m, &w) != 0) return NULL; /* changed on disk: nothing to key on */
   /* the precision is part of it: int8 answers are not fp32 answers */
   uint64_t h = fmix64(w ^ fmix64(m->fp_files ^ (uint64_t)m->precision * P3));
   char fp[sizeof m->fingerprint];
