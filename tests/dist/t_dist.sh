@@ -29,16 +29,12 @@ case "$EXT" in /*) ;; *) EXT=$PWD/$EXT ;; esac
 ARM64_SQLITE3=${ARM64_SQLITE3:-/usr/local/lib/bertfill-arm64/sqlite3}
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 export BERTFILL_SHARED_BATCH_DIR=${BERTFILL_SHARED_BATCH_DIR:-$tmp}
-check() { if [ "$2" = 1 ]; then echo "ok dist_$1"; else echo "FAIL dist_$1: $3"; fi; }
+suite=dist
+. tests/dist/dist_lib.sh
 yes_no() { "$@" && echo 1 || echo 0; }
 
-if ! make -s dist DIST="$tmp/dist" >"$tmp/make.log" 2>&1; then
-  echo "FAIL dist_build: make dist failed: $(tail -5 "$tmp/make.log")"; exit 1
-fi
-version=$(sed -n 's/^#define BFX_VERSION "\(.*\)"/\1/p' ext/sqlite/version.h)
-arches=x86_64
-if command -v aarch64-linux-gnu-gcc >/dev/null; then arches="x86_64 aarch64"
-else echo "skip dist_aarch64: no aarch64-linux-gnu-gcc (bash .ci/install-cross)"; fi
+dist_build
+dist_arches
 
 # The texts filled on every architecture: one line per mask, its top fill and score.
 texts=("中华人民共[MASK]国" "今天天气很[MASK]。" "我想喝一杯[MASK]。" "他[MASK]在北京工作。"

@@ -25,7 +25,8 @@ cd "$(dirname "$0")/../.."
 export BUILD=${BUILD:-build}
 repo=$PWD
 build_dir=$BUILD; case "$build_dir" in /*) ;; *) build_dir=$PWD/$build_dir ;; esac
-check() { if [ "$2" = 1 ]; then echo "ok npm_$1"; else echo "FAIL npm_$1: $3"; fi; }
+suite=npm
+. tests/dist/dist_lib.sh
 for tool in node npm sqlite3; do
   command -v $tool >/dev/null || { echo "skip npm: no $tool"; exit 0; }
 done
@@ -33,10 +34,7 @@ tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 export BERTFILL_SHARED_BATCH_DIR=${BERTFILL_SHARED_BATCH_DIR:-$tmp}
 export npm_config_cache=$tmp/npm-cache npm_config_update_notifier=false
 
-if ! make -s dist DIST="$tmp/dist" >"$tmp/make.log" 2>&1; then
-  echo "FAIL npm_build: make dist failed: $(tail -5 "$tmp/make.log")"; exit 1
-fi
-version=$(sed -n 's/^#define BFX_VERSION "\(.*\)"/\1/p' ext/sqlite/version.h)
+dist_build
 main_tgz=$tmp/dist/bertfill-$version.tgz plat_tgz=$tmp/dist/bertfill-linux-x64-$version.tgz
 for f in "$main_tgz" "$plat_tgz"; do
   [ -f "$f" ] || { echo "FAIL npm_build: make dist wrote no $f: $(tail -3 "$tmp/make.log")"; exit 1; }

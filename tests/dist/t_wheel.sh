@@ -30,15 +30,11 @@ tmp=$(mktemp -d)
 ro_model=""
 cleanup() { [ -n "$ro_model" ] && chmod -R u+w "$ro_model" 2>/dev/null; rm -rf "$tmp"; }
 trap cleanup EXIT
-check() { if [ "$2" = 1 ]; then echo "ok wheel_$1"; else echo "FAIL wheel_$1: $3"; fi; }
+suite=wheel
+. tests/dist/dist_lib.sh
 
-if ! make -s dist DIST="$tmp/dist" >"$tmp/make.log" 2>&1; then
-  echo "FAIL wheel_build: make dist failed: $(tail -5 "$tmp/make.log")"; exit 1
-fi
-version=$(sed -n 's/^#define BFX_VERSION "\(.*\)"/\1/p' ext/sqlite/version.h)
-arches=x86_64
-if command -v aarch64-linux-gnu-gcc >/dev/null; then arches="x86_64 aarch64"
-else echo "skip wheel_aarch64: no aarch64-linux-gnu-gcc (bash .ci/install-cross)"; fi
+dist_build
+dist_arches
 
 for arch in $arches; do
   tag=$(tar xzf "$tmp/dist/bertfill-$version-linux-$arch.tar.gz" -O "bertfill-$version-linux-$arch/BUILDINFO" |

@@ -1,0 +1,22 @@
+# dist_lib.sh — what the suites of tests/dist share (sourced, never run): the
+# check line, `make dist` into $tmp/dist, the version and the architectures.
+# Before sourcing: cd to the repository, `tmp` a scratch folder, `suite` the
+# prefix of the suite's check names (dist, wheel, npm).
+
+check() { if [ "$2" = 1 ]; then echo "ok ${suite}_$1"; else echo "FAIL ${suite}_$1: $3"; fi; }
+
+# make dist into $tmp/dist (a FAIL line and exit 1 when it fails); sets version.
+dist_build() {
+  if ! make -s dist DIST="$tmp/dist" >"$tmp/make.log" 2>&1; then
+    echo "FAIL ${suite}_build: make dist failed: $(tail -5 "$tmp/make.log")"; exit 1
+  fi
+  version=$(sed -n 's/^#define BFX_VERSION "\(.*\)"/\1/p' ext/sqlite/version.h)
+}
+
+# The architectures make dist built: x86_64, and aarch64 with the cross compiler
+# (else a skip line); into arches.
+dist_arches() {
+  arches=x86_64
+  if command -v aarch64-linux-gnu-gcc >/dev/null; then arches="x86_64 aarch64"
+  else echo "skip ${suite}_aarch64: no aarch64-linux-gnu-gcc (bash .ci/install-cross)"; fi
+}
