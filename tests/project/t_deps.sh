@@ -5,8 +5,9 @@
 # each package as it installs it; the full test suite's peers (Node.js, PHP,
 # Chromium, dqlite, clang-format, sqlite-utils, fonts...) are `make
 # test-deps` (.ci/install-test-deps), which .ci/run calls too; `make test`
-# installs nothing.  The scripts run with apt-get and sudo replaced by
-# stand-ins that record their arguments: nothing is installed.
+# installs nothing.  make test-deps also runs tests/dist/npm-tools/install.sh
+# (npm ci from the npm registry).  The scripts run with apt-get, sudo and npm
+# replaced by stand-ins that record their arguments: nothing is installed.
 set -u
 cd "$(dirname "$0")/../.."
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
@@ -16,7 +17,8 @@ cat >"$tmp/bin/apt-get" <<'SH'
 echo "$*" >>"$APT_LOG"
 SH
 printf '#!/bin/sh\nexec "$@"\n' >"$tmp/bin/sudo"
-chmod +x "$tmp/bin/apt-get" "$tmp/bin/sudo"
+cp "$tmp/bin/apt-get" "$tmp/bin/npm"
+chmod +x "$tmp/bin/apt-get" "$tmp/bin/sudo" "$tmp/bin/npm"
 check() { if [ "$2" = 1 ]; then echo "ok deps.$1"; else echo "FAIL deps.$1: $3"; fi; }
 
 # installed SCRIPT: runs it with the stand-ins; prints the packages it installed, one a line
@@ -43,6 +45,8 @@ check test_deps_installs_the_peers "$([ -z "$missing" ] && echo 1)" "make test-d
 unlisted=""
 for p in $got; do grep -qw -- "$p" "$tmp/out" || unlisted="$unlisted $p"; done
 check test_deps_lists_them "$([ -z "$unlisted" ] && echo 1)" "not named in its output:$unlisted"
+check test_deps_npm_tools "$(grep -q 'tests/dist/npm-tools/install.sh' "$tmp/out" && echo 1)" \
+  "make test-deps does not run tests/dist/npm-tools/install.sh: $(tail -3 "$tmp/out" | tr '\n' ' ')"
 
 ci=$(grep -v '^ *#' .ci/run)
 check ci_runs_both "$(echo "$ci" | grep -q 'install-deps' && echo "$ci" | grep -q 'install-test-deps' && echo 1)" \
