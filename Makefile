@@ -7,7 +7,8 @@
 #   make demo       build and run a demo query in the sqlite3 shell
 #   make test       build everything and run the whole test suite
 #   make install    bertfill.so and the shipped model with its card under PREFIX (DESTDIR for staging);
-#   make dist       release tarballs and Python wheels in dist/ for x86-64 and (with the cross compiler) arm64
+#   make dist       release tarballs, Python wheels (and the Datasette / sqlite-utils plugins) and npm
+#                   packages in dist/ for x86-64 and (with the cross compiler) arm64
 #   make uninstall  removes those files and the ones loads wrote next to the model
 #                   (and says how to clean each user's cache: docs/settings.md)
 #   make web        the fill-mask web service example (examples/web) on 127.0.0.1:$(PORT)
@@ -167,6 +168,9 @@ uninstall:
 # symbols local), no debug information; it needs only the C library.
 # OpenBLAS stays loaded at run time when present (blas.c: never required).
 # arm64 gets no -march=x86-64-v2 (dispatch.c then has only the portable set).
+# packaging/plugins.py writes the plugin wheels datasette_bertfill- and
+# sqlite_utils_bertfill-VERSION-py3-none-any.whl (a prepare_connection hook
+# that calls bertfill.load; Requires-Dist bertfill==VERSION).
 # packaging/npm.sh then packs the npm packages from the same .so files:
 # bertfill-VERSION.tgz and bertfill-linux-{x64,arm64}-VERSION.tgz.
 VERSION      := $(shell sed -n 's/^\#define BFX_VERSION "\(.*\)"/\1/p' ext/sqlite/version.h)
@@ -192,6 +196,8 @@ dist:
 	    $(DIST) $(MODEL_FILES) &&) true
 	@# the Python wheel of each tarball (packaging/wheel.py: its tag is BUILDINFO's manylinux one)
 	@$(foreach a,$(DIST_ARCHES),$(PYTHON) packaging/wheel.py $(DIST)/bertfill-$(VERSION)-linux-$(a).tar.gz $(DIST) &&) true
+	@# the Datasette and sqlite-utils plugins (py3-none-any; they pin bertfill==VERSION)
+	@$(PYTHON) packaging/plugins.py $(VERSION) $(DIST)
 	@bash packaging/npm.sh $(VERSION) $(DIST) $(foreach a,$(DIST_ARCHES),$(a)=$(BUILD)/dist/$(a)/bertfill.so) -- $(MODEL_FILES)
 
 # The /predict service and its WebUI (examples/web/README.md); Ctrl-C stops it.

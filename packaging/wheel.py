@@ -18,49 +18,36 @@ so it holds the very files the tarball's checks passed:
                                       as the description), WHEEL (the tag,
                                       Root-Is-Purelib: false), LICENSE,
                                       licenses/utf8proc, RECORD (sha256 of each)
-A wheel is a zip with those three files in .dist-info: written here with
-zipfile, no PyPI, no network.  Entries are sorted, dated by the tarball's
-files (the last commit), modes 0644 / 0755 for the .so: one tarball gives the
-same bytes.
+A wheel is a zip with those three files in .dist-info: written by
+packaging/wheel_writer.py (zipfile, no PyPI, no network; shared with
+packaging/plugins.py), dated by the tarball's files (the last commit): one
+tarball gives the same bytes.
 """
-import base64
-import hashlib
-import io
 import os
 import sys
 import tarfile
-import time
-import zipfile
+
+from wheel_writer import metadata, wheel_file, write_wheel
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
-
-def record_hash(data):
-    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=")
-    return "sha256=" + digest.decode()
-
-
-def metadata(version, summary, readme):
-    lines = [
-        "Metadata-Version: 2.1",
-        "Name: bertfill",
-        "Version: " + version,
-        "Summary: " + summary,
-        "License: Apache-2.0",
-        "Keywords: sqlite,sqlite-extension,bert,chinese,fill-mask",
-        "Platform: Linux",
-        "Classifier: Development Status :: 4 - Beta",
-        "Classifier: License :: OSI Approved :: Apache Software License",
-        "Classifier: Natural Language :: Chinese (Simplified)",
-        "Classifier: Operating System :: POSIX :: Linux",
-        "Classifier: Programming Language :: C",
-        "Classifier: Programming Language :: Python :: 3",
-        "Classifier: Topic :: Database",
-        "Classifier: Topic :: Text Processing :: Linguistic",
-        "Requires-Python: >=3.8",
-        "Description-Content-Type: text/markdown",
-    ]
-    return ("\n".join(lines) + "\n\n" + readme).encode()
+FIELDS = [
+    "Name: bertfill",
+    "Version: %(version)s",
+    "Summary: SQLite extension: fill [MASK] blanks of Chinese text with a BERT masked LM, in SQL",
+    "License: Apache-2.0",
+    "Keywords: sqlite,sqlite-extension,bert,chinese,fill-mask",
+    "Platform: Linux",
+    "Classifier: Development Status :: 4 - Beta",
+    "Classifier: License :: OSI Approved :: Apache Software License",
+    "Classifier: Natural Language :: Chinese (Simplified)",
+    "Classifier: Operating System :: POSIX :: Linux",
+    "Classifier: Programming Language :: C",
+    "Classifier: Programming Language :: Python :: 3",
+    "Classifier: Topic :: Database",
+    "Classifier: Topic :: Text Processing :: Linguistic",
+    "Requires-Python: >=3.8",
+]
 
 
 def main():
@@ -91,29 +78,10 @@ def main():
             entries["bertfill/" + name] = data
     entries[dist_info + "/LICENSE"] = files["LICENSE"]
     entries[dist_info + "/licenses/utf8proc"] = files["licenses/utf8proc"]
-    summary = "SQLite extension: fill [MASK] blanks of Chinese text with a BERT masked LM, in SQL"
-    entries[dist_info + "/METADATA"] = metadata(version, summary, readme)
-    entries[dist_info + "/WHEEL"] = ("Wheel-Version: 1.0\nGenerator: bertfill packaging/wheel.py\n"
-                                     "Root-Is-Purelib: false\nTag: py3-none-%s\n" % tag).encode()
+    entries[dist_info + "/METADATA"] = metadata([f % {"version": version} for f in FIELDS], readme)
+    entries[dist_info + "/WHEEL"] = wheel_file("py3-none-" + tag, purelib=False)
     entries[dist_info + "/top_level.txt"] = b"bertfill\n"
-    record = "".join("%s,%s,%d\n" % (n, record_hash(d), len(d)) for n, d in sorted(entries.items()))
-    entries[dist_info + "/RECORD"] = (record + dist_info + "/RECORD,,\n").encode()
-
-    date = time.gmtime(max(mtime, 315532800))[:6]  # zip dates start in 1980
-    name = "bertfill-%s-py3-none-%s.whl" % (version, tag)
-    os.makedirs(outdir, exist_ok=True)
-    path = os.path.join(outdir, name)
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as whl:
-        # RECORD last, as the wheel spec recommends
-        for n in sorted(entries, key=lambda n: (n.endswith("/RECORD"), n)):
-            zi = zipfile.ZipInfo(n, date)
-            zi.compress_type = zipfile.ZIP_DEFLATED
-            zi.external_attr = (0o100755 if n.endswith(".so") else 0o100644) << 16
-            whl.writestr(zi, entries[n])
-    with open(path + ".tmp", "wb") as f:
-        f.write(buf.getvalue())
-    os.replace(path + ".tmp", path)
+    path = write_wheel(outdir, "bertfill-%s-py3-none-%s.whl" % (version, tag), dist_info, entries, mtime)
     print("make dist: %s (%s)" % (path, tag))
 
 

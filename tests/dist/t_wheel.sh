@@ -5,10 +5,11 @@
 #   per architecture: the wheel's name carries the tarball's BUILDINFO
 #   manylinux tag (read from the binary by packaging/tarball.sh) and WHEEL says
 #   the same; its files are exactly the promised ones; RECORD lists every
-#   other file with its right sha256 and size; METADATA has the licence,
-#   classifiers, Requires-Python and the description; `file` says the .so's
-#   architecture (x86-64 / ARM aarch64); `twine check` passes where Debian's
-#   twine is installed;
+#   other file with its right sha256 and size (wheel_check.py valid, which
+#   also matches METADATA's name and version, and WHEEL, to the file name);
+#   METADATA has the licence, classifiers, Requires-Python and the
+#   description; `file` says the .so's architecture (x86-64 / ARM aarch64);
+#   `twine check` passes where Debian's twine is installed;
 #   x86_64, in a fresh folder outside the repository: a new venv
 #   (/usr/bin/python3 -m venv, with the system's packages for apsw), `pip
 #   install --no-index` the wheel, then tests/dist/wheel_check.py fills through
@@ -54,17 +55,8 @@ for arch in $arches; do
   check "${arch}_contents" "$([ "$got" = "$want" ] && echo 1 || echo 0)" "got: $got; want: $want"
   check "${arch}_wheel_tag" "$(grep -qx "Tag: py3-none-$tag" "$x/$di/WHEEL" && grep -qx 'Root-Is-Purelib: false' "$x/$di/WHEEL" && echo 1 || echo 0)" \
     "WHEEL: $(tr '\n' '|' <"$x/$di/WHEEL")"
-  record=$(cd "$x" && /usr/bin/python3 - "$di" <<'PY'
-import base64, csv, hashlib, os, sys
-di = sys.argv[1]
-rows = list(csv.reader(open(di + "/RECORD")))
-files = sorted(os.path.join(r, f)[2:] for r, _, fs in os.walk(".") for f in fs)
-bad = [p for p, h, n in rows if p != di + "/RECORD" and (h != "sha256=" + base64.urlsafe_b64encode(
-       hashlib.sha256(open(p, "rb").read()).digest()).rstrip(b"=").decode() or int(n) != os.path.getsize(p))]
-print("ok" if sorted(r[0] for r in rows) == files and not bad else "listed %d of %d files; wrong: %s" % (len(rows), len(files), bad))
-PY
-)
-  check "${arch}_record" "$([ "$record" = ok ] && echo 1 || echo 0)" "RECORD: $record"
+  record=$(/usr/bin/python3 tests/dist/wheel_check.py valid "$whl" 2>&1)
+  check "${arch}_record" "$([ "$record" = ok ] && echo 1 || echo 0)" "wheel_check.py valid: $record"
   meta=$x/$di/METADATA
   check "${arch}_metadata" "$(grep -qx "Version: $version" "$meta" && grep -qx 'License: Apache-2.0' "$meta" &&
     grep -q '^Classifier: License :: OSI Approved :: Apache Software License$' "$meta" &&

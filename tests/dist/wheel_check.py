@@ -2,6 +2,13 @@
 folder outside the repository, the wheel installed: fills through
 bertfill.load() as a user would.  Prints one "ok NAME" / "FAIL NAME: why" /
 "skip NAME: why" per check.  Parts (argv[1]):
+  valid WHL  any wheel (t_wheel.sh, t_plugins.sh; any Python, nothing
+             installed): its name NAME-VERSION-TAG.whl, one NAME-VERSION.dist-info
+             with METADATA (Metadata-Version 2.x, Name and Version those of the
+             file name), WHEEL (Wheel-Version 1.0, Root-Is-Purelib, Tag the file
+             name's) and RECORD listing every other file once with its right
+             sha256 and size.  Prints one line: "ok", or what is wrong (the
+             suite makes it its check line)
   fills      sqlite3: load(), bert_fill, fill_candidates, extension loading
              forbidden again after load(); apsw the same where importable
   int8       bert_load(model_path(), 'int8') on the installed model, its
@@ -11,17 +18,55 @@ bertfill.load() as a user would.  Prints one "ok NAME" / "FAIL NAME: why" /
   no_ext     a Python whose sqlite3 cannot load extensions: load() must
              raise bertfill.LoadError that says so and what to do
 """
+import base64
+import csv
+import email.parser
+import hashlib
+import io
 import json
 import os
+import re
 import sys
-
-import bertfill
+import zipfile
 
 TEXT = "中华人民共[MASK]国"
 
 
 def check(name, good, why):
     print("ok wheel_%s" % name if good else "FAIL wheel_%s: %s" % (name, why))
+
+
+def valid():
+    path = sys.argv[2]
+    m = re.fullmatch(r"([A-Za-z0-9_.]+)-([^-]+)-(py3-none-[a-z0-9_]+)\.whl", os.path.basename(path))
+    if not m:
+        return "not a wheel's name NAME-VERSION-py3-none-TAG.whl: %s" % os.path.basename(path)
+    name, version, tag = m.groups()
+    with zipfile.ZipFile(path) as whl:
+        files = {i.filename: whl.read(i) for i in whl.infolist() if not i.is_dir()}
+    dist_info = "%s-%s.dist-info" % (name, version)
+    infos = sorted({f.split("/")[0] for f in files if f.split("/")[0].endswith(".dist-info")})
+    if infos != [dist_info]:
+        return "want one %s, have %s" % (dist_info, infos)
+    for need in ("METADATA", "WHEEL", "RECORD"):
+        if dist_info + "/" + need not in files:
+            return "no %s/%s" % (dist_info, need)
+    meta = email.parser.BytesParser().parsebytes(files[dist_info + "/METADATA"])
+    if not re.fullmatch(r"2\.[0-9]+", meta.get("Metadata-Version", "")):
+        return "METADATA: Metadata-Version %r" % meta.get("Metadata-Version")
+    if re.sub(r"[-_.]+", "_", meta.get("Name", "")).lower() != name.lower() or meta.get("Version") != version:
+        return "METADATA: Name %r, Version %r for %s" % (meta.get("Name"), meta.get("Version"), os.path.basename(path))
+    wheel = email.parser.BytesParser().parsebytes(files[dist_info + "/WHEEL"])
+    if (wheel.get("Wheel-Version") != "1.0" or wheel.get_all("Tag") != [tag]
+            or wheel.get("Root-Is-Purelib") not in ("true", "false")):
+        return "WHEEL: %r" % files[dist_info + "/WHEEL"].decode()
+    rows = list(csv.reader(io.StringIO(files[dist_info + "/RECORD"].decode())))
+    listed = [r[0] for r in rows]
+    if sorted(listed) != sorted(files) or len(set(listed)) != len(listed):
+        return "RECORD lists %s; the wheel has %s" % (sorted(listed), sorted(files))
+    bad = [p for p, h, n in rows if p != dist_info + "/RECORD" and (h != "sha256=" + base64.urlsafe_b64encode(
+           hashlib.sha256(files[p]).digest()).rstrip(b"=").decode() or n != str(len(files[p])))]
+    return "wrong hash or size in RECORD: %s" % bad if bad else "ok"
 
 
 def fills():
@@ -95,4 +140,9 @@ def no_ext():
           "load() on a sqlite3 without enable_load_extension: %r (want bertfill.LoadError naming %s)" % (err, words))
 
 
-{"fills": fills, "int8": int8, "no_ext": no_ext}[sys.argv[1]]()
+if sys.argv[1] == "valid":
+    print(valid())
+else:
+    import bertfill
+
+    {"fills": fills, "int8": int8, "no_ext": no_ext}[sys.argv[1]]()
