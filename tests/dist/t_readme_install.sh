@@ -62,7 +62,7 @@ done
 if [ "$(uname -m)" != x86_64 ]; then
   echo "skip readme_install: this is $(uname -m); the README's lines name the x86-64 files"; exit 0
 fi
-dist_build
+dist_build HAVE_ARM64=   # the lines name x86-64's files: no arm64 build
 
 # fresh NAME: a new folder $tmp/NAME holding dist/ (the packages just built) and a HOME
 fresh() { mkdir -p "$tmp/$1/home" && ln -s "$tmp/dist" "$tmp/$1/dist"; }
