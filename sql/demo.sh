@@ -3,8 +3,8 @@
 # queries of sql/demo.sql in the sqlite3 shell, on the shipped model
 # model/bertfill-zh-tiny or on the model directory in $BERTFILL_MODEL, e.g.
 #   BERTFILL_MODEL=/path/to/bert-base-chinese make demo
-# What it prints on the shipped model is in README.md ("What make demo
-# prints"), checked by tests/clients/t_docs.py.
+# What it prints on the shipped model is in docs/demo.md, checked by
+# tests/clients/t_docs.py.
 set -u
 cd "$(dirname "$0")/.."
 if ! command -v sqlite3 >/dev/null; then

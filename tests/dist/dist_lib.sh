@@ -6,8 +6,9 @@
 check() { if [ "$2" = 1 ]; then echo "ok ${suite}_$1"; else echo "FAIL ${suite}_$1: $3"; fi; }
 
 # make dist into $tmp/dist (a FAIL line and exit 1 when it fails); sets version.
+# Arguments go to make (HAVE_ARM64= builds x86-64 only).
 dist_build() {
-  if ! make -s dist DIST="$tmp/dist" >"$tmp/make.log" 2>&1; then
+  if ! make -s dist DIST="$tmp/dist" "$@" >"$tmp/make.log" 2>&1; then
     echo "FAIL ${suite}_build: make dist failed: $(tail -5 "$tmp/make.log")"; exit 1
   fi
   version=$(sed -n 's/^#define BFX_VERSION "\(.*\)"/\1/p' ext/sqlite/version.h)
