@@ -28,7 +28,9 @@ fi
 if [ -z "${BERTFILL_CACHE_DIR:-}" ]; then
   BERTFILL_CACHE_DIR=$(mktemp -d); export BERTFILL_CACHE_DIR; own_cache=1
 fi
-trap 'rm -f "$log"; [ -n "${own_shared:-}" ] && rm -rf "$BERTFILL_SHARED_BATCH_DIR";
+# make dist once for the suites of tests/dist (dist_lib.sh's dist_build).
+BF_DIST_SHARED=$(mktemp -d); export BF_DIST_SHARED
+trap 'rm -f "$log"; rm -rf "$BF_DIST_SHARED"; [ -n "${own_shared:-}" ] && rm -rf "$BERTFILL_SHARED_BATCH_DIR";
       [ -n "${own_cache:-}" ] && rm -rf "$BERTFILL_CACHE_DIR"' EXIT
 runs=()
 suites=$(
