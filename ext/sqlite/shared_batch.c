@@ -138,9 +138,11 @@
 **      its own process.  A slot still POSTED at the busy timeout goes back
 **      POSTED -> FILLING -> FREE and the call fails with "bertfill: busy:
 **      waited N ms in the machine-wide queue of this model: ..." (how many
-**      requests wait, how many are in the batch of which process), or the
-**      guard's message when what it waited for was an encoder slot of its
-**      own process.
+**      other requests wait, how many are in the batch of which process, or
+**      that none runs and who led last; this process's own encoder runs
+**      when it has some), or the guard's message ("N encoder runs in
+**      progress") when what it waited for was an encoder slot busy with its
+**      own process's runs while no other process led.
 **
 ** CRASHES
 **
@@ -254,6 +256,30 @@
 ** answers, without the newer ones' company).  The machine-wide guard's
 ** slot file is not removed (machine_guard.c says why).
 **
+** OPENING: a herd.  Processes that start together (a prefork server's
+** workers) open the file at once, on two cores maybe fifty of them, each
+** loading its model meanwhile.  A file that is ready (the right size, its
+** header written) is checked and attached under a shared lock on
+** INIT_BYTE, so its openers do not wait for each other; only a process
+** that makes, replaces or repairs the file (new, another size, a blank
+** header) takes the write lock, and so does one that leaves.  A waiter
+** polls the lock with pauses growing from 0.5 to 8 ms (waiters polling
+** every millisecond took the CPU from the holder they waited for).  The
+** first call waits at most INIT_WAIT_NS (1 s); a holder stopped or
+** descheduled longer makes that call take the in-process path, but the
+** file is not given up: the first call after retry_ns tries again, with a
+** wait of at most RETRY_WAIT_NS (10 ms), every RETRY_MIN_NS doubling to
+** RETRY_MAX_NS (10 ms to 1 s) while it stays refused.  A busy INIT_BYTE
+** is said on stderr only when it lasts BUSY_SAY_NS (5 s).  The other
+** passing reasons (no descriptor or memory left, a file system full, a
+** file of another size still in use, the file removed as fast as it is
+** opened) are said once and tried again the same way; the lasting ones
+** (a link, not a plain file, another user's, a mode other than 0600, a
+** header this build does not know) are said once and tried again every
+** LASTING_RETRY_NS (30 s), so that a file someone removed or repaired is
+** used without a restart.  bert_debug()'s shared_batch.usable says
+** whether the file is open now (and tries it when due).
+**
 ** FORK.  A child shares its parent's open file descriptions, and so its
 ** record locks: in the child (pthread_atfork) every shared file is closed
 ** and unmapped and forgotten, and opened again, with a description of its
@@ -288,6 +314,7 @@
 #include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -318,7 +345,12 @@ SQLITE_EXTENSION_INIT3
 #define STALL_MIN_NS 200000000ull   /* a lead quiet this long at least is stalled (see STALLS) */
 #define STALL_FACTOR 4              /* ... or this many times the batch time it announced */
 #define ABANDON_FACTOR 3            /* the longest wait for a TAKEN slot: this many busy timeouts */
-#define INIT_WAIT_NS 1000000000ull  /* the longest a process waits for another's INIT_BYTE */
+#define INIT_WAIT_NS 1000000000ull  /* the longest a first open waits for another's INIT_BYTE */
+#define RETRY_WAIT_NS 10000000ull   /* ... and a later try of a refused file (OPENING) */
+#define RETRY_MIN_NS 10000000ull    /* a file refused for a passing reason: tried again after */
+#define RETRY_MAX_NS 1000000000ull  /* this, doubled at each refusal in a row up to this */
+#define LASTING_RETRY_NS 30000000000ull /* a file refused for a lasting reason: tried again */
+#define BUSY_SAY_NS 5000000000ull   /* a file busy this long in a row is said on stderr */
 #define OPEN_TRIES 8                /* opens of a file removed between its open and its lock */
 
 /* A slot's state word: the state in its low bits, the ticket of the request
@@ -371,7 +403,11 @@ typedef struct sbf {
   struct sbf *next;
   char fp[24];
   char path[PATH_MAX];
-  int fd; /* -1: refused (said once on stderr) */
+  int fd; /* -1: not open (refused: tried again at retry_ns, see OPENING) */
+  uint64_t retry_ns;      /* when a refused file is tried again */
+  uint64_t busy_since_ns; /* the first of the refusals in a row for a busy INIT_BYTE (0: none) */
+  int refusals;           /* refusals in a row */
+  int said;               /* a refusal was said on stderr (once per file and process) */
   sb_header *h;
   sb_slot *slots;
   pthread_mutex_t mu;         /* mine[], leading, hint */
@@ -473,14 +509,21 @@ static int held_elsewhere(int fd, off_t at) {
   return fcntl(fd, F_OFD_GETLK, &fl) == 0 && fl.l_type != F_UNLCK;
 }
 
-/* Take INIT_BYTE, waiting for another process's until until_ns: 0, or
-** EAGAIN when it was still held then, or the errno. */
-static int lock_init(int fd, uint64_t until_ns) {
-  while (!lock_byte(fd, INIT_BYTE, F_WRLCK)) {
+/* Take INIT_BYTE (type F_WRLCK: alone; F_RDLCK: shared with the other
+** openers of a ready file), waiting for a conflicting holder until
+** until_ns: 0, or EAGAIN when it was still held then, or the errno.  The
+** polls back off from 0.5 ms to 8 ms: a herd of waiters that poll every
+** millisecond takes the CPU from the very process they wait for. */
+static int lock_init(int fd, uint64_t until_ns, short type) {
+  long pause_ns = 500000;
+  while (!lock_byte(fd, INIT_BYTE, type)) {
     if (errno != EAGAIN && errno != EACCES) return errno;
-    if (bf_now_ns() > until_ns) return EAGAIN;
-    struct timespec ts = {0, 1000000};
+    uint64_t now = bf_now_ns();
+    if (now >= until_ns) return EAGAIN;
+    if ((uint64_t)pause_ns > until_ns - now) pause_ns = (long)(until_ns - now);
+    struct timespec ts = {0, pause_ns};
     nanosleep(&ts, NULL);
+    if (pause_ns < 8000000) pause_ns *= 2;
   }
   return 0;
 }
@@ -526,9 +569,26 @@ static void scrub(sb_slot *s) {
   memset(s->out, 0, sizeof s->out);
 }
 
-static void refuse(sbf *f, const char *why, int err) {
-  fprintf(stderr, "bertfill: shared batching off for this model: %s %s%s%s\n", f->path, why,
-          err ? ": " : "", err ? strerror(err) : "");
+/* Why a file is refused: what passes by itself (tried again soon), what
+** lasts until someone changes the file (tried again rarely), or its
+** INIT_BYTE busy past the wait (tried again soon; said only when it lasts). */
+enum { R_PASSING, R_LASTING, R_BUSY };
+
+static void refuse(sbf *f, const char *why, int err, int kind) {
+  uint64_t now = bf_now_ns();
+  if (kind == R_BUSY && !f->busy_since_ns) f->busy_since_ns = now;
+  if (kind != R_BUSY) f->busy_since_ns = 0;
+  uint64_t wait = RETRY_MIN_NS << (f->refusals < 7 ? f->refusals : 7);
+  if (wait > RETRY_MAX_NS) wait = RETRY_MAX_NS;
+  if (kind == R_LASTING) wait = LASTING_RETRY_NS;
+  f->refusals++;
+  f->retry_ns = now + wait;
+  if (!f->said && (kind != R_BUSY || now - f->busy_since_ns >= BUSY_SAY_NS)) {
+    f->said = 1;
+    fprintf(stderr, "bertfill: shared batching off for this model: %s %s%s%s (tried again %s)\n",
+            f->path, why, err ? ": " : "", err ? strerror(err) : "",
+            kind == R_LASTING ? "every 30 s" : "later");
+  }
   if (f->h) munmap(f->h, FILE_SIZE);
   f->h = NULL;
   f->slots = NULL;
@@ -559,32 +619,68 @@ static int header_ok(const sb_header *h, const char *fp) {
          atomic_load(&h->ready) == 1;
 }
 
+/* 1 when the file (fstat st, the file at the path) must be made, replaced
+** or repaired, which only the holder of the write lock on INIT_BYTE may
+** do: new (empty), of another size, or of the right size with a blank
+** header (its maker died before it wrote it: a maker holds the write lock
+** until its header is written). */
+static int needs_making(int fd, const struct stat *st) {
+  if (!S_ISREG(st->st_mode) || st->st_nlink != 1 || st->st_uid != geteuid()) return 0;
+  if ((size_t)st->st_size != FILE_SIZE) return 1;
+  unsigned char hd[sizeof(sb_header)];
+  if (pread(fd, hd, sizeof hd, 0) != (ssize_t)sizeof hd) return 0;
+  uint32_t ready;
+  memcpy(&ready, hd + offsetof(sb_header, ready), sizeof ready);
+  return ready == 0 && hd[0] == 0;
+}
+
+/* An errno of open() that passes by itself (no descriptors or memory left
+** for now), rather than one about the file (a link, no permission). */
+static int passing_errno(int err) {
+  return err == EMFILE || err == ENFILE || err == ENOMEM || err == ENOSPC || err == EINTR ||
+         err == EAGAIN || err == EDQUOT;
+}
+
 /* Open, check (and create when new) the shared file of f->fp, and attach
-** to it (ATTACH_BYTE read-locked, see LEAVING). */
-static void open_file(sbf *f) {
+** to it (ATTACH_BYTE read-locked, see LEAVING), waiting at most wait_ns for
+** another process's INIT_BYTE (see OPENING).  A ready file of the right
+** size is checked under a shared lock on INIT_BYTE, so that the processes
+** of a herd do not open it one at a time; a file to make, replace or
+** repair under the write lock.  Refused: f->fd is -1 and f->retry_ns says
+** when to try again. */
+static void open_file(sbf *f, uint64_t wait_ns) {
   snprintf(f->path, sizeof f->path, "%s/bertfill-%u-batch-%s", sb.dir, (unsigned)geteuid(), f->fp);
-  uint64_t until = bf_now_ns() + INIT_WAIT_NS; /* one creator at a time */
+  uint64_t until = bf_now_ns() + wait_ns;
   struct stat st;
+  short mode = F_RDLCK;
   for (int tries = 1;; tries++) {
     f->fd = open(f->path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK, 0600);
     if (f->fd < 0) {
-      refuse(f, "cannot be opened", errno);
+      int err = errno;
+      refuse(f, "cannot be opened", err, passing_errno(err) ? R_PASSING : R_LASTING);
       return;
     }
-    int err = lock_init(f->fd, until);
+    int err = lock_init(f->fd, until, mode);
     if (err) {
       refuse(f, err == EAGAIN ? "is locked by another process" : "cannot be locked",
-             err == EAGAIN ? 0 : err);
+             err == EAGAIN ? 0 : err, err == EAGAIN ? R_BUSY : R_PASSING);
       return;
     }
     if (fstat(f->fd, &st) != 0) {
-      refuse(f, "cannot be read", errno);
+      refuse(f, "cannot be read", errno, R_PASSING);
       return;
     }
     /* the file at the path, or something the checks below refuse; else
     ** the last process to leave it removed it between the open and the
     ** lock: the file at the path now (a new one) */
     int here = at_path(f->path, &st);
+    if (mode == F_RDLCK && here && needs_making(f->fd, &st)) { /* again, alone */
+      close(f->fd); /* the lock goes with the description */
+      f->fd = -1;
+      mode = F_WRLCK;
+      tries--;
+      continue;
+    }
     /* a file of another size (another version of bertfill, or one cut
     ** short) that no process of this build is attached to: removed, and
     ** made again, rather than refused for good (an older build's processes
@@ -599,20 +695,21 @@ static void open_file(sbf *f) {
     }
     if (!S_ISREG(st.st_mode) || st.st_nlink > 1 || here) break;
     if (tries == OPEN_TRIES) {
-      refuse(f, "is removed by other processes as fast as it is opened", 0);
+      refuse(f, "is removed by other processes as fast as it is opened", 0, R_PASSING);
       return;
     }
     close(f->fd);
     f->fd = -1;
   }
   const char *why = NULL;
-  int err = 0, fresh = 0;
+  int err = 0, fresh = 0, kind = R_LASTING;
   if (!S_ISREG(st.st_mode) || st.st_nlink != 1) {
     why = "is not a plain file";
   } else if (st.st_uid != geteuid()) {
     why = "belongs to another user";
-  } else if (st.st_size == 0) { /* new: make it */
+  } else if (st.st_size == 0) { /* new: make it (the write lock held) */
     fresh = 1;
+    kind = R_PASSING;
     if (fchmod(f->fd, 0600) != 0) {
       why = "cannot be made";
       err = errno;
@@ -623,35 +720,42 @@ static void open_file(sbf *f) {
     why = "is not of mode 0600";
   } else if ((size_t)st.st_size != FILE_SIZE) { /* and in use: not replaced */
     why = "has the wrong size (another version of bertfill, or damaged) and is in use";
+    kind = R_PASSING; /* until the processes that use it are gone */
   } else if ((err = bf_reserve_file(f->fd, FILE_SIZE, 0)) != 0) {
     why = "cannot be given its memory (is its file system full?)";
+    kind = R_PASSING;
   }
   if (!why) {
     void *p = mmap(NULL, FILE_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, f->fd, 0);
     if (p == MAP_FAILED) {
       why = "cannot be mapped";
       err = errno;
+      kind = R_PASSING;
     } else {
       f->h = p;
       f->slots = (sb_slot *)((char *)p + HEADER_SIZE);
-      /* new, or its maker died before writing the header (INIT_BYTE held) */
+      /* new, or its maker died before writing the header (only under the
+      ** write lock: needs_making sent a shared holder back for it) */
       int blank = st.st_size == 0 || (atomic_load(&f->h->ready) == 0 && f->h->magic[0] == 0);
-      if (blank) write_header(f->h, f->fp);
+      if (blank && mode == F_WRLCK) write_header(f->h, f->fp);
       else if (!header_ok(f->h, f->fp)) why = "has a header this build does not know (damaged?)";
     }
   }
   if (!why && !lock_byte(f->fd, ATTACH_BYTE, F_RDLCK)) {
     why = "cannot be locked";
     err = errno;
+    kind = R_PASSING;
   }
   if (why) {
     /* a new file that could not be made is removed (INIT_BYTE held:
     ** nobody uses a file without its size): the next process tries anew */
     if (fresh && at_path(f->path, &st)) unlink(f->path);
-    refuse(f, why, err);
+    refuse(f, why, err, kind);
     return;
   }
   lock_byte(f->fd, INIT_BYTE, F_UNLCK);
+  f->refusals = 0;
+  f->busy_since_ns = 0;
 }
 
 /* ---- slots ---- */
@@ -757,8 +861,10 @@ static int reclaim_orphan(sbf *f, unsigned i) {
 
 /* ---- attaching and leaving (LEAVING) ---- */
 
-/* The shared file of fingerprint fp, opened on first use; NULL when it is
-** refused. */
+/* The shared file of fingerprint fp, opened on first use (waiting at most
+** INIT_WAIT_NS for another process's INIT_BYTE); NULL when it is refused
+** for now.  A refused file is tried again by the first call after its
+** retry_ns, with a wait of at most RETRY_WAIT_NS (OPENING). */
 static sbf *file_of(const char *fp) {
   pthread_mutex_lock(&sb.mu);
   sbf *f = sb.files;
@@ -767,13 +873,17 @@ static sbf *file_of(const char *fp) {
     snprintf(f->fp, sizeof f->fp, "%s", fp);
     pthread_mutex_init(&f->mu, NULL);
     f->fd = -1;
-    open_file(f);
+    open_file(f, INIT_WAIT_NS);
     if (f->fd >= 0) sweep_dead(f);
     f->next = sb.files;
     sb.files = f;
+  } else if (f && f->fd < 0 && bf_now_ns() >= f->retry_ns) {
+    open_file(f, RETRY_WAIT_NS);
+    if (f->fd >= 0) sweep_dead(f);
   }
+  int usable = f && f->fd >= 0;
   pthread_mutex_unlock(&sb.mu);
-  return f && f->fd >= 0 ? f : NULL;
+  return usable ? f : NULL;
 }
 
 /* This process leaves file f (at its exit): its ATTACH_BYTE dropped; then,
@@ -782,7 +892,7 @@ static sbf *file_of(const char *fp) {
 ** at the path.  The mapping stays (other threads may still be in a call). */
 static void leave(sbf *f) {
   lock_byte(f->fd, ATTACH_BYTE, F_UNLCK);
-  if (lock_init(f->fd, bf_now_ns() + INIT_WAIT_NS) != 0) return; /* the next one to leave */
+  if (lock_init(f->fd, bf_now_ns() + INIT_WAIT_NS, F_WRLCK) != 0) return; /* the next to leave */
   struct stat st;
   if (!held_elsewhere(f->fd, ATTACH_BYTE) && fstat(f->fd, &st) == 0 && at_path(f->path, &st))
     unlink(f->path);
@@ -1093,13 +1203,35 @@ static uint64_t stall_limit_ns(sbf *f, uint64_t cap_ns) {
 }
 
 /* The busy error of a request that no batch took within the busy timeout
-** while another process led: what it waited for. */
+** (its slot already taken back): what it waited for.  The requests still
+** waiting, the batch running and whose it is (or none, and who led last),
+** and this process's own encoder runs when they kept it from leading:
+**   bertfill: busy: waited 2000 ms in the machine-wide queue of this model:
+**   3 other requests waiting, 12 in the batch that process 4242 is running */
 static void queue_busy_error(sbf *f, bfx_err *e, uint64_t waited_ns) {
   int posted = count_states(f, S_POSTED, S_POSTED), taken = count_states(f, S_TAKEN, S_WRITING);
+  unsigned pid = (unsigned)atomic_load(&f->h->leader_pid);
+  pthread_mutex_lock(&f->mu);
+  int here = f->leading;
+  pthread_mutex_unlock(&f->mu);
+  char batch[96], own[80] = "";
+  if (here)
+    snprintf(batch, sizeof batch, "%d in the batch that this process (%u) is running", taken,
+             (unsigned)getpid());
+  else if (held_elsewhere(f->fd, LEADER_BYTE))
+    snprintf(batch, sizeof batch, "%d in the batch that process %u is running", taken, pid);
+  else if (pid)
+    snprintf(batch, sizeof batch, "no batch running (process %u led last)", pid);
+  else
+    snprintf(batch, sizeof batch, "no batch running");
+  int mine = bfx_guard_in_flight();
+  if (mine > 0)
+    snprintf(own, sizeof own, "; this process's encoder: %d run%s in progress", mine,
+             mine == 1 ? "" : "s");
   bfx_errf(e, SQLITE_ERROR, BF_CT_BUSY,
            "bertfill: busy: waited %d ms in the machine-wide queue of this model: %d other "
-           "requests waiting, %d in the batch that process %u is running",
-           (int)(waited_ns / 1000000), posted, taken, (unsigned)atomic_load(&f->h->leader_pid));
+           "request%s waiting, %s%s",
+           (int)(waited_ns / 1000000), posted, posted == 1 ? "" : "s", batch, own);
 }
 
 int bfx_shared_encode(bf_model *m, const bf_tokens *t, int k, bf_cand *out, bfx_times *tm,
@@ -1198,8 +1330,13 @@ int bfx_shared_encode(bf_model *m, const bf_tokens *t, int k, bf_cand *out, bfx_
     if (st == S_POSTED && now >= deadline) {
       uint32_t expect = S_POSTED | ticket;
       if (atomic_compare_exchange_strong(&s->state, &expect, S_FILLING)) {
-        if (elsewhere) queue_busy_error(f, e, now - t0);
-        else bfx_guard_busy_error(e, bfx_guard_in_flight(), now - t0);
+        /* the guard's message ("N encoder runs in progress") only when
+        ** what kept it was this process's own runs, and no other process leads */
+        int mine = bfx_guard_in_flight();
+        if (elsewhere || mine == 0 || held_elsewhere(f->fd, LEADER_BYTE))
+          queue_busy_error(f, e, now - t0);
+        else
+          bfx_guard_busy_error(e, mine, now - t0);
         release(f, i);
         bf_stats_time(BF_ST_QUEUE, now - t0);
         if (tm) tm->queue_ns += now - t0;
