@@ -337,7 +337,7 @@ SQLITE_EXTENSION_INIT3
 #include "util.h"
 
 #define MAGIC "BFSHBAT"
-#define LAYOUT_VERSION 2
+#define LAYOUT_VERSION 3
 #define HEADER_SIZE 4096
 #define NSLOTS BFX_SHARED_SLOTS
 #define RECHECK_NS 10000000ull      /* a sleeping requester looks again this often */
@@ -373,6 +373,7 @@ typedef struct sb_header {
   _Atomic uint64_t batches;   /* encoder runs that held requests of more than one process */
   _Atomic uint64_t progress;  /* bumped by the leader: lead taken, batch taken, batch done */
   _Atomic uint64_t expect_ns; /* the leader's estimate of its current batch's run time */
+  _Atomic uint64_t released_ns; /* when the last leader gave the lead up (bf_now_ns) */
 } sb_header;
 _Static_assert(sizeof(sb_header) <= HEADER_SIZE, "the header page");
 
@@ -388,10 +389,14 @@ typedef struct sb_slot {
   _Atomic uint64_t nonce;     /* the owner's, new for every request */
   _Atomic uint64_t echo;      /* the leader's: digest of the nonce and the request it ran */
   _Atomic uint64_t encode_ns, topk_ns;
+  /* the timeline (TIMELINE): posted by the owner; the rest by the leader */
+  _Atomic uint64_t posted_ns, taken_ns, run0_ns, run1_ns, done_ns, handover_ns;
+  _Atomic uint32_t leader_pid, lead, seqs;
   int32_t ids[BFX_SHARED_MAX_TOKENS];
   bf_cand out[BFX_SHARED_MAX_MASKS * BFX_SHARED_MAX_K];
 } sb_slot;
 
+_Static_assert(offsetof(sb_slot, ids) == 132, "tests/python/t_shared_batch.py: SLOT_DATA");
 #define FILE_SIZE ((size_t)HEADER_SIZE + (size_t)NSLOTS * sizeof(sb_slot))
 #define INIT_BYTE ((off_t)FILE_SIZE)
 #define LEADER_BYTE ((off_t)FILE_SIZE + 1)
@@ -536,16 +541,18 @@ static void futex_wake(_Atomic uint32_t *w) {
 #endif
 }
 
-/* Sleep while *w == seen, at most ns. */
-static void futex_wait(_Atomic uint32_t *w, uint32_t seen, uint64_t ns) {
+/* Sleep while *w == seen, at most ns: 1 when woken (or *w had changed), 0
+** when the time ran out. */
+static int futex_wait(_Atomic uint32_t *w, uint32_t seen, uint64_t ns) {
   struct timespec ts = {(time_t)(ns / 1000000000ull), (long)(ns % 1000000000ull)};
 #ifdef __linux__
-  syscall(SYS_futex, (uint32_t *)w, FUTEX_WAIT, seen, &ts, NULL, 0);
+  return syscall(SYS_futex, (uint32_t *)w, FUTEX_WAIT, seen, &ts, NULL, 0) == 0 || errno != ETIMEDOUT;
 #else
   (void)w;
   (void)seen;
   if (ts.tv_sec || ts.tv_nsec > 1000000) ts = (struct timespec){0, 1000000};
   nanosleep(&ts, NULL);
+  return 0;
 #endif
 }
 
@@ -942,6 +949,7 @@ static int try_lead(sbf *f) {
 ** them leads next.  (After the lock is dropped: a request posted meanwhile
 ** either sees no leader, or is seen here.) */
 static void stop_leading(sbf *f) {
+  atomic_store(&f->h->released_ns, bf_now_ns());
   pthread_mutex_lock(&f->mu);
   lock_byte(f->fd, LEADER_BYTE, F_UNLCK);
   f->leading = 0;
@@ -990,6 +998,7 @@ static void finish(sb_slot *s, uint32_t taken, int rc, uint64_t echo) {
 
 typedef struct member {
   int slot;
+  uint64_t taken_ns, handover_ns; /* its timeline (TIMELINE) */
   uint32_t taken; /* its state word as taken: TAKEN | ticket */
   uint64_t echo;  /* what its owner expects back */
   bf_tokens t;
@@ -1002,7 +1011,7 @@ typedef struct member {
 ** once, after it is TAKEN, and only those copies are used.  Returns how
 ** many; *tokens: their tokens in all. */
 static int take_batch(sbf *f, bf_model *m, int me, member *mb, int32_t *ids, int first,
-                      int *tokens_out) {
+                      uint64_t lead_ns, uint64_t released_ns, int *tokens_out) {
   int n = 0, tokens = 0;
   unsigned start = (unsigned)me;
   for (unsigned j = 0; j < NSLOTS && n < BFX_BATCH_MAX_SEQS; j++) {
@@ -1035,6 +1044,11 @@ static int take_batch(sbf *f, bf_model *m, int me, member *mb, int32_t *ids, int
     }
     member *x = &mb[n++];
     x->slot = (int)i;
+    /* with no leader: from its posting, or the last leader's giving up when
+    ** later, to this lead (read from the file: checked by bfx_timeline) */
+    uint64_t posted = atomic_load(&s->posted_ns), from = posted > released_ns ? posted : released_ns;
+    x->handover_ns = from < lead_ns ? lead_ns - from : 0;
+    x->taken_ns = bf_now_ns();
     x->taken = taken;
     x->k = (int)k;
     x->foreign = atomic_load(&s->owner) != sb.key;
@@ -1052,7 +1066,7 @@ static int take_batch(sbf *f, bf_model *m, int me, member *mb, int32_t *ids, int
 
 /* Run a batch on run and write each member's results into its slot (only
 ** into a slot still TAKEN by this batch). */
-static void run_batch(sbf *f, bf_model *m, bf_run *run, member *mb, int n) {
+static void run_batch(sbf *f, bf_model *m, bf_run *run, member *mb, int n, int how) {
   bfx_err errs[BFX_BATCH_MAX_SEQS];
   bf_tokens seqs[BFX_BATCH_MAX_SEQS];
   size_t at[BFX_BATCH_MAX_SEQS + 1];
@@ -1070,7 +1084,9 @@ static void run_batch(sbf *f, bf_model *m, bf_run *run, member *mb, int n) {
   bf_cand *out = sqlite3_malloc64(at[n] * (size_t)kmax * sizeof *out);
   if (!out) {
     for (int i = 0; i < n; i++) rc[i] = SQLITE_NOMEM;
-  } else {
+  }
+  uint64_t run0 = bf_now_ns();
+  if (out) {
     int all = bfx_encode_on(m, run, n, seqs, kmax, out, &times, &errs[0]);
     for (int i = 0; i < n; i++) rc[i] = all;
     if (all != SQLITE_OK && n > 1) /* one sequence must not fail the others */
@@ -1078,17 +1094,26 @@ static void run_batch(sbf *f, bf_model *m, bf_run *run, member *mb, int n) {
         rc[i] = bfx_encode_on(m, run, 1, &seqs[i], kmax, out + at[i] * (size_t)kmax, &times,
                               &errs[i]);
   }
+  uint64_t run1 = bf_now_ns();
   for (int i = 0; i < n; i++) {
     sb_slot *s = &f->slots[mb[i].slot];
     if (!begin_writing(s, mb[i].taken)) continue; /* no longer this request's slot */
     atomic_store(&s->encode_ns, times.encode_ns);
     atomic_store(&s->topk_ns, times.topk_ns);
+    atomic_store(&s->taken_ns, mb[i].taken_ns);
+    atomic_store(&s->handover_ns, mb[i].handover_ns);
+    atomic_store(&s->run0_ns, run0);
+    atomic_store(&s->run1_ns, run1);
+    atomic_store(&s->leader_pid, (uint32_t)getpid());
+    atomic_store(&s->lead, (uint32_t)how);
+    atomic_store(&s->seqs, (uint32_t)n);
     if (rc[i] == SQLITE_OK) {
       int k = mb[i].k;
       for (int j = 0; j < mb[i].t.n_masks; j++)
         memcpy(s->out + (size_t)j * (size_t)k, out + (at[i] + (size_t)j) * (size_t)kmax,
                (size_t)k * sizeof *out);
     }
+    atomic_store(&s->done_ns, bf_now_ns());
     finish(s, mb[i].taken, rc[i], rc[i] == SQLITE_OK ? mb[i].echo : 0);
   }
   sqlite3_free(out);
@@ -1112,7 +1137,13 @@ static uint64_t batch_expect_ns(const sbf *f, int tokens) {
 ** the lead): batches until the leader's own slot me is DONE; then the slot
 ** and the lead are given back.  The header's progress is bumped when a
 ** batch is taken and when it is done, with the time announced in between. */
-static void lead(sbf *f, bf_model *m, int me, bf_run *run) {
+static void lead(sbf *f, bf_model *m, int me, bf_run *run, int how) {
+  uint64_t lead_ns = bf_now_ns(), released = atomic_load(&f->h->released_ns);
+  bf_stats_add(how == BFX_LEAD_WOKEN   ? BF_CT_SHARED_LEAD_WOKEN
+               : how == BFX_LEAD_TIMER ? BF_CT_SHARED_LEAD_TIMER
+               : how == BFX_LEAD_SLOT  ? BF_CT_SHARED_LEAD_SLOT
+                                       : BF_CT_SHARED_LEAD_POST,
+               1);
   if (sb.gather > 1) { /* test hook: wait for company */
     atomic_store(&f->h->expect_ns, GATHER_WAIT_NS);
     atomic_fetch_add(&f->h->progress, 1);
@@ -1127,7 +1158,7 @@ static void lead(sbf *f, bf_model *m, int me, bf_run *run) {
   int first = 1;
   while (ids && STATE_OF(atomic_load(&f->slots[me].state)) != S_DONE) {
     int tokens = 0;
-    int n = take_batch(f, m, me, mb, ids, first, &tokens);
+    int n = take_batch(f, m, me, mb, ids, first, lead_ns, released, &tokens);
     first = 0;
     if (n == 0) break;
     atomic_store(&f->h->expect_ns, batch_expect_ns(f, tokens));
@@ -1137,7 +1168,7 @@ static void lead(sbf *f, bf_model *m, int me, bf_run *run) {
       nanosleep(&ts, NULL);
     }
     uint64_t t0 = bf_now_ns();
-    run_batch(f, m, run, mb, n);
+    run_batch(f, m, run, mb, n, how);
     uint64_t per = (bf_now_ns() - t0) / (uint64_t)(tokens > 0 ? tokens : 1);
     f->ns_per_token = per ? per : 1;
     atomic_fetch_add(&f->h->progress, 1);
@@ -1158,14 +1189,15 @@ static void lead(sbf *f, bf_model *m, int me, bf_run *run) {
 ** process's); NO_SLOT: waited in the guard's queue for a slot until
 ** until_ns, in vain; -1: out of memory. */
 enum { NOT_LEADER, LED, NO_SLOT };
-static int lead_if_possible(sbf *f, bf_model *m, int me, uint64_t until_ns, int *elsewhere) {
+static int lead_if_possible(sbf *f, bf_model *m, int me, uint64_t until_ns, int *elsewhere,
+                            int how) {
   int got = try_lead(f);
   *elsewhere = got == LEAD_ELSEWHERE;
   if (got != LEAD_GOT) return NOT_LEADER; /* another leads: it will take the request */
   int nomem = 0;
   bf_run *run = bfx_guard_try_acquire(&nomem);
   if (run) {
-    lead(f, m, me, run);
+    lead(f, m, me, run, how);
     return LED;
   }
   stop_leading(f);
@@ -1180,7 +1212,7 @@ static int lead_if_possible(sbf *f, bf_model *m, int me, uint64_t until_ns, int 
   got = try_lead(f);
   *elsewhere = got == LEAD_ELSEWHERE;
   if (got == LEAD_GOT) {
-    lead(f, m, me, run);
+    lead(f, m, me, run, BFX_LEAD_SLOT);
     return LED;
   }
   bfx_guard_release(run);
@@ -1278,6 +1310,8 @@ int bfx_shared_encode(bf_model *m, const bf_tokens *t, int k, bf_cand *out, bfx_
   atomic_store(&s->owner, sb.key);
   atomic_store(&s->taker, 0);
   memcpy(s->ids, t->ids, (size_t)t->n * sizeof *t->ids);
+  uint64_t posted = bf_now_ns();
+  atomic_store(&s->posted_ns, posted);
   atomic_store(&s->state, S_POSTED | ticket);
 
   uint64_t deadline = bfx_guard_deadline_ns(t0);
@@ -1285,7 +1319,8 @@ int bfx_shared_encode(bf_model *m, const bf_tokens *t, int k, bf_cand *out, bfx_
   if (patience < 1000000000ull) patience = 1000000000ull;
   uint64_t give_up = deadline + ABANDON_FACTOR * patience;
   uint64_t progress = atomic_load(&f->h->progress), quiet_since = t0;
-  int elsewhere = 0; /* the lead was another process's when last tried */
+  int elsewhere = 0;         /* the lead was another process's when last tried */
+  int how = BFX_LEAD_POST;   /* what this thread did last: posted, woken, timed out, queued */
   for (;;) {
     uint32_t w = atomic_load(&s->state), st = STATE_OF(w);
     if (w == (S_DONE | ticket)) break;
@@ -1296,7 +1331,7 @@ int bfx_shared_encode(bf_model *m, const bf_tokens *t, int k, bf_cand *out, bfx_
     }
     uint64_t now = bf_now_ns();
     int led = lead_if_possible(f, m, i, now + RECHECK_NS < deadline ? now + RECHECK_NS : deadline,
-                               &elsewhere);
+                               &elsewhere, how);
     if (led == LED) continue;
     int queued = led == NO_SLOT; /* this thread just waited in the guard's queue */
     if (led < 0) {
@@ -1352,10 +1387,13 @@ int bfx_shared_encode(bf_model *m, const bf_tokens *t, int k, bf_cand *out, bfx_
     }
     /* Back into the guard's queue at once when that is where it waited: a
     ** sleep here would let a column's next run take the slot first. */
-    if (queued) continue;
+    if (queued) {
+      how = BFX_LEAD_SLOT;
+      continue;
+    }
     uint64_t ns = RECHECK_NS;
     if (st == S_POSTED && deadline > now && deadline - now < ns) ns = deadline - now;
-    futex_wait(&s->state, w, ns ? ns : 1);
+    how = futex_wait(&s->state, w, ns ? ns : 1) ? BFX_LEAD_WOKEN : BFX_LEAD_TIMER;
   }
 
   /* DONE: accepted only when a leader ran this very request (the echo),
@@ -1370,6 +1408,16 @@ int bfx_shared_encode(bf_model *m, const bf_tokens *t, int k, bf_cand *out, bfx_
   }
   int remote = atomic_load(&s->taker) != sb.key;
   uint64_t enc = atomic_load(&s->encode_ns), topk = atomic_load(&s->topk_ns);
+  uint32_t lead_how = atomic_load(&s->lead);
+  bfx_stamps stamps = {.posted = posted,
+                       .taken = atomic_load(&s->taken_ns),
+                       .run0 = atomic_load(&s->run0_ns),
+                       .run1 = atomic_load(&s->run1_ns),
+                       .done = atomic_load(&s->done_ns),
+                       .handover = atomic_load(&s->handover_ns),
+                       .seqs = (int)atomic_load(&s->seqs),
+                       .leader_pid = (int)atomic_load(&s->leader_pid),
+                       .lead = lead_how <= BFX_LEAD_SLOT ? (int)lead_how : BFX_LEAD_NONE};
   /* the answer is read: the slot's texts go with it (release).  DONE but
   ** no leader's result in it (someone wrote the state): a leader may still
   ** be about to write; the slot is scrubbed and left to be reclaimed */
@@ -1384,7 +1432,9 @@ int bfx_shared_encode(bf_model *m, const bf_tokens *t, int k, bf_cand *out, bfx_
     return 0;
   }
   if (remote) bf_stats_add(BF_CT_SHARED_REMOTE, 1);
-  uint64_t total = bf_now_ns() - t0, q = total > enc + topk ? total - enc - topk : 0;
+  stamps.back = bf_now_ns();
+  bfx_timeline(tm, &stamps);
+  uint64_t total = stamps.back - t0, q = total > enc + topk ? total - enc - topk : 0;
   bf_stats_time(BF_ST_QUEUE, q);
   if (tm) {
     tm->queue_ns += q;

@@ -298,7 +298,7 @@ TAKEN, POSTED = 3, 2
 STATE_BITS = 0xF  # a slot's state word: the state, and the request's ticket above it
 
 
-SLOT_DATA = 72  # offsetof(sb_slot, ids): token ids, then results, to the end of the slot
+SLOT_DATA = 132  # offsetof(sb_slot, ids): token ids, then results, to the end of the slot
 
 
 def slot_data(path):
