@@ -376,8 +376,12 @@ int bfx_batch_encode(bf_model *m, const bf_tokens *t, int k, bf_cand *out, bfx_t
         bfx_err_nomem(e);
         return SQLITE_NOMEM;
       }
-      bfx_stamps st = {.posted = t0, .taken = t0 + waited, .run0 = bf_now_ns(), .seqs = 1,
-                       .leader_pid = (int)getpid(), .lead = BFX_LEAD_ALONE};
+      bfx_stamps st = {.posted = t0,
+                       .taken = t0 + waited,
+                       .run0 = bf_now_ns(),
+                       .seqs = 1,
+                       .leader_pid = (int)getpid(),
+                       .lead = BFX_LEAD_ALONE};
       int rc = bfx_encode_on(m, run, 1, t, k, out, r, e);
       bfx_guard_release(run);
       st.run1 = st.done = st.back = bf_now_ns();

@@ -41,8 +41,8 @@ int bfx_timeline(bfx_times *tm, const bfx_stamps *st) {
         st->run1 <= st->done && st->done <= st->back && st->handover <= st->taken - st->posted &&
         st->seqs >= 1 && st->seqs <= 1 << 20))
     return 0;
-  uint64_t wait = st->taken - st->posted, start = st->run0 - st->taken,
-           write = st->done - st->run1, wake = st->back - st->done;
+  uint64_t wait = st->taken - st->posted, start = st->run0 - st->taken, write = st->done - st->run1,
+           wake = st->back - st->done;
   bf_stats_time(BF_ST_BATCH_WAIT, wait);
   bf_stats_time(BF_ST_BATCH_START, start);
   bf_stats_time(BF_ST_BATCH_WRITE, write);

@@ -350,8 +350,8 @@ SQLITE_EXTENSION_INIT3
 #define RETRY_MIN_NS 10000000ull    /* a file refused for a passing reason: tried again after */
 #define RETRY_MAX_NS 1000000000ull  /* this, doubled at each refusal in a row up to this */
 #define LASTING_RETRY_NS 30000000000ull /* a file refused for a lasting reason: tried again */
-#define BUSY_SAY_NS 5000000000ull   /* a file busy this long in a row is said on stderr */
-#define OPEN_TRIES 8                /* opens of a file removed between its open and its lock */
+#define BUSY_SAY_NS 5000000000ull       /* a file busy this long in a row is said on stderr */
+#define OPEN_TRIES 8                    /* opens of a file removed between its open and its lock */
 
 /* A slot's state word: the state in its low bits, the ticket of the request
 ** (new for every request, from its nonce) above them. */
@@ -370,9 +370,9 @@ typedef struct sb_header {
   _Atomic uint32_t leader_pid;
   _Atomic uint64_t leader_key; /* the process key of the last leader */
   _Atomic uint64_t leader_changes;
-  _Atomic uint64_t batches;   /* encoder runs that held requests of more than one process */
-  _Atomic uint64_t progress;  /* bumped by the leader: lead taken, batch taken, batch done */
-  _Atomic uint64_t expect_ns; /* the leader's estimate of its current batch's run time */
+  _Atomic uint64_t batches;     /* encoder runs that held requests of more than one process */
+  _Atomic uint64_t progress;    /* bumped by the leader: lead taken, batch taken, batch done */
+  _Atomic uint64_t expect_ns;   /* the leader's estimate of its current batch's run time */
   _Atomic uint64_t released_ns; /* when the last leader gave the lead up (bf_now_ns) */
 } sb_header;
 _Static_assert(sizeof(sb_header) <= HEADER_SIZE, "the header page");
@@ -408,7 +408,7 @@ typedef struct sbf {
   struct sbf *next;
   char fp[24];
   char path[PATH_MAX];
-  int fd; /* -1: not open (refused: tried again at retry_ns, see OPENING) */
+  int fd;                 /* -1: not open (refused: tried again at retry_ns, see OPENING) */
   uint64_t retry_ns;      /* when a refused file is tried again */
   uint64_t busy_since_ns; /* the first of the refusals in a row for a busy INIT_BYTE (0: none) */
   int refusals;           /* refusals in a row */
@@ -546,7 +546,8 @@ static void futex_wake(_Atomic uint32_t *w) {
 static int futex_wait(_Atomic uint32_t *w, uint32_t seen, uint64_t ns) {
   struct timespec ts = {(time_t)(ns / 1000000000ull), (long)(ns % 1000000000ull)};
 #ifdef __linux__
-  return syscall(SYS_futex, (uint32_t *)w, FUTEX_WAIT, seen, &ts, NULL, 0) == 0 || errno != ETIMEDOUT;
+  return syscall(SYS_futex, (uint32_t *)w, FUTEX_WAIT, seen, &ts, NULL, 0) == 0 ||
+         errno != ETIMEDOUT;
 #else
   (void)w;
   (void)seen;
@@ -999,8 +1000,8 @@ static void finish(sb_slot *s, uint32_t taken, int rc, uint64_t echo) {
 typedef struct member {
   int slot;
   uint64_t taken_ns, handover_ns; /* its timeline (TIMELINE) */
-  uint32_t taken; /* its state word as taken: TAKEN | ticket */
-  uint64_t echo;  /* what its owner expects back */
+  uint32_t taken;                 /* its state word as taken: TAKEN | ticket */
+  uint64_t echo;                  /* what its owner expects back */
   bf_tokens t;
   int k;
   int foreign; /* owned by another process */
@@ -1046,7 +1047,8 @@ static int take_batch(sbf *f, bf_model *m, int me, member *mb, int32_t *ids, int
     x->slot = (int)i;
     /* with no leader: from its posting, or the last leader's giving up when
     ** later, to this lead (read from the file: checked by bfx_timeline) */
-    uint64_t posted = atomic_load(&s->posted_ns), from = posted > released_ns ? posted : released_ns;
+    uint64_t posted = atomic_load(&s->posted_ns),
+             from = posted > released_ns ? posted : released_ns;
     x->handover_ns = from < lead_ns ? lead_ns - from : 0;
     x->taken_ns = bf_now_ns();
     x->taken = taken;
@@ -1252,10 +1254,8 @@ static void queue_busy_error(sbf *f, bfx_err *e, uint64_t waited_ns) {
              (unsigned)getpid());
   else if (held_elsewhere(f->fd, LEADER_BYTE))
     snprintf(batch, sizeof batch, "%d in the batch that process %u is running", taken, pid);
-  else if (pid)
-    snprintf(batch, sizeof batch, "no batch running (process %u led last)", pid);
-  else
-    snprintf(batch, sizeof batch, "no batch running");
+  else if (pid) snprintf(batch, sizeof batch, "no batch running (process %u led last)", pid);
+  else snprintf(batch, sizeof batch, "no batch running");
   int mine = bfx_guard_in_flight();
   if (mine > 0)
     snprintf(own, sizeof own, "; this process's encoder: %d run%s in progress", mine,
@@ -1319,8 +1319,8 @@ int bfx_shared_encode(bf_model *m, const bf_tokens *t, int k, bf_cand *out, bfx_
   if (patience < 1000000000ull) patience = 1000000000ull;
   uint64_t give_up = deadline + ABANDON_FACTOR * patience;
   uint64_t progress = atomic_load(&f->h->progress), quiet_since = t0;
-  int elsewhere = 0;         /* the lead was another process's when last tried */
-  int how = BFX_LEAD_POST;   /* what this thread did last: posted, woken, timed out, queued */
+  int elsewhere = 0;       /* the lead was another process's when last tried */
+  int how = BFX_LEAD_POST; /* what this thread did last: posted, woken, timed out, queued */
   for (;;) {
     uint32_t w = atomic_load(&s->state), st = STATE_OF(w);
     if (w == (S_DONE | ticket)) break;
@@ -1370,8 +1370,7 @@ int bfx_shared_encode(bf_model *m, const bf_tokens *t, int k, bf_cand *out, bfx_
         int mine = bfx_guard_in_flight();
         if (elsewhere || mine == 0 || held_elsewhere(f->fd, LEADER_BYTE))
           queue_busy_error(f, e, now - t0);
-        else
-          bfx_guard_busy_error(e, mine, now - t0);
+        else bfx_guard_busy_error(e, mine, now - t0);
         release(f, i);
         bf_stats_time(BF_ST_QUEUE, now - t0);
         if (tm) tm->queue_ns += now - t0;

@@ -146,8 +146,8 @@ static const char trace_schema[] =
 /* The columns added since the table's first version: a table an older
 ** version made gets them when tracing starts. */
 static const char *const trace_added[][2] = {
-  {"wait_ms", "REAL"},        {"start_ms", "REAL"},   {"write_ms", "REAL"},
-  {"wake_ms", "REAL"},        {"handover_ms", "REAL"}, {"batch_seqs", "INTEGER"},
+  {"wait_ms", "REAL"},       {"start_ms", "REAL"},    {"write_ms", "REAL"},
+  {"wake_ms", "REAL"},       {"handover_ms", "REAL"}, {"batch_seqs", "INTEGER"},
   {"leader_pid", "INTEGER"}, {"lead", "TEXT"},
 };
 
