@@ -256,6 +256,21 @@
 ** answers, without the newer ones' company).  The machine-wide guard's
 ** slot file is not removed (machine_guard.c says why).
 **
+** TIMELINE.  Every request carries its moments in its slot (bf_now_ns,
+** CLOCK_MONOTONIC: one clock for the machine): posted_ns (its owner, just
+** before POSTED); taken_ns, run0_ns and run1_ns (its batch's encoder run),
+** done_ns (just before DONE), handover_ns (how long it waited with no
+** leader: from its posting, or the header's released_ns when the last
+** leader gave the lead up later, to this lead), leader_pid, seqs and lead
+** (how the leader got the lead: BFX_LEAD_POST when the lead was free as it
+** posted, WOKEN after a wake-up, TIMER after RECHECK_NS asleep, SLOT after
+** a wait for an encoder slot of its own), all written by the leader while
+** the slot is WRITING.  The owner reads them with the answer, adds the
+** moment it runs again and hands them to bfx_timeline (encode.c), which
+** checks their order (they come from another process: data, not trusted)
+** and adds them to the caller's times (bertfill_trace) and the stages
+** batch_wait, batch_start, batch_write, batch_wake, lead_handover.
+**
 ** OPENING: a herd.  Processes that start together (a prefork server's
 ** workers) open the file at once, on two cores maybe fifty of them, each
 ** loading its model meanwhile.  A file that is ready (the right size, its
@@ -305,7 +320,9 @@
 ** an answer refused, a stalled lead),
 ** shared_rerun (requests of a dead leader run again), shared_reclaimed
 ** (slots of dead processes, or left behind by an abandon, taken over and
-** scrubbed; a dead leader's slot whose owner is dead too among them).  bert_debug() shows the queue:
+** scrubbed; a dead leader's slot whose owner is dead too among them),
+** shared_lead_post / _woken / _timer / _slot (leads taken, by how; see
+** TIMELINE).  bert_debug() shows the queue:
 ** "shared_batch": {"on", "file", "slots", "posted", "taken", "leader_pid",
 ** "leader_changes", "batches"}.
 */
