@@ -14,6 +14,8 @@ lead_handover stages of bertfill_stats (ext/sqlite/trace.c, encode.h).
     client's own clock around each call >= total_ms; batches of more than
     one call seen, every lead one of the names of encode.h, the leader
     this process; the batch_* stages counted once per encoder call;
+  * old_table: a bertfill_trace of an older version gets the new columns
+    when tracing starts, its rows kept;
   * processes: the same with 4 processes, and calls that another process
     led (leader_pid not the caller's) among them;
   * idle: 20 processes, each with the extension and the model loaded and
@@ -191,6 +193,32 @@ def test_processes(sdir):
     adds_up("processes", clients, own_leader=False)
 
 
+def test_old_table(sdir):
+    """A bertfill_trace made by an older version (without the timeline's
+    columns) gets them when tracing starts; its rows stay."""
+    os.environ["BERTFILL_SHARED_BATCH_DIR"] = sdir
+    c = sqlite3.connect(":memory:", isolation_level=None)
+    c.enable_load_extension(True)
+    c.load_extension(EXT)
+    c.execute("CREATE TABLE bertfill_trace(id INTEGER PRIMARY KEY, ts TEXT NOT NULL, func TEXT, "
+              "text TEXT, source TEXT, total_ms REAL, queue_ms REAL, tokenize_ms REAL, "
+              "encode_ms REAL, topk_ms REAL, cache_read_ms REAL, cache_write_ms REAL, "
+              "tokens INTEGER, masks INTEGER)")
+    c.execute("INSERT INTO bertfill_trace(ts, func) VALUES ('2026-01-01 00:00:00.000', 'old')")
+    c.execute("SELECT bert_load(?)", (TINY,))
+    c.execute("SELECT bert_cache('off')")
+    c.execute("SELECT bert_trace(1)")
+    c.execute("SELECT bert_fill(?)", (texts_for(99, 1)[0],)).fetchone()
+    cols = [r[1] for r in c.execute("PRAGMA table_info(bertfill_trace)")]
+    rows = c.execute("SELECT func, lead, batch_seqs FROM bertfill_trace ORDER BY id").fetchall()
+    c.close()
+    check("timeline_old_table_upgraded",
+          cols[-8:] == ["wait_ms", "start_ms", "write_ms", "wake_ms", "handover_ms", "batch_seqs",
+                        "leader_pid", "lead"] and rows[0] == ("old", None, None) and
+          rows[1][0] == "bert_fill" and rows[1][1] in LEADS and rows[1][2] == 1,
+          "columns %r, rows %r" % (cols, rows))
+
+
 def cpu_seconds(pid):
     with open("/proc/%d/stat" % pid) as f:
         fields = f.read().rsplit(")", 1)[1].split()
@@ -224,7 +252,7 @@ def main():
     if not sys.platform.startswith("linux"):
         skip("timeline", "the shared queue and /proc are Linux's")
         return 0
-    for t in (test_threads, test_processes, test_idle):
+    for t in (test_threads, test_old_table, test_processes, test_idle):
         sdir = tempfile.mkdtemp(prefix="bf-tl-")
         t0 = time.monotonic()
         try:
