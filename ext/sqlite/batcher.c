@@ -75,6 +75,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "sqlite3ext.h"
 SQLITE_EXTENSION_INIT3
@@ -100,6 +101,7 @@ typedef struct req {
   bfx_err *e;   /* the caller's */
   int state, rc;
   uint64_t t_enq, queue_ns, encode_ns, topk_ns;
+  bfx_stamps st;     /* its timeline: posted, taken, run, done by the leader; back by its caller */
   pthread_cond_t cv; /* signalled on every change of state */
 } req;
 
@@ -256,6 +258,7 @@ static void run_merged(bf_model *m, bf_run *run, req **members, int n) {
     }
   } else {
     errs[0].rc = 0;
+    uint64_t run0 = bf_now_ns();
     int all = bfx_encode_on(m, run, nu, seqs, kmax, out, &times, &errs[0]);
     for (int u = 0; u < nu; u++) rc[u] = all;
     if (all != SQLITE_OK && nu > 1) {
@@ -265,6 +268,14 @@ static void run_merged(bf_model *m, bf_run *run, req **members, int n) {
                               &errs[u]);
     } else {
       for (int u = 1; u < nu; u++) errs[u] = errs[0];
+    }
+    uint64_t run1 = bf_now_ns();
+    for (int i = 0; i < n; i++) {
+      members[i]->st.run0 = run0;
+      members[i]->st.run1 = run1;
+      members[i]->st.seqs = n;
+      members[i]->st.leader_pid = (int)getpid();
+      members[i]->st.lead = BFX_LEAD_QUEUE;
     }
   }
   bfx_guard_release(run);
@@ -317,9 +328,11 @@ static void lead(bf_model *m, mqueue *q, req *me, uint64_t deadline) {
   req *members[BFX_BATCH_MAX_SEQS];
   int n = 0, tokens = me->t->n;
   members[n++] = me;
+  me->st.taken = now;
   while (q->head && n < BFX_BATCH_MAX_SEQS && tokens + q->head->t->n <= BFX_BATCH_MAX_TOKENS) {
     req *r = queue_pop(q);
     r->state = R_TAKEN;
+    r->st.taken = now;
     r->queue_ns = now - r->t_enq;
     tokens += r->t->n;
     members[n++] = r;
@@ -332,9 +345,11 @@ static void lead(bf_model *m, mqueue *q, req *me, uint64_t deadline) {
 
   pthread_mutex_lock(&batcher.mu);
   for (int i = 1; i < n; i++) {
+    members[i]->st.done = bf_now_ns();
     members[i]->state = R_DONE;
     pthread_cond_signal(&members[i]->cv);
   }
+  me->st.done = bf_now_ns();
   me->state = R_DONE;
 }
 
@@ -361,8 +376,16 @@ int bfx_batch_encode(bf_model *m, const bf_tokens *t, int k, bf_cand *out, bfx_t
         bfx_err_nomem(e);
         return SQLITE_NOMEM;
       }
+      bfx_stamps st = {.posted = t0,
+                       .taken = t0 + waited,
+                       .run0 = bf_now_ns(),
+                       .seqs = 1,
+                       .leader_pid = (int)getpid(),
+                       .lead = BFX_LEAD_ALONE};
       int rc = bfx_encode_on(m, run, 1, t, k, out, r, e);
       bfx_guard_release(run);
+      st.run1 = st.done = st.back = bf_now_ns();
+      if (rc == SQLITE_OK) bfx_timeline(r, &st);
       return rc;
     }
   }
@@ -386,6 +409,7 @@ int bfx_batch_encode(bf_model *m, const bf_tokens *t, int k, bf_cand *out, bfx_t
   me.out = out;
   me.e = e;
   me.t_enq = t0;
+  me.st.posted = t0;
   me.state = R_PENDING;
   pthread_cond_init(&me.cv, &batcher.cattr);
   if (q->tail) q->tail->next = &me;
@@ -413,6 +437,8 @@ int bfx_batch_encode(bf_model *m, const bf_tokens *t, int k, bf_cand *out, bfx_t
   batcher.queued--;
   pthread_mutex_unlock(&batcher.mu);
   pthread_cond_destroy(&me.cv);
+  me.st.back = bf_now_ns();
+  if (me.rc == SQLITE_OK && me.st.seqs > 0) bfx_timeline(r, &me.st);
 
   bf_stats_time(BF_ST_QUEUE, me.queue_ns);
   if (r) {

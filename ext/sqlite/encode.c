@@ -31,6 +31,36 @@ int bfx_encode(bf_model *m, int nseq, const bf_tokens *seqs, int k, bf_cand *out
   return bfx_encode_scored(m, nseq, seqs, k, out, NULL, NULL, tm, e);
 }
 
+const char *bfx_lead_name(int lead) {
+  static const char *const names[] = {NULL, "alone", "queue", "post", "woken", "timer", "slot"};
+  return lead > 0 && lead < (int)(sizeof names / sizeof names[0]) ? names[lead] : NULL;
+}
+
+int bfx_timeline(bfx_times *tm, const bfx_stamps *st) {
+  if (!(st->posted <= st->taken && st->taken <= st->run0 && st->run0 <= st->run1 &&
+        st->run1 <= st->done && st->done <= st->back && st->handover <= st->taken - st->posted &&
+        st->seqs >= 1 && st->seqs <= 1 << 20))
+    return 0;
+  uint64_t wait = st->taken - st->posted, start = st->run0 - st->taken, write = st->done - st->run1,
+           wake = st->back - st->done;
+  bf_stats_time(BF_ST_BATCH_WAIT, wait);
+  bf_stats_time(BF_ST_BATCH_START, start);
+  bf_stats_time(BF_ST_BATCH_WRITE, write);
+  bf_stats_time(BF_ST_BATCH_WAKE, wake);
+  bf_stats_time(BF_ST_LEAD_HANDOVER, st->handover);
+  if (tm) {
+    tm->wait_ns += wait;
+    tm->start_ns += start;
+    tm->write_ns += write;
+    tm->wake_ns += wake;
+    tm->handover_ns += st->handover;
+    tm->batch_seqs = st->seqs;
+    tm->leader_pid = st->leader_pid;
+    tm->lead = st->lead;
+  }
+  return 1;
+}
+
 int bfx_encode_on(bf_model *m, bf_run *run, int nseq, const bf_tokens *seqs, int k, bf_cand *out,
                   bfx_times *tm, bfx_err *e) {
   return encode_on(m, run, nseq, seqs, k, out, NULL, NULL, tm, e);

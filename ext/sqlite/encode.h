@@ -16,7 +16,41 @@ typedef struct bfx_times {
   uint64_t encode_ns; /* embeddings, encoder layers, MLM head */
   uint64_t topk_ns;
   uint64_t cache_read_ns, cache_write_ns;
+  /* The timeline of a call that went through a batcher (batcher.c or
+  ** shared_batch.c; all 0 otherwise): posted -> taken into a batch (wait,
+  ** of which handover with no leader) -> the batch's encoder run starts
+  ** (start) -> runs (encode + topk) -> its answer handed over (write) ->
+  ** the caller runs again (wake). */
+  uint64_t wait_ns, start_ns, write_ns, wake_ns, handover_ns;
+  int batch_seqs; /* sequences in its batch */
+  int leader_pid; /* the process whose encoder ran the batch */
+  int lead;       /* how that batch's leader got the lead: BFX_LEAD_* */
 } bfx_times;
+
+/* How the leader of a batch got the lead (bfx_times.lead, bertfill_trace's
+** lead column: bfx_lead_name). */
+enum {
+  BFX_LEAD_NONE = 0,
+  BFX_LEAD_ALONE, /* "alone": an encoder slot free and nobody queued: ran at once */
+  BFX_LEAD_QUEUE, /* "queue": first in its process's queue (batcher.c) */
+  BFX_LEAD_POST,  /* "post": the machine-wide lead free when it posted its request */
+  BFX_LEAD_WOKEN, /* "woken": woken by the previous leader, which gave the lead up */
+  BFX_LEAD_TIMER, /* "timer": looked again after RECHECK_NS asleep, found no leader */
+  BFX_LEAD_SLOT,  /* "slot": after a wait for an encoder slot of its own process */
+};
+const char *bfx_lead_name(int lead); /* NULL for BFX_LEAD_NONE or unknown */
+
+/* The moments (bf_now_ns, one clock for every process of the machine) of
+** one request through a batcher, and its batch. */
+typedef struct bfx_stamps {
+  uint64_t posted, taken, run0, run1, done, back; /* run0, run1: the encoder run */
+  uint64_t handover;                              /* of taken - posted: with no leader */
+  int seqs, leader_pid, lead;
+} bfx_stamps;
+/* Adds the timeline of st into tm (may be NULL) and the batch_* and
+** lead_handover stages; nothing when the moments are out of order (another
+** process's, read from shared memory: never trusted).  1 when added. */
+int bfx_timeline(bfx_times *tm, const bfx_stamps *st);
 
 /* Run the encoder once over nseq sequences, taking an encoder slot first
 ** (waiting at most the busy timeout): out gets k candidates per mask (see

@@ -82,6 +82,10 @@ static const char *const counter_help[BF_CT__N] = {
   [BF_CT_SHARED_FALLBACK] = "Calls that took the in-process batcher instead of the shared queue.",
   [BF_CT_SHARED_RERUN] = "Requests of a shared-queue leader that died, run again.",
   [BF_CT_SHARED_RECLAIMED] = "Shared-queue slots of dead processes taken over.",
+  [BF_CT_SHARED_LEAD_POST] = "Shared-queue leads taken at once: the lead was free when posting.",
+  [BF_CT_SHARED_LEAD_WOKEN] = "Shared-queue leads taken when woken by the leader before.",
+  [BF_CT_SHARED_LEAD_TIMER] = "Shared-queue leads taken after a recheck timeout (no wake-up).",
+  [BF_CT_SHARED_LEAD_SLOT] = "Shared-queue leads taken after a wait for an encoder slot.",
 };
 
 #define STAGE_MIN_EXP 10 /* first edge 2^10 ns, about 1 us */
@@ -164,7 +168,10 @@ void bfx_prometheus(sqlite3_str *s) {
          "Time spent in each stage, in seconds: call (a whole bert_fill or fill_candidates "
          "call), queue (waiting for an encoder slot), tokenize, encode (per encoder run), topk, "
          "cache_read, cache_write, joint (a whole fill_sequences, bert_fill(text, 'joint') or "
-         "bert_score call).");
+         "bert_score call); the timeline of a call through a batcher: batch_wait (posted to "
+         "taken into a batch), batch_start (taken to the run's start), batch_write (the run's "
+         "end to the answer handed over), batch_wake (handed over to the caller running), "
+         "lead_handover (of batch_wait, the time with no leader).");
   for (int st = 0; st < BF_ST__N; st++) stage_histogram(s, (bf_stage)st);
   batch_histogram(s);
 }

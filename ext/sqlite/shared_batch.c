@@ -138,9 +138,11 @@
 **      its own process.  A slot still POSTED at the busy timeout goes back
 **      POSTED -> FILLING -> FREE and the call fails with "bertfill: busy:
 **      waited N ms in the machine-wide queue of this model: ..." (how many
-**      requests wait, how many are in the batch of which process), or the
-**      guard's message when what it waited for was an encoder slot of its
-**      own process.
+**      other requests wait, how many are in the batch of which process, or
+**      that none runs and who led last; this process's own encoder runs
+**      when it has some), or the guard's message ("N encoder runs in
+**      progress") when what it waited for was an encoder slot busy with its
+**      own process's runs while no other process led.
 **
 ** CRASHES
 **
@@ -254,6 +256,45 @@
 ** answers, without the newer ones' company).  The machine-wide guard's
 ** slot file is not removed (machine_guard.c says why).
 **
+** TIMELINE.  Every request carries its moments in its slot (bf_now_ns,
+** CLOCK_MONOTONIC: one clock for the machine): posted_ns (its owner, just
+** before POSTED); taken_ns, run0_ns and run1_ns (its batch's encoder run),
+** done_ns (just before DONE), handover_ns (how long it waited with no
+** leader: from its posting, or the header's released_ns when the last
+** leader gave the lead up later, to this lead), leader_pid, seqs and lead
+** (how the leader got the lead: BFX_LEAD_POST when the lead was free as it
+** posted, WOKEN after a wake-up, TIMER after RECHECK_NS asleep, SLOT after
+** a wait for an encoder slot of its own), all written by the leader while
+** the slot is WRITING.  The owner reads them with the answer, adds the
+** moment it runs again and hands them to bfx_timeline (encode.c), which
+** checks their order (they come from another process: data, not trusted)
+** and adds them to the caller's times (bertfill_trace) and the stages
+** batch_wait, batch_start, batch_write, batch_wake, lead_handover.
+**
+** OPENING: a herd.  Processes that start together (a prefork server's
+** workers) open the file at once, on two cores maybe fifty of them, each
+** loading its model meanwhile.  A file that is ready (the right size, its
+** header written) is checked and attached under a shared lock on
+** INIT_BYTE, so its openers do not wait for each other; only a process
+** that makes, replaces or repairs the file (new, another size, a blank
+** header) takes the write lock, and so does one that leaves.  A waiter
+** polls the lock with pauses growing from 0.5 to 8 ms (waiters polling
+** every millisecond took the CPU from the holder they waited for).  The
+** first call waits at most INIT_WAIT_NS (1 s); a holder stopped or
+** descheduled longer makes that call take the in-process path, but the
+** file is not given up: the first call after retry_ns tries again, with a
+** wait of at most RETRY_WAIT_NS (10 ms), every RETRY_MIN_NS doubling to
+** RETRY_MAX_NS (10 ms to 1 s) while it stays refused.  A busy INIT_BYTE
+** is said on stderr only when it lasts BUSY_SAY_NS (5 s).  The other
+** passing reasons (no descriptor or memory left, a file system full, a
+** file of another size still in use, the file removed as fast as it is
+** opened) are said once and tried again the same way; the lasting ones
+** (a link, not a plain file, another user's, a mode other than 0600, a
+** header this build does not know) are said once and tried again every
+** LASTING_RETRY_NS (30 s), so that a file someone removed or repaired is
+** used without a restart.  bert_debug()'s shared_batch.usable says
+** whether the file is open now (and tries it when due).
+**
 ** FORK.  A child shares its parent's open file descriptions, and so its
 ** record locks: in the child (pthread_atfork) every shared file is closed
 ** and unmapped and forgotten, and opened again, with a description of its
@@ -279,7 +320,9 @@
 ** an answer refused, a stalled lead),
 ** shared_rerun (requests of a dead leader run again), shared_reclaimed
 ** (slots of dead processes, or left behind by an abandon, taken over and
-** scrubbed; a dead leader's slot whose owner is dead too among them).  bert_debug() shows the queue:
+** scrubbed; a dead leader's slot whose owner is dead too among them),
+** shared_lead_post / _woken / _timer / _slot (leads taken, by how; see
+** TIMELINE).  bert_debug() shows the queue:
 ** "shared_batch": {"on", "file", "slots", "posted", "taken", "leader_pid",
 ** "leader_changes", "batches"}.
 */
@@ -288,6 +331,7 @@
 #include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -310,7 +354,7 @@ SQLITE_EXTENSION_INIT3
 #include "util.h"
 
 #define MAGIC "BFSHBAT"
-#define LAYOUT_VERSION 2
+#define LAYOUT_VERSION 3
 #define HEADER_SIZE 4096
 #define NSLOTS BFX_SHARED_SLOTS
 #define RECHECK_NS 10000000ull      /* a sleeping requester looks again this often */
@@ -318,8 +362,13 @@ SQLITE_EXTENSION_INIT3
 #define STALL_MIN_NS 200000000ull   /* a lead quiet this long at least is stalled (see STALLS) */
 #define STALL_FACTOR 4              /* ... or this many times the batch time it announced */
 #define ABANDON_FACTOR 3            /* the longest wait for a TAKEN slot: this many busy timeouts */
-#define INIT_WAIT_NS 1000000000ull  /* the longest a process waits for another's INIT_BYTE */
-#define OPEN_TRIES 8                /* opens of a file removed between its open and its lock */
+#define INIT_WAIT_NS 1000000000ull  /* the longest a first open waits for another's INIT_BYTE */
+#define RETRY_WAIT_NS 10000000ull   /* ... and a later try of a refused file (OPENING) */
+#define RETRY_MIN_NS 10000000ull    /* a file refused for a passing reason: tried again after */
+#define RETRY_MAX_NS 1000000000ull  /* this, doubled at each refusal in a row up to this */
+#define LASTING_RETRY_NS 30000000000ull /* a file refused for a lasting reason: tried again */
+#define BUSY_SAY_NS 5000000000ull       /* a file busy this long in a row is said on stderr */
+#define OPEN_TRIES 8                    /* opens of a file removed between its open and its lock */
 
 /* A slot's state word: the state in its low bits, the ticket of the request
 ** (new for every request, from its nonce) above them. */
@@ -338,9 +387,10 @@ typedef struct sb_header {
   _Atomic uint32_t leader_pid;
   _Atomic uint64_t leader_key; /* the process key of the last leader */
   _Atomic uint64_t leader_changes;
-  _Atomic uint64_t batches;   /* encoder runs that held requests of more than one process */
-  _Atomic uint64_t progress;  /* bumped by the leader: lead taken, batch taken, batch done */
-  _Atomic uint64_t expect_ns; /* the leader's estimate of its current batch's run time */
+  _Atomic uint64_t batches;     /* encoder runs that held requests of more than one process */
+  _Atomic uint64_t progress;    /* bumped by the leader: lead taken, batch taken, batch done */
+  _Atomic uint64_t expect_ns;   /* the leader's estimate of its current batch's run time */
+  _Atomic uint64_t released_ns; /* when the last leader gave the lead up (bf_now_ns) */
 } sb_header;
 _Static_assert(sizeof(sb_header) <= HEADER_SIZE, "the header page");
 
@@ -356,10 +406,14 @@ typedef struct sb_slot {
   _Atomic uint64_t nonce;     /* the owner's, new for every request */
   _Atomic uint64_t echo;      /* the leader's: digest of the nonce and the request it ran */
   _Atomic uint64_t encode_ns, topk_ns;
+  /* the timeline (TIMELINE): posted by the owner; the rest by the leader */
+  _Atomic uint64_t posted_ns, taken_ns, run0_ns, run1_ns, done_ns, handover_ns;
+  _Atomic uint32_t leader_pid, lead, seqs;
   int32_t ids[BFX_SHARED_MAX_TOKENS];
   bf_cand out[BFX_SHARED_MAX_MASKS * BFX_SHARED_MAX_K];
 } sb_slot;
 
+_Static_assert(offsetof(sb_slot, ids) == 132, "tests/python/t_shared_batch.py: SLOT_DATA");
 #define FILE_SIZE ((size_t)HEADER_SIZE + (size_t)NSLOTS * sizeof(sb_slot))
 #define INIT_BYTE ((off_t)FILE_SIZE)
 #define LEADER_BYTE ((off_t)FILE_SIZE + 1)
@@ -371,7 +425,11 @@ typedef struct sbf {
   struct sbf *next;
   char fp[24];
   char path[PATH_MAX];
-  int fd; /* -1: refused (said once on stderr) */
+  int fd;                 /* -1: not open (refused: tried again at retry_ns, see OPENING) */
+  uint64_t retry_ns;      /* when a refused file is tried again */
+  uint64_t busy_since_ns; /* the first of the refusals in a row for a busy INIT_BYTE (0: none) */
+  int refusals;           /* refusals in a row */
+  int said;               /* a refusal was said on stderr (once per file and process) */
   sb_header *h;
   sb_slot *slots;
   pthread_mutex_t mu;         /* mine[], leading, hint */
@@ -473,14 +531,21 @@ static int held_elsewhere(int fd, off_t at) {
   return fcntl(fd, F_OFD_GETLK, &fl) == 0 && fl.l_type != F_UNLCK;
 }
 
-/* Take INIT_BYTE, waiting for another process's until until_ns: 0, or
-** EAGAIN when it was still held then, or the errno. */
-static int lock_init(int fd, uint64_t until_ns) {
-  while (!lock_byte(fd, INIT_BYTE, F_WRLCK)) {
+/* Take INIT_BYTE (type F_WRLCK: alone; F_RDLCK: shared with the other
+** openers of a ready file), waiting for a conflicting holder until
+** until_ns: 0, or EAGAIN when it was still held then, or the errno.  The
+** polls back off from 0.5 ms to 8 ms: a herd of waiters that poll every
+** millisecond takes the CPU from the very process they wait for. */
+static int lock_init(int fd, uint64_t until_ns, short type) {
+  long pause_ns = 500000;
+  while (!lock_byte(fd, INIT_BYTE, type)) {
     if (errno != EAGAIN && errno != EACCES) return errno;
-    if (bf_now_ns() > until_ns) return EAGAIN;
-    struct timespec ts = {0, 1000000};
+    uint64_t now = bf_now_ns();
+    if (now >= until_ns) return EAGAIN;
+    if ((uint64_t)pause_ns > until_ns - now) pause_ns = (long)(until_ns - now);
+    struct timespec ts = {0, pause_ns};
     nanosleep(&ts, NULL);
+    if (pause_ns < 8000000) pause_ns *= 2;
   }
   return 0;
 }
@@ -493,16 +558,19 @@ static void futex_wake(_Atomic uint32_t *w) {
 #endif
 }
 
-/* Sleep while *w == seen, at most ns. */
-static void futex_wait(_Atomic uint32_t *w, uint32_t seen, uint64_t ns) {
+/* Sleep while *w == seen, at most ns: 1 when woken (or *w had changed), 0
+** when the time ran out. */
+static int futex_wait(_Atomic uint32_t *w, uint32_t seen, uint64_t ns) {
   struct timespec ts = {(time_t)(ns / 1000000000ull), (long)(ns % 1000000000ull)};
 #ifdef __linux__
-  syscall(SYS_futex, (uint32_t *)w, FUTEX_WAIT, seen, &ts, NULL, 0);
+  return syscall(SYS_futex, (uint32_t *)w, FUTEX_WAIT, seen, &ts, NULL, 0) == 0 ||
+         errno != ETIMEDOUT;
 #else
   (void)w;
   (void)seen;
   if (ts.tv_sec || ts.tv_nsec > 1000000) ts = (struct timespec){0, 1000000};
   nanosleep(&ts, NULL);
+  return 0;
 #endif
 }
 
@@ -526,9 +594,26 @@ static void scrub(sb_slot *s) {
   memset(s->out, 0, sizeof s->out);
 }
 
-static void refuse(sbf *f, const char *why, int err) {
-  fprintf(stderr, "bertfill: shared batching off for this model: %s %s%s%s\n", f->path, why,
-          err ? ": " : "", err ? strerror(err) : "");
+/* Why a file is refused: what passes by itself (tried again soon), what
+** lasts until someone changes the file (tried again rarely), or its
+** INIT_BYTE busy past the wait (tried again soon; said only when it lasts). */
+enum { R_PASSING, R_LASTING, R_BUSY };
+
+static void refuse(sbf *f, const char *why, int err, int kind) {
+  uint64_t now = bf_now_ns();
+  if (kind == R_BUSY && !f->busy_since_ns) f->busy_since_ns = now;
+  if (kind != R_BUSY) f->busy_since_ns = 0;
+  uint64_t wait = RETRY_MIN_NS << (f->refusals < 7 ? f->refusals : 7);
+  if (wait > RETRY_MAX_NS) wait = RETRY_MAX_NS;
+  if (kind == R_LASTING) wait = LASTING_RETRY_NS;
+  f->refusals++;
+  f->retry_ns = now + wait;
+  if (!f->said && (kind != R_BUSY || now - f->busy_since_ns >= BUSY_SAY_NS)) {
+    f->said = 1;
+    fprintf(stderr, "bertfill: shared batching off for this model: %s %s%s%s (tried again %s)\n",
+            f->path, why, err ? ": " : "", err ? strerror(err) : "",
+            kind == R_LASTING ? "every 30 s" : "later");
+  }
   if (f->h) munmap(f->h, FILE_SIZE);
   f->h = NULL;
   f->slots = NULL;
@@ -559,32 +644,68 @@ static int header_ok(const sb_header *h, const char *fp) {
          atomic_load(&h->ready) == 1;
 }
 
+/* 1 when the file (fstat st, the file at the path) must be made, replaced
+** or repaired, which only the holder of the write lock on INIT_BYTE may
+** do: new (empty), of another size, or of the right size with a blank
+** header (its maker died before it wrote it: a maker holds the write lock
+** until its header is written). */
+static int needs_making(int fd, const struct stat *st) {
+  if (!S_ISREG(st->st_mode) || st->st_nlink != 1 || st->st_uid != geteuid()) return 0;
+  if ((size_t)st->st_size != FILE_SIZE) return 1;
+  unsigned char hd[sizeof(sb_header)];
+  if (pread(fd, hd, sizeof hd, 0) != (ssize_t)sizeof hd) return 0;
+  uint32_t ready;
+  memcpy(&ready, hd + offsetof(sb_header, ready), sizeof ready);
+  return ready == 0 && hd[0] == 0;
+}
+
+/* An errno of open() that passes by itself (no descriptors or memory left
+** for now), rather than one about the file (a link, no permission). */
+static int passing_errno(int err) {
+  return err == EMFILE || err == ENFILE || err == ENOMEM || err == ENOSPC || err == EINTR ||
+         err == EAGAIN || err == EDQUOT;
+}
+
 /* Open, check (and create when new) the shared file of f->fp, and attach
-** to it (ATTACH_BYTE read-locked, see LEAVING). */
-static void open_file(sbf *f) {
+** to it (ATTACH_BYTE read-locked, see LEAVING), waiting at most wait_ns for
+** another process's INIT_BYTE (see OPENING).  A ready file of the right
+** size is checked under a shared lock on INIT_BYTE, so that the processes
+** of a herd do not open it one at a time; a file to make, replace or
+** repair under the write lock.  Refused: f->fd is -1 and f->retry_ns says
+** when to try again. */
+static void open_file(sbf *f, uint64_t wait_ns) {
   snprintf(f->path, sizeof f->path, "%s/bertfill-%u-batch-%s", sb.dir, (unsigned)geteuid(), f->fp);
-  uint64_t until = bf_now_ns() + INIT_WAIT_NS; /* one creator at a time */
+  uint64_t until = bf_now_ns() + wait_ns;
   struct stat st;
+  short mode = F_RDLCK;
   for (int tries = 1;; tries++) {
     f->fd = open(f->path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK, 0600);
     if (f->fd < 0) {
-      refuse(f, "cannot be opened", errno);
+      int err = errno;
+      refuse(f, "cannot be opened", err, passing_errno(err) ? R_PASSING : R_LASTING);
       return;
     }
-    int err = lock_init(f->fd, until);
+    int err = lock_init(f->fd, until, mode);
     if (err) {
       refuse(f, err == EAGAIN ? "is locked by another process" : "cannot be locked",
-             err == EAGAIN ? 0 : err);
+             err == EAGAIN ? 0 : err, err == EAGAIN ? R_BUSY : R_PASSING);
       return;
     }
     if (fstat(f->fd, &st) != 0) {
-      refuse(f, "cannot be read", errno);
+      refuse(f, "cannot be read", errno, R_PASSING);
       return;
     }
     /* the file at the path, or something the checks below refuse; else
     ** the last process to leave it removed it between the open and the
     ** lock: the file at the path now (a new one) */
     int here = at_path(f->path, &st);
+    if (mode == F_RDLCK && here && needs_making(f->fd, &st)) { /* again, alone */
+      close(f->fd); /* the lock goes with the description */
+      f->fd = -1;
+      mode = F_WRLCK;
+      tries--;
+      continue;
+    }
     /* a file of another size (another version of bertfill, or one cut
     ** short) that no process of this build is attached to: removed, and
     ** made again, rather than refused for good (an older build's processes
@@ -599,20 +720,21 @@ static void open_file(sbf *f) {
     }
     if (!S_ISREG(st.st_mode) || st.st_nlink > 1 || here) break;
     if (tries == OPEN_TRIES) {
-      refuse(f, "is removed by other processes as fast as it is opened", 0);
+      refuse(f, "is removed by other processes as fast as it is opened", 0, R_PASSING);
       return;
     }
     close(f->fd);
     f->fd = -1;
   }
   const char *why = NULL;
-  int err = 0, fresh = 0;
+  int err = 0, fresh = 0, kind = R_LASTING;
   if (!S_ISREG(st.st_mode) || st.st_nlink != 1) {
     why = "is not a plain file";
   } else if (st.st_uid != geteuid()) {
     why = "belongs to another user";
-  } else if (st.st_size == 0) { /* new: make it */
+  } else if (st.st_size == 0) { /* new: make it (the write lock held) */
     fresh = 1;
+    kind = R_PASSING;
     if (fchmod(f->fd, 0600) != 0) {
       why = "cannot be made";
       err = errno;
@@ -623,35 +745,42 @@ static void open_file(sbf *f) {
     why = "is not of mode 0600";
   } else if ((size_t)st.st_size != FILE_SIZE) { /* and in use: not replaced */
     why = "has the wrong size (another version of bertfill, or damaged) and is in use";
+    kind = R_PASSING; /* until the processes that use it are gone */
   } else if ((err = bf_reserve_file(f->fd, FILE_SIZE, 0)) != 0) {
     why = "cannot be given its memory (is its file system full?)";
+    kind = R_PASSING;
   }
   if (!why) {
     void *p = mmap(NULL, FILE_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, f->fd, 0);
     if (p == MAP_FAILED) {
       why = "cannot be mapped";
       err = errno;
+      kind = R_PASSING;
     } else {
       f->h = p;
       f->slots = (sb_slot *)((char *)p + HEADER_SIZE);
-      /* new, or its maker died before writing the header (INIT_BYTE held) */
+      /* new, or its maker died before writing the header (only under the
+      ** write lock: needs_making sent a shared holder back for it) */
       int blank = st.st_size == 0 || (atomic_load(&f->h->ready) == 0 && f->h->magic[0] == 0);
-      if (blank) write_header(f->h, f->fp);
+      if (blank && mode == F_WRLCK) write_header(f->h, f->fp);
       else if (!header_ok(f->h, f->fp)) why = "has a header this build does not know (damaged?)";
     }
   }
   if (!why && !lock_byte(f->fd, ATTACH_BYTE, F_RDLCK)) {
     why = "cannot be locked";
     err = errno;
+    kind = R_PASSING;
   }
   if (why) {
     /* a new file that could not be made is removed (INIT_BYTE held:
     ** nobody uses a file without its size): the next process tries anew */
     if (fresh && at_path(f->path, &st)) unlink(f->path);
-    refuse(f, why, err);
+    refuse(f, why, err, kind);
     return;
   }
   lock_byte(f->fd, INIT_BYTE, F_UNLCK);
+  f->refusals = 0;
+  f->busy_since_ns = 0;
 }
 
 /* ---- slots ---- */
@@ -757,8 +886,10 @@ static int reclaim_orphan(sbf *f, unsigned i) {
 
 /* ---- attaching and leaving (LEAVING) ---- */
 
-/* The shared file of fingerprint fp, opened on first use; NULL when it is
-** refused. */
+/* The shared file of fingerprint fp, opened on first use (waiting at most
+** INIT_WAIT_NS for another process's INIT_BYTE); NULL when it is refused
+** for now.  A refused file is tried again by the first call after its
+** retry_ns, with a wait of at most RETRY_WAIT_NS (OPENING). */
 static sbf *file_of(const char *fp) {
   pthread_mutex_lock(&sb.mu);
   sbf *f = sb.files;
@@ -767,13 +898,17 @@ static sbf *file_of(const char *fp) {
     snprintf(f->fp, sizeof f->fp, "%s", fp);
     pthread_mutex_init(&f->mu, NULL);
     f->fd = -1;
-    open_file(f);
+    open_file(f, INIT_WAIT_NS);
     if (f->fd >= 0) sweep_dead(f);
     f->next = sb.files;
     sb.files = f;
+  } else if (f && f->fd < 0 && bf_now_ns() >= f->retry_ns) {
+    open_file(f, RETRY_WAIT_NS);
+    if (f->fd >= 0) sweep_dead(f);
   }
+  int usable = f && f->fd >= 0;
   pthread_mutex_unlock(&sb.mu);
-  return f && f->fd >= 0 ? f : NULL;
+  return usable ? f : NULL;
 }
 
 /* This process leaves file f (at its exit): its ATTACH_BYTE dropped; then,
@@ -782,7 +917,7 @@ static sbf *file_of(const char *fp) {
 ** at the path.  The mapping stays (other threads may still be in a call). */
 static void leave(sbf *f) {
   lock_byte(f->fd, ATTACH_BYTE, F_UNLCK);
-  if (lock_init(f->fd, bf_now_ns() + INIT_WAIT_NS) != 0) return; /* the next one to leave */
+  if (lock_init(f->fd, bf_now_ns() + INIT_WAIT_NS, F_WRLCK) != 0) return; /* the next to leave */
   struct stat st;
   if (!held_elsewhere(f->fd, ATTACH_BYTE) && fstat(f->fd, &st) == 0 && at_path(f->path, &st))
     unlink(f->path);
@@ -832,6 +967,7 @@ static int try_lead(sbf *f) {
 ** them leads next.  (After the lock is dropped: a request posted meanwhile
 ** either sees no leader, or is seen here.) */
 static void stop_leading(sbf *f) {
+  atomic_store(&f->h->released_ns, bf_now_ns());
   pthread_mutex_lock(&f->mu);
   lock_byte(f->fd, LEADER_BYTE, F_UNLCK);
   f->leading = 0;
@@ -880,8 +1016,9 @@ static void finish(sb_slot *s, uint32_t taken, int rc, uint64_t echo) {
 
 typedef struct member {
   int slot;
-  uint32_t taken; /* its state word as taken: TAKEN | ticket */
-  uint64_t echo;  /* what its owner expects back */
+  uint64_t taken_ns, handover_ns; /* its timeline (TIMELINE) */
+  uint32_t taken;                 /* its state word as taken: TAKEN | ticket */
+  uint64_t echo;                  /* what its owner expects back */
   bf_tokens t;
   int k;
   int foreign; /* owned by another process */
@@ -892,7 +1029,7 @@ typedef struct member {
 ** once, after it is TAKEN, and only those copies are used.  Returns how
 ** many; *tokens: their tokens in all. */
 static int take_batch(sbf *f, bf_model *m, int me, member *mb, int32_t *ids, int first,
-                      int *tokens_out) {
+                      uint64_t lead_ns, uint64_t released_ns, int *tokens_out) {
   int n = 0, tokens = 0;
   unsigned start = (unsigned)me;
   for (unsigned j = 0; j < NSLOTS && n < BFX_BATCH_MAX_SEQS; j++) {
@@ -925,6 +1062,12 @@ static int take_batch(sbf *f, bf_model *m, int me, member *mb, int32_t *ids, int
     }
     member *x = &mb[n++];
     x->slot = (int)i;
+    /* with no leader: from its posting, or the last leader's giving up when
+    ** later, to this lead (read from the file: checked by bfx_timeline) */
+    uint64_t posted = atomic_load(&s->posted_ns),
+             from = posted > released_ns ? posted : released_ns;
+    x->handover_ns = from < lead_ns ? lead_ns - from : 0;
+    x->taken_ns = bf_now_ns();
     x->taken = taken;
     x->k = (int)k;
     x->foreign = atomic_load(&s->owner) != sb.key;
@@ -942,7 +1085,7 @@ static int take_batch(sbf *f, bf_model *m, int me, member *mb, int32_t *ids, int
 
 /* Run a batch on run and write each member's results into its slot (only
 ** into a slot still TAKEN by this batch). */
-static void run_batch(sbf *f, bf_model *m, bf_run *run, member *mb, int n) {
+static void run_batch(sbf *f, bf_model *m, bf_run *run, member *mb, int n, int how) {
   bfx_err errs[BFX_BATCH_MAX_SEQS];
   bf_tokens seqs[BFX_BATCH_MAX_SEQS];
   size_t at[BFX_BATCH_MAX_SEQS + 1];
@@ -960,7 +1103,9 @@ static void run_batch(sbf *f, bf_model *m, bf_run *run, member *mb, int n) {
   bf_cand *out = sqlite3_malloc64(at[n] * (size_t)kmax * sizeof *out);
   if (!out) {
     for (int i = 0; i < n; i++) rc[i] = SQLITE_NOMEM;
-  } else {
+  }
+  uint64_t run0 = bf_now_ns();
+  if (out) {
     int all = bfx_encode_on(m, run, n, seqs, kmax, out, &times, &errs[0]);
     for (int i = 0; i < n; i++) rc[i] = all;
     if (all != SQLITE_OK && n > 1) /* one sequence must not fail the others */
@@ -968,17 +1113,26 @@ static void run_batch(sbf *f, bf_model *m, bf_run *run, member *mb, int n) {
         rc[i] = bfx_encode_on(m, run, 1, &seqs[i], kmax, out + at[i] * (size_t)kmax, &times,
                               &errs[i]);
   }
+  uint64_t run1 = bf_now_ns();
   for (int i = 0; i < n; i++) {
     sb_slot *s = &f->slots[mb[i].slot];
     if (!begin_writing(s, mb[i].taken)) continue; /* no longer this request's slot */
     atomic_store(&s->encode_ns, times.encode_ns);
     atomic_store(&s->topk_ns, times.topk_ns);
+    atomic_store(&s->taken_ns, mb[i].taken_ns);
+    atomic_store(&s->handover_ns, mb[i].handover_ns);
+    atomic_store(&s->run0_ns, run0);
+    atomic_store(&s->run1_ns, run1);
+    atomic_store(&s->leader_pid, (uint32_t)getpid());
+    atomic_store(&s->lead, (uint32_t)how);
+    atomic_store(&s->seqs, (uint32_t)n);
     if (rc[i] == SQLITE_OK) {
       int k = mb[i].k;
       for (int j = 0; j < mb[i].t.n_masks; j++)
         memcpy(s->out + (size_t)j * (size_t)k, out + (at[i] + (size_t)j) * (size_t)kmax,
                (size_t)k * sizeof *out);
     }
+    atomic_store(&s->done_ns, bf_now_ns());
     finish(s, mb[i].taken, rc[i], rc[i] == SQLITE_OK ? mb[i].echo : 0);
   }
   sqlite3_free(out);
@@ -1002,7 +1156,13 @@ static uint64_t batch_expect_ns(const sbf *f, int tokens) {
 ** the lead): batches until the leader's own slot me is DONE; then the slot
 ** and the lead are given back.  The header's progress is bumped when a
 ** batch is taken and when it is done, with the time announced in between. */
-static void lead(sbf *f, bf_model *m, int me, bf_run *run) {
+static void lead(sbf *f, bf_model *m, int me, bf_run *run, int how) {
+  uint64_t lead_ns = bf_now_ns(), released = atomic_load(&f->h->released_ns);
+  bf_stats_add(how == BFX_LEAD_WOKEN   ? BF_CT_SHARED_LEAD_WOKEN
+               : how == BFX_LEAD_TIMER ? BF_CT_SHARED_LEAD_TIMER
+               : how == BFX_LEAD_SLOT  ? BF_CT_SHARED_LEAD_SLOT
+                                       : BF_CT_SHARED_LEAD_POST,
+               1);
   if (sb.gather > 1) { /* test hook: wait for company */
     atomic_store(&f->h->expect_ns, GATHER_WAIT_NS);
     atomic_fetch_add(&f->h->progress, 1);
@@ -1017,7 +1177,7 @@ static void lead(sbf *f, bf_model *m, int me, bf_run *run) {
   int first = 1;
   while (ids && STATE_OF(atomic_load(&f->slots[me].state)) != S_DONE) {
     int tokens = 0;
-    int n = take_batch(f, m, me, mb, ids, first, &tokens);
+    int n = take_batch(f, m, me, mb, ids, first, lead_ns, released, &tokens);
     first = 0;
     if (n == 0) break;
     atomic_store(&f->h->expect_ns, batch_expect_ns(f, tokens));
@@ -1027,7 +1187,7 @@ static void lead(sbf *f, bf_model *m, int me, bf_run *run) {
       nanosleep(&ts, NULL);
     }
     uint64_t t0 = bf_now_ns();
-    run_batch(f, m, run, mb, n);
+    run_batch(f, m, run, mb, n, how);
     uint64_t per = (bf_now_ns() - t0) / (uint64_t)(tokens > 0 ? tokens : 1);
     f->ns_per_token = per ? per : 1;
     atomic_fetch_add(&f->h->progress, 1);
@@ -1048,14 +1208,15 @@ static void lead(sbf *f, bf_model *m, int me, bf_run *run) {
 ** process's); NO_SLOT: waited in the guard's queue for a slot until
 ** until_ns, in vain; -1: out of memory. */
 enum { NOT_LEADER, LED, NO_SLOT };
-static int lead_if_possible(sbf *f, bf_model *m, int me, uint64_t until_ns, int *elsewhere) {
+static int lead_if_possible(sbf *f, bf_model *m, int me, uint64_t until_ns, int *elsewhere,
+                            int how) {
   int got = try_lead(f);
   *elsewhere = got == LEAD_ELSEWHERE;
   if (got != LEAD_GOT) return NOT_LEADER; /* another leads: it will take the request */
   int nomem = 0;
   bf_run *run = bfx_guard_try_acquire(&nomem);
   if (run) {
-    lead(f, m, me, run);
+    lead(f, m, me, run, how);
     return LED;
   }
   stop_leading(f);
@@ -1070,7 +1231,7 @@ static int lead_if_possible(sbf *f, bf_model *m, int me, uint64_t until_ns, int 
   got = try_lead(f);
   *elsewhere = got == LEAD_ELSEWHERE;
   if (got == LEAD_GOT) {
-    lead(f, m, me, run);
+    lead(f, m, me, run, BFX_LEAD_SLOT);
     return LED;
   }
   bfx_guard_release(run);
@@ -1093,13 +1254,33 @@ static uint64_t stall_limit_ns(sbf *f, uint64_t cap_ns) {
 }
 
 /* The busy error of a request that no batch took within the busy timeout
-** while another process led: what it waited for. */
+** (its slot already taken back): what it waited for.  The requests still
+** waiting, the batch running and whose it is (or none, and who led last),
+** and this process's own encoder runs when they kept it from leading:
+**   bertfill: busy: waited 2000 ms in the machine-wide queue of this model:
+**   3 other requests waiting, 12 in the batch that process 4242 is running */
 static void queue_busy_error(sbf *f, bfx_err *e, uint64_t waited_ns) {
   int posted = count_states(f, S_POSTED, S_POSTED), taken = count_states(f, S_TAKEN, S_WRITING);
+  unsigned pid = (unsigned)atomic_load(&f->h->leader_pid);
+  pthread_mutex_lock(&f->mu);
+  int here = f->leading;
+  pthread_mutex_unlock(&f->mu);
+  char batch[96], own[80] = "";
+  if (here)
+    snprintf(batch, sizeof batch, "%d in the batch that this process (%u) is running", taken,
+             (unsigned)getpid());
+  else if (held_elsewhere(f->fd, LEADER_BYTE))
+    snprintf(batch, sizeof batch, "%d in the batch that process %u is running", taken, pid);
+  else if (pid) snprintf(batch, sizeof batch, "no batch running (process %u led last)", pid);
+  else snprintf(batch, sizeof batch, "no batch running");
+  int mine = bfx_guard_in_flight();
+  if (mine > 0)
+    snprintf(own, sizeof own, "; this process's encoder: %d run%s in progress", mine,
+             mine == 1 ? "" : "s");
   bfx_errf(e, SQLITE_ERROR, BF_CT_BUSY,
            "bertfill: busy: waited %d ms in the machine-wide queue of this model: %d other "
-           "requests waiting, %d in the batch that process %u is running",
-           (int)(waited_ns / 1000000), posted, taken, (unsigned)atomic_load(&f->h->leader_pid));
+           "request%s waiting, %s%s",
+           (int)(waited_ns / 1000000), posted, posted == 1 ? "" : "s", batch, own);
 }
 
 int bfx_shared_encode(bf_model *m, const bf_tokens *t, int k, bf_cand *out, bfx_times *tm,
@@ -1146,6 +1327,8 @@ int bfx_shared_encode(bf_model *m, const bf_tokens *t, int k, bf_cand *out, bfx_
   atomic_store(&s->owner, sb.key);
   atomic_store(&s->taker, 0);
   memcpy(s->ids, t->ids, (size_t)t->n * sizeof *t->ids);
+  uint64_t posted = bf_now_ns();
+  atomic_store(&s->posted_ns, posted);
   atomic_store(&s->state, S_POSTED | ticket);
 
   uint64_t deadline = bfx_guard_deadline_ns(t0);
@@ -1153,7 +1336,8 @@ int bfx_shared_encode(bf_model *m, const bf_tokens *t, int k, bf_cand *out, bfx_
   if (patience < 1000000000ull) patience = 1000000000ull;
   uint64_t give_up = deadline + ABANDON_FACTOR * patience;
   uint64_t progress = atomic_load(&f->h->progress), quiet_since = t0;
-  int elsewhere = 0; /* the lead was another process's when last tried */
+  int elsewhere = 0;       /* the lead was another process's when last tried */
+  int how = BFX_LEAD_POST; /* what this thread did last: posted, woken, timed out, queued */
   for (;;) {
     uint32_t w = atomic_load(&s->state), st = STATE_OF(w);
     if (w == (S_DONE | ticket)) break;
@@ -1164,7 +1348,7 @@ int bfx_shared_encode(bf_model *m, const bf_tokens *t, int k, bf_cand *out, bfx_
     }
     uint64_t now = bf_now_ns();
     int led = lead_if_possible(f, m, i, now + RECHECK_NS < deadline ? now + RECHECK_NS : deadline,
-                               &elsewhere);
+                               &elsewhere, how);
     if (led == LED) continue;
     int queued = led == NO_SLOT; /* this thread just waited in the guard's queue */
     if (led < 0) {
@@ -1198,8 +1382,12 @@ int bfx_shared_encode(bf_model *m, const bf_tokens *t, int k, bf_cand *out, bfx_
     if (st == S_POSTED && now >= deadline) {
       uint32_t expect = S_POSTED | ticket;
       if (atomic_compare_exchange_strong(&s->state, &expect, S_FILLING)) {
-        if (elsewhere) queue_busy_error(f, e, now - t0);
-        else bfx_guard_busy_error(e, bfx_guard_in_flight(), now - t0);
+        /* the guard's message ("N encoder runs in progress") only when
+        ** what kept it was this process's own runs, and no other process leads */
+        int mine = bfx_guard_in_flight();
+        if (elsewhere || mine == 0 || held_elsewhere(f->fd, LEADER_BYTE))
+          queue_busy_error(f, e, now - t0);
+        else bfx_guard_busy_error(e, mine, now - t0);
         release(f, i);
         bf_stats_time(BF_ST_QUEUE, now - t0);
         if (tm) tm->queue_ns += now - t0;
@@ -1215,10 +1403,13 @@ int bfx_shared_encode(bf_model *m, const bf_tokens *t, int k, bf_cand *out, bfx_
     }
     /* Back into the guard's queue at once when that is where it waited: a
     ** sleep here would let a column's next run take the slot first. */
-    if (queued) continue;
+    if (queued) {
+      how = BFX_LEAD_SLOT;
+      continue;
+    }
     uint64_t ns = RECHECK_NS;
     if (st == S_POSTED && deadline > now && deadline - now < ns) ns = deadline - now;
-    futex_wait(&s->state, w, ns ? ns : 1);
+    how = futex_wait(&s->state, w, ns ? ns : 1) ? BFX_LEAD_WOKEN : BFX_LEAD_TIMER;
   }
 
   /* DONE: accepted only when a leader ran this very request (the echo),
@@ -1233,6 +1424,16 @@ int bfx_shared_encode(bf_model *m, const bf_tokens *t, int k, bf_cand *out, bfx_
   }
   int remote = atomic_load(&s->taker) != sb.key;
   uint64_t enc = atomic_load(&s->encode_ns), topk = atomic_load(&s->topk_ns);
+  uint32_t lead_how = atomic_load(&s->lead);
+  bfx_stamps stamps = {.posted = posted,
+                       .taken = atomic_load(&s->taken_ns),
+                       .run0 = atomic_load(&s->run0_ns),
+                       .run1 = atomic_load(&s->run1_ns),
+                       .done = atomic_load(&s->done_ns),
+                       .handover = atomic_load(&s->handover_ns),
+                       .seqs = (int)atomic_load(&s->seqs),
+                       .leader_pid = (int)atomic_load(&s->leader_pid),
+                       .lead = lead_how <= BFX_LEAD_SLOT ? (int)lead_how : BFX_LEAD_NONE};
   /* the answer is read: the slot's texts go with it (release).  DONE but
   ** no leader's result in it (someone wrote the state): a leader may still
   ** be about to write; the slot is scrubbed and left to be reclaimed */
@@ -1247,7 +1448,9 @@ int bfx_shared_encode(bf_model *m, const bf_tokens *t, int k, bf_cand *out, bfx_
     return 0;
   }
   if (remote) bf_stats_add(BF_CT_SHARED_REMOTE, 1);
-  uint64_t total = bf_now_ns() - t0, q = total > enc + topk ? total - enc - topk : 0;
+  stamps.back = bf_now_ns();
+  bfx_timeline(tm, &stamps);
+  uint64_t total = stamps.back - t0, q = total > enc + topk ? total - enc - topk : 0;
   bf_stats_time(BF_ST_QUEUE, q);
   if (tm) {
     tm->queue_ns += q;

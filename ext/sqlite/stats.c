@@ -56,7 +56,8 @@ static _Alignas(64) _Atomic uint64_t g_batch[B_NBUCKETS];
 static _Atomic uint64_t g_epoch_ns; /* load time or last reset */
 
 static const char *const stage_names[BF_ST__N] = {
-  "call", "queue", "tokenize", "encode", "topk", "cache_read", "cache_write", "joint",
+  "call",  "queue",      "tokenize",    "encode",      "topk",       "cache_read",    "cache_write",
+  "joint", "batch_wait", "batch_start", "batch_write", "batch_wake", "lead_handover",
 };
 static const char *const counter_names[BF_CT__N] = {
   "calls",
@@ -90,6 +91,10 @@ static const char *const counter_names[BF_CT__N] = {
   "shared_fallback",
   "shared_rerun",
   "shared_reclaimed",
+  "shared_lead_post",
+  "shared_lead_woken",
+  "shared_lead_timer",
+  "shared_lead_slot",
 };
 
 const char *bf_stage_name(bf_stage s) { return (s >= 0 && s < BF_ST__N) ? stage_names[s] : "?"; }

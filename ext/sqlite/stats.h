@@ -20,6 +20,12 @@ typedef enum bf_stage {
   BF_ST_CACHE_READ,  /* LRU + cache table lookup */
   BF_ST_CACHE_WRITE, /* cache table insert */
   BF_ST_JOINT,       /* whole fill_sequences / bert_fill(text, 'joint') / bert_score call */
+  /* the timeline of a call through a batcher (encode.h: bfx_times) */
+  BF_ST_BATCH_WAIT,    /* posted -> taken into a batch by its leader */
+  BF_ST_BATCH_START,   /* taken -> the batch's encoder run starts */
+  BF_ST_BATCH_WRITE,   /* the run ends -> its answer handed over */
+  BF_ST_BATCH_WAKE,    /* answer handed over -> the caller runs again */
+  BF_ST_LEAD_HANDOVER, /* of batch_wait: with no leader (lead given up -> taken) */
   BF_ST__N
 } bf_stage;
 
@@ -56,6 +62,11 @@ typedef enum bf_counter {
   BF_CT_SHARED_FALLBACK,       /* calls that took the in-process path instead */
   BF_CT_SHARED_RERUN,          /* requests of a leader that died, run again */
   BF_CT_SHARED_RECLAIMED,      /* slots of dead processes taken over */
+  /* leads of the machine-wide queue taken by this process, by how (encode.h: BFX_LEAD_*) */
+  BF_CT_SHARED_LEAD_POST,  /* the lead free when it posted its request */
+  BF_CT_SHARED_LEAD_WOKEN, /* woken by the leader before, which gave the lead up */
+  BF_CT_SHARED_LEAD_TIMER, /* looked again after a recheck timeout and found no leader */
+  BF_CT_SHARED_LEAD_SLOT,  /* after a wait for an encoder slot of its own process */
   BF_CT__N
 } bf_counter;
 

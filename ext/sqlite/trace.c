@@ -9,10 +9,23 @@
 **   SELECT * FROM bertfill_trace ORDER BY total_ms DESC LIMIT 10;   -- the slowest calls
 **
 ** bertfill_trace(id, ts, func, text, source, total_ms, queue_ms, tokenize_ms,
-** encode_ms, topk_ms, cache_read_ms, cache_write_ms, tokens, masks):
+** encode_ms, topk_ms, cache_read_ms, cache_write_ms, tokens, masks, wait_ms,
+** start_ms, write_ms, wake_ms, handover_ms, batch_seqs, leader_pid, lead):
 ** ts is UTC ('YYYY-MM-DD HH:MM:SS.SSS', what SQLite's date functions read);
 ** source is where the answer came from: 'lru', 'table', 'encoder' or 'error';
 ** text is the input as given (a BLOB when it is not valid UTF-8).
+** The last eight are the timeline of a call whose encoder run went through a
+** batcher (batcher.c, shared_batch.c; NULL otherwise): wait_ms from posted
+** to taken into a batch (handover_ms of it with no leader), start_ms from
+** taken to the run's start, encode_ms + topk_ms the run, write_ms from its
+** end to the answer handed over, wake_ms from there to the caller running;
+** batch_seqs the sequences of its batch, leader_pid the process that ran it,
+** lead how that leader got the lead ('alone', 'queue', 'post', 'woken',
+** 'timer', 'slot': encode.h).  tokenize_ms + cache_read_ms + wait_ms +
+** start_ms + encode_ms + topk_ms + write_ms + wake_ms + cache_write_ms make
+** total_ms but for the SQL layer's own work (tests/python/t_timeline.py).
+** A table made by an older version gets the new columns (ALTER TABLE) when
+** tracing starts.
 ** The table is created by bert_trace(1) (an error there if the database cannot
 ** be written).  Writing a trace row never breaks the user's statement: if the
 ** insert fails (read-only or locked database, table dropped, ...) the row is
@@ -35,6 +48,7 @@ SQLITE_EXTENSION_INIT3
 #include "trace.h"
 #include "bounds.h"
 #include "errors.h"
+#include "encode.h"
 #include "lookup.h"
 #include "text.h"
 #include "util.h"
@@ -116,13 +130,54 @@ typedef struct trace_rec {
   const char *source; /* "lru", "table", "encoder", "error" */
   uint64_t total_ns, queue_ns, tokenize_ns, encode_ns, topk_ns, cache_read_ns, cache_write_ns;
   int tokens, masks;
+  int batched; /* the timeline below is set */
+  uint64_t wait_ns, start_ns, write_ns, wake_ns, handover_ns;
+  int batch_seqs, leader_pid, lead;
 } trace_rec;
 
 static const char trace_schema[] =
   "CREATE TABLE IF NOT EXISTS main." TRACE_TABLE "("
   "id INTEGER PRIMARY KEY, ts TEXT NOT NULL, func TEXT, text TEXT, source TEXT,"
   " total_ms REAL, queue_ms REAL, tokenize_ms REAL, encode_ms REAL, topk_ms REAL,"
-  " cache_read_ms REAL, cache_write_ms REAL, tokens INTEGER, masks INTEGER)";
+  " cache_read_ms REAL, cache_write_ms REAL, tokens INTEGER, masks INTEGER, wait_ms REAL,"
+  " start_ms REAL, write_ms REAL, wake_ms REAL, handover_ms REAL, batch_seqs INTEGER,"
+  " leader_pid INTEGER, lead TEXT)";
+
+/* The columns added since the table's first version: a table an older
+** version made gets them when tracing starts. */
+static const char *const trace_added[][2] = {
+  {"wait_ms", "REAL"},       {"start_ms", "REAL"},    {"write_ms", "REAL"},
+  {"wake_ms", "REAL"},       {"handover_ms", "REAL"}, {"batch_seqs", "INTEGER"},
+  {"leader_pid", "INTEGER"}, {"lead", "TEXT"},
+};
+
+/* Adds the columns of trace_added that the table lacks: SQLITE_OK or the
+** error (in *err, to be freed with sqlite3_free). */
+static int trace_upgrade(sqlite3 *db, char **err) {
+  int n = (int)(sizeof trace_added / sizeof trace_added[0]);
+  for (int i = 0; i < n; i++) {
+    sqlite3_stmt *st = NULL;
+    int rc = sqlite3_prepare_v2(db,
+                                "SELECT 1 FROM pragma_table_info('" TRACE_TABLE
+                                "', 'main') WHERE name = ?1",
+                                -1, &st, NULL);
+    if (rc != SQLITE_OK) {
+      *err = sqlite3_mprintf("%s", sqlite3_errmsg(db));
+      return rc;
+    }
+    sqlite3_bind_text(st, 1, trace_added[i][0], -1, SQLITE_STATIC);
+    int have = sqlite3_step(st) == SQLITE_ROW;
+    sqlite3_finalize(st);
+    if (have) continue;
+    char *sql = sqlite3_mprintf("ALTER TABLE main." TRACE_TABLE " ADD COLUMN %s %s",
+                                trace_added[i][0], trace_added[i][1]);
+    if (!sql) return SQLITE_NOMEM;
+    rc = sqlite3_exec(db, sql, NULL, NULL, err);
+    sqlite3_free(sql);
+    if (rc != SQLITE_OK) return rc;
+  }
+  return SQLITE_OK;
+}
 
 static void utc_now(char *buf, size_t n) {
   struct timespec ts;
@@ -162,8 +217,10 @@ static void trace_record(sqlite3 *db, const trace_rec *rec) {
                               "INSERT INTO main." TRACE_TABLE
                               "(ts, func, text, source, total_ms, queue_ms,"
                               " tokenize_ms, encode_ms, topk_ms, cache_read_ms, cache_write_ms, "
-                              "tokens, masks)"
-                              " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+                              "tokens, masks, wait_ms, start_ms, write_ms, wake_ms, handover_ms,"
+                              " batch_seqs, leader_pid, lead)"
+                              " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13,"
+                              " ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21)",
                               -1, &st, NULL);
   if (rc == SQLITE_OK) {
     char ts[40];
@@ -182,6 +239,15 @@ static void trace_record(sqlite3 *db, const trace_rec *rec) {
     for (int i = 0; i < 7; i++) sqlite3_bind_double(st, 5 + i, (double)t[i] / 1e6); /* ms */
     sqlite3_bind_int(st, 12, rec->tokens);
     sqlite3_bind_int(st, 13, rec->masks);
+    if (rec->batched) { /* NULL otherwise */
+      const uint64_t b[5] = {rec->wait_ns, rec->start_ns, rec->write_ns, rec->wake_ns,
+                             rec->handover_ns};
+      for (int i = 0; i < 5; i++) sqlite3_bind_double(st, 14 + i, (double)b[i] / 1e6);
+      sqlite3_bind_int(st, 19, rec->batch_seqs);
+      sqlite3_bind_int(st, 20, rec->leader_pid);
+      const char *lead = bfx_lead_name(rec->lead);
+      if (lead) sqlite3_bind_text(st, 21, lead, -1, SQLITE_STATIC);
+    }
     rc = sqlite3_step(st);
     rc = rc == SQLITE_DONE ? SQLITE_OK : rc;
   }
@@ -233,7 +299,8 @@ void bfx_fn_trace(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
   }
   if (on && !st->enabled) {
     char *err = NULL;
-    if (sqlite3_exec(db, trace_schema, NULL, NULL, &err) != SQLITE_OK) {
+    if (sqlite3_exec(db, trace_schema, NULL, NULL, &err) != SQLITE_OK ||
+        trace_upgrade(db, &err) != SQLITE_OK) {
       bfx_err e = BFX_ERR_NONE;
       bfx_errf(&e, SQLITE_ERROR, -1,
                "bert_trace: cannot create the trace table " TRACE_TABLE ": %s",
@@ -282,6 +349,15 @@ void bfx_trace_call(sqlite3 *db, const char *func, const char *text, int text_le
     rec.cache_read_ns = r->times.cache_read_ns;
     rec.cache_write_ns = r->times.cache_write_ns;
     rec.masks = r->n_masks;
+    rec.batched = r->times.batch_seqs > 0;
+    rec.wait_ns = r->times.wait_ns;
+    rec.start_ns = r->times.start_ns;
+    rec.write_ns = r->times.write_ns;
+    rec.wake_ns = r->times.wake_ns;
+    rec.handover_ns = r->times.handover_ns;
+    rec.batch_seqs = r->times.batch_seqs;
+    rec.leader_pid = r->times.leader_pid;
+    rec.lead = r->times.lead;
   }
   rec.tokens = tokens;
   trace_record(db, &rec);

@@ -80,7 +80,21 @@ static const char *const COUNTERS[NCOUNT] = {
   "cache_skipped", "seqs",
 };
 
+/* The timeline of a call through a batcher (issue 38): stages, and the
+** counters of how the machine-wide lead was taken.  Printed, not in the CSV. */
+#define NTL 5
+static const char *const TL_STAGES[NTL] = {
+  "batch_wait", "lead_handover", "batch_start", "batch_write", "batch_wake",
+};
+#define NLEAD 5
+static const char *const LEADS[NLEAD] = {
+  "shared_lead_post", "shared_lead_woken", "shared_lead_timer", "shared_lead_slot",
+  "shared_leader_changes",
+};
+
 typedef struct server_stats {
+  double tl_total_ms[NTL];
+  uint64_t tl_count, lead[NLEAD];
   double stage_total_ms[NSTAGE];
   double stage_p95_ms[NSTAGE];   /* threads mode only (per-process histograms) */
   uint64_t counter[NCOUNT];
@@ -213,6 +227,11 @@ static void read_server_stats(sqlite3 *db, server_stats *s) {
     const char *kind = (const char *)sqlite3_column_text(st, 1);
     if (!name || !kind) continue;
     if (!strcmp(kind, "stage")) {
+      for (int i = 0; i < NTL; i++)
+        if (!strcmp(name, TL_STAGES[i])) {
+          s->tl_total_ms[i] = sqlite3_column_double(st, 3);
+          if (i == 0) s->tl_count = (uint64_t)sqlite3_column_int64(st, 2);
+        }
       for (int i = 0; i < NSTAGE; i++)
         if (!strcmp(name, STAGES[i])) {
           s->stage_total_ms[i] = sqlite3_column_double(st, 3);
@@ -221,6 +240,8 @@ static void read_server_stats(sqlite3 *db, server_stats *s) {
     } else if (!strcmp(kind, "counter")) {
       for (int i = 0; i < NCOUNT; i++)
         if (!strcmp(name, COUNTERS[i])) s->counter[i] = (uint64_t)sqlite3_column_int64(st, 2);
+      for (int i = 0; i < NLEAD; i++)
+        if (!strcmp(name, LEADS[i])) s->lead[i] = (uint64_t)sqlite3_column_int64(st, 2);
     }
   }
   s->ok = sqlite3_finalize(st) == SQLITE_OK;
@@ -535,6 +556,9 @@ int main(int argc, char **argv) {
       cpu_ns += r->cpu_ns;
       for (int i = 0; i < NSTAGE; i++) srv.stage_total_ms[i] += r->srv.stage_total_ms[i];
       for (int i = 0; i < NCOUNT; i++) srv.counter[i] += r->srv.counter[i];
+      for (int i = 0; i < NTL; i++) srv.tl_total_ms[i] += r->srv.tl_total_ms[i];
+      for (int i = 0; i < NLEAD; i++) srv.lead[i] += r->srv.lead[i];
+      srv.tl_count += r->srv.tl_count;
       srv.ok |= r->srv.ok;
     }
   }
@@ -574,6 +598,18 @@ int main(int argc, char **argv) {
   printf("%7d %8.1f %8s %8s %8s %8s %8s %6.2f %5.0f %5.0f | %7s %7s %7s %7s %7s %7s %7s | %5.1f %5.1f\n",
          n, rps, f[0], f[1], f[2], f[3], f[4], errpct, cpupct, busypct, f[5], f[6], f[7], f[8],
          f[9], f[10], f[11], hitpct, avg_batch);
+  if (srv.tl_count) { /* the timeline of the calls that went through a batcher */
+    double tl[NTL];
+    for (int i = 0; i < NTL; i++) tl[i] = srv.tl_total_ms[i] / (double)srv.tl_count;
+    printf("        (timeline of %llu batched calls, mean ms: wait %.2f (no leader %.2f), start "
+           "%.2f, write %.2f, wake %.2f, the rest (the run, tokenize, SQL) %.2f; leads taken: "
+           "at post %llu, woken %llu, timer %llu, after a slot %llu; leader changes %llu)\n",
+           (unsigned long long)srv.tl_count, tl[0], tl[1], tl[2], tl[3], tl[4],
+           mean - tl[0] - tl[2] - tl[3] - tl[4],
+           (unsigned long long)srv.lead[0], (unsigned long long)srv.lead[1],
+           (unsigned long long)srv.lead[2], (unsigned long long)srv.lead[3],
+           (unsigned long long)srv.lead[4]);
+  }
   if (nready < n) printf("        (%d of %d clients could not start: %s)\n", n - nready, n, first_error);
   else if (all->errors) printf("        (first error: %s)\n", first_error);
   fflush(stdout);

@@ -52,9 +52,17 @@ join:
     for 3 busy timeouts: the 4 others answer right, at least twice each,
     no error; after SIGCONT everyone (the stopped one too) answers right;
   * busy_message (issue 41, 4): a request not taken within the busy
-    timeout while another process runs a long batch: the error names the
-    machine-wide queue and the leading process; the request taken back
+    timeout while another process runs a long batch: the error is exactly
+    "... waited N ms in the machine-wide queue of this model: 0 other
+    requests waiting, 1 in the batch that process PID is running"; the request taken back
     leaves no token ids in the file;
+  * herd (issue 38, 0): 30 processes spawned at once, each loading and
+    calling at once, while a process holding the file's init lock is
+    stopped (SIGSTOP, 2-3 s): their first calls run in their own processes
+    (herd_held_lock_refused_first); once the lock is free, their next call
+    opens the file: all usable, no error, no warning, right answers
+    (herd_all_usable_later); then 30 more at once, nobody stopped: all
+    usable after their first call (herd_at_once_usable);
   * exit_cleanup (issue 40, 4): 4 processes use the queue; while one of
     them still runs the file stays and works (a new process batches with
     it); after the last exits normally no file is left; 5 rounds of 6
@@ -73,6 +81,7 @@ import json
 import mmap
 import os
 import random
+import re
 import shutil
 import signal
 import struct
@@ -176,13 +185,18 @@ def make_texts(n, seed):
 
 
 class Worker:
-    def __init__(self, env, model=TINY, precision="fp32", user=None, ext=EXT):
+    def __init__(self, env, model=TINY, precision="fp32", user=None, ext=EXT, wait=True):
         cmd = [sys.executable if not user else "/usr/bin/python3", "-c", WORKER, ext, model,
                precision]
         if user:
             cmd = ["setpriv", "--reuid=" + user, "--regid=nogroup", "--clear-groups"] + cmd
         self.p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE, env=env, text=True, bufsize=1)
+        if wait:
+            self.ready()
+
+    def ready(self):
+        """Waits for the worker's first line (its model loaded)."""
         first = self.p.stdout.readline()
         if not first:
             raise RuntimeError("worker did not start: " + self.p.stderr.read()[-2000:])
@@ -284,7 +298,7 @@ TAKEN, POSTED = 3, 2
 STATE_BITS = 0xF  # a slot's state word: the state, and the request's ticket above it
 
 
-SLOT_DATA = 72  # offsetof(sb_slot, ids): token ids, then results, to the end of the slot
+SLOT_DATA = 132  # offsetof(sb_slot, ids): token ids, then results, to the end of the slot
 
 
 def slot_data(path):
@@ -1135,11 +1149,107 @@ def test_busy_message():
     err = rb["errors"][0] if rb["errors"] else ""
     check("busy_taken_back_cleared", rb["errors"] and found == 0,
           "B's errors %r; its text's token ids in the file: %d" % (rb["errors"], found))
+    want = (r"bertfill: busy: waited (\d+) ms in the machine-wide queue of this model: "
+            r"0 other requests waiting, 1 in the batch that process %d is running" % a.pid)
+    m = re.fullmatch(want, err)
     check("busy_message_names_queue",
-          err.startswith("bertfill: busy:") and "machine-wide queue" in err and
-          ("process %d" % a.pid) in err and not ra["errors"],
+          m is not None and 450 <= int(m.group(1)) < 2500 and not ra["errors"],
           "B's errors %r (A is %d), A's errors %r" % (rb["errors"], a.pid, ra["errors"]))
     print("   (%s)" % err)
+    shutil.rmtree(sdir, ignore_errors=True)
+
+
+# ---- issue 38, item 0: a herd ----
+
+# Holds INIT_BYTE of the shared file (a POSIX lock: it conflicts with the
+# OFD locks of the processes) until killed.  argv: path, offset.
+INIT_HOLDER = r"""
+import fcntl, os, sys, time
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o600)
+fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, int(sys.argv[2]), os.SEEK_SET)
+print("locked", flush=True)
+time.sleep(600)
+"""
+
+
+def test_herd(n=int(os.environ.get("SB_HERD", "30"))):
+    """Item 0 of issue 38: n processes spawned at once, each loading the
+    model and calling at once, while a process that holds the file's init
+    lock (as one that makes the file does) is stopped: their first calls,
+    past the 1 s wait, run in their own processes; once the lock is free
+    their next calls open the shared file (never given up for the
+    process's life): all end usable, no error, no warning, right answers."""
+    texts = make_texts(3 * n + 40, seed=191)
+    ref = dict(zip(texts, references(texts)))
+    sdir = tempfile.mkdtemp(prefix="bf-sb-herd-")
+    env = base_env(sdir)
+    w = Worker(env)  # the file's name and size, then it goes (the last leaver removes it)
+    w.ask(op="run", texts=texts[:1])
+    path = w.ask(op="debug")["shared"]["file"]
+    size = os.path.getsize(path)
+    w.close()
+    holder = subprocess.Popen([sys.executable, "-c", INIT_HOLDER, path, str(size)],
+                              stdout=subprocess.PIPE, text=True)
+    holder.stdout.readline()
+    os.kill(holder.pid, signal.SIGSTOP)
+    stopped = time.monotonic()
+    ws = [Worker(env, wait=False) for _ in range(n)]
+    for j, w in enumerate(ws):  # the first call queued before the model is even loaded
+        w.send(op="run", texts=texts[3 * j:3 * j + 3])
+    for w in ws:
+        w.ready()
+    first = [w.recv() for w in ws]
+    during = [w.ask(op="debug")["shared"]["usable"] for w in ws]
+    held = time.monotonic() - stopped
+    os.kill(holder.pid, signal.SIGCONT)
+    holder.kill()
+    holder.wait()
+    later, rounds, usable = [], 0, [False] * n
+    until = time.monotonic() + 10
+    while not all(usable) and time.monotonic() < until:
+        rounds += 1
+        for j, w in enumerate(ws):
+            if not usable[j]:
+                w.send(op="run", texts=texts[3 * n + rounds % 40:3 * n + rounds % 40 + 1])
+        for j, w in enumerate(ws):
+            if not usable[j]:
+                later.append((w.recv(), texts[3 * n + rounds % 40:3 * n + rounds % 40 + 1]))
+                usable[j] = w.ask(op="debug")["shared"]["usable"]
+    final = [w.ask(op="run", texts=texts[3 * j:3 * j + 3]) for j, w in enumerate(ws)]
+    shared = [w.ask(op="debug") for w in ws]
+    errs = [w.close() for w in ws]
+    wrong = sum(count_wrong([r], texts[3 * j:3 * j + 3], ref)
+                for rs in (first, final) for j, r in enumerate(rs))
+    wrong += sum(count_wrong([r], t, ref) for r, t in later)
+    errors = [e for r in first + final + [r for r, _ in later] for e in r["errors"]]
+    warned = [e[-200:] for e in errs if "shared batching" in e]
+    off_during = during.count(False)
+    check("herd_held_lock_refused_first", off_during > 0,
+          "the init lock held %.1f s by a stopped process: %d of %d processes had the file "
+          "(none waited for it past 1 s?)" % (held, n - off_during, n))
+    check("herd_all_usable_later",
+          all(d["shared"]["usable"] for d in shared) and wrong == 0 and not errors and not warned,
+          "usable %d of %d after %d later calls, %d wrong, errors %r, warnings %r"
+          % (sum(d["shared"]["usable"] for d in shared), n, rounds, wrong, errors[:2], warned[:2]))
+    print("   (%d processes, the init lock held %.1f s: %d had the file then, all %s after %d "
+          "more call(s) each)" % (n, held, n - off_during,
+                                  "usable" if all(usable) else "NOT usable", rounds))
+    # and a herd with nobody stopped: every one of them on the shared file
+    ws = [Worker(env, wait=False) for _ in range(n)]
+    for j, w in enumerate(ws):
+        w.send(op="run", texts=texts[3 * j:3 * j + 3])
+    for w in ws:
+        w.ready()
+    res = [w.recv() for w in ws]
+    shared = [w.ask(op="debug") for w in ws]
+    errs = [w.close() for w in ws]
+    wrong = sum(count_wrong([r], texts[3 * j:3 * j + 3], ref) for j, r in enumerate(res))
+    errors = [e for r in res for e in r["errors"]]
+    warned = [e[-200:] for e in errs if "shared batching" in e]
+    check("herd_at_once_usable",
+          all(d["shared"]["usable"] for d in shared) and wrong == 0 and not errors and not warned,
+          "usable %d of %d, %d wrong, errors %r, warnings %r"
+          % (sum(d["shared"]["usable"] for d in shared), n, wrong, errors[:2], warned[:2]))
     shutil.rmtree(sdir, ignore_errors=True)
 
 
@@ -1282,8 +1392,8 @@ def main():
     tests = [test_off, test_fast_path, test_same_answers, test_rerun_counted, test_leader_kill,
              test_requester_kill, test_models_precisions, test_other_user, test_refused_files,
              test_full_queue, test_stalled_process, test_fork, test_full_tmpfs, test_slot_writer,
-             test_stopped_leader, test_busy_message, test_exit_cleanup, test_slot_texts_cleared,
-             test_sigkill_cleanup]
+             test_stopped_leader, test_busy_message, test_herd, test_exit_cleanup,
+             test_slot_texts_cleared, test_sigkill_cleanup]
     for t in tests:
         if only and t.__name__[5:] not in only:
             continue
