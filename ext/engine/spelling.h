@@ -44,12 +44,12 @@
 #define BF_SPELL_COST_SAME_SOUND 0.0
 #define BF_SPELL_COST_SIMILAR_SOUND 1.5
 #define BF_SPELL_COST_SIMILAR_SHAPE 2.5
-#define BF_SPELL_DEFAULT_SENSITIVITY 0.05 /* threshold ln 20 = 3.0 nats */
+#define BF_SPELL_DEFAULT_SENSITIVITY 0.005 /* threshold ln 200 = 5.3 nats */
 #define BF_SPELL_MIN_SENSITIVITY 1e-9
 #define BF_SPELL_MAX_SENSITIVITY 1e9
-#define BF_SPELL_SCREEN_SLACK 6.0 /* nats below the threshold that the screen lets through */
+#define BF_SPELL_SCREEN_SLACK 9.0 /* nats below the threshold that the screen lets through */
 #define BF_SPELL_MAX_VERIFY 8     /* positions per text verified in mode fast */
-#define BF_SPELL_MAX_CONFUSABLES 64 /* confusables of one character considered */
+#define BF_SPELL_MAX_CONFUSABLES 512 /* confusables of one character considered */
 
 typedef struct bf_suspect {
   int position;               /* 0-based index of the character in the text (code points) */
