@@ -34,8 +34,9 @@ here as data: no unicode-data needed.
 Systems, each through the extension with /usr/bin/python3's sqlite3, per model
 and precision (--precisions fp32,int8):
   baseline  issue 39's naive loop: every Han character masked in turn,
-            fill_candidates(masked, 200); flagged when a same-sound character
-            (any character sharing a toneless syllable, uncapped) is >= 30 times
+            fill_candidates(masked, 200); flagged when a same-pinyin character
+            (one whose main reading, toneless, is the written one's: what a user
+            comparing each character's usual pinyin finds) is >= 30 times
             likelier than the written one (a written character outside the top
             200 counts as likely as the 200th: an upper bound), replaced by the
             likeliest such character.  One encoder pass per character.
@@ -124,13 +125,17 @@ class Confusions:
                 s.all_of[k].append(c)
         s.random_pool = sorted(s.vocab)
 
-    def same_sound(s, ch):
-        """Every character sharing a toneless syllable with ch (the baseline's 'same pinyin')."""
-        out = set()
-        for k in s.reads.get(ch, ()):
-            out.update(s.all_of[k])
-        out.discard(ch)
-        return out
+    def same_pinyin(s, ch):
+        """The characters whose main reading (the most used) is ch's, toneless: the baseline's
+        "same pinyin", as a user comparing each character's usual pinyin finds them."""
+        if not s.reads.get(ch):
+            return set()
+        if not hasattr(s, "by_main"):
+            s.by_main = {}
+            for c in s.chars:
+                if s.reads[c]:
+                    s.by_main.setdefault(s.reads[c][0], set()).add(c)
+        return s.by_main.get(s.reads[ch][0], set()) - {ch}
 
     def ok(s, orig, c):
         return c != orig and c in s.vocab and (orig, c) not in s.excluded
@@ -244,7 +249,7 @@ def baseline(c, conf, text):
             continue
         scores = {t: p for t, p in rows}
         p_written = scores.get(ch, rows[-1][1])
-        same = conf.same_sound(ch)
+        same = conf.same_pinyin(ch)
         best = max(((p, t) for t, p in rows if t in same and (ch, t) not in conf.excluded), default=None)
         if best and best[0] >= BASELINE_RATIO * p_written:
             out[i] = best[1]
