@@ -289,6 +289,7 @@ def score(items, outputs):
     changed = det_tp = cor_tp = 0
     flags = flag_hit = flag_fixed = n_err = 0
     clean_flags = clean_chars = clean_changed = 0
+    by_kind = {}                  # error kind: [errors, detected, fixed]
     for it, out in zip(items, outputs):
         inp, orig = it["input"], it["original"]
         if len(out) != len(inp):
@@ -296,6 +297,11 @@ def score(items, outputs):
         else:
             pos = {i for i in range(len(inp)) if out[i] != inp[i]}
         err = set(it["errors"])
+        for p_, (_, kind) in it["errors"].items():
+            k = by_kind.setdefault(kind, [0, 0, 0])
+            k[0] += 1
+            k[1] += p_ in pos
+            k[2] += p_ in pos and len(out) == len(orig) and out[p_] == orig[p_]
         if out != inp:
             changed += 1
         if err:
@@ -319,7 +325,7 @@ def score(items, outputs):
     return {"sentences": len(items), "corrupted": n_cor, "errors": n_err, "changed": changed,
             "det_tp": det_tp, "cor_tp": cor_tp, "flags": flags, "flag_hit": flag_hit,
             "flag_fixed": flag_fixed, "clean_flags": clean_flags, "clean_chars": clean_chars,
-            "clean_changed": clean_changed,
+            "clean_changed": clean_changed, "by_kind": by_kind,
             "det": prf(det_tp, changed, n_cor), "cor": prf(cor_tp, changed, n_cor),
             "char_det": prf(flag_hit, flags, n_err)[:2], "char_cor": prf(flag_fixed, flags, n_err)[:2],
             "clean_flagged_pct": round(100.0 * clean_changed / n_clean, 2) if n_clean else 0.0,
@@ -370,6 +376,15 @@ def evaluate(a, sets, conf, log):
                 results.append({"set": name, "precision": precision, "system": label,
                                 "seconds": round(secs, 2), **s})
                 log(row(label, s, secs))
+            kinds = [k for k, _ in KIND_WEIGHTS]
+            log("\nErrors found / fixed by kind (of how many):\n")
+            log("| system | " + " | ".join(kinds) + " |\n|---|" + "---|" * len(kinds))
+            for r in results:
+                if r["set"] == name and r["precision"] == precision and \
+                        (r["system"].startswith(("baseline", "thorough")) or "(default)" in r["system"]):
+                    bk = r["by_kind"]
+                    log("| %s | " % r["system"] + " | ".join(
+                        "%d / %d (%d)" % (bk[k][1], bk[k][2], bk[k][0]) if k in bk else "-" for k in kinds) + " |")
         c.close()
     return results
 
