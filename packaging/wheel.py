@@ -17,7 +17,7 @@ so it holds the very files the tarball's checks passed:
                                       Requires-Python, packaging/python/README.md
                                       as the description), WHEEL (the tag,
                                       Root-Is-Purelib: false), LICENSE,
-                                      licenses/utf8proc, RECORD (sha256 of each)
+                                      licenses/utf8proc, licenses/unicode, RECORD (sha256 of each)
 A wheel is a zip with those three files in .dist-info: written here with
 zipfile, no PyPI, no network.  Entries are sorted, dated by the tarball's
 files (the last commit), modes 0644 / 0755 for the .so: one tarball gives the
@@ -91,6 +91,7 @@ def main():
             entries["bertfill/" + name] = data
     entries[dist_info + "/LICENSE"] = files["LICENSE"]
     entries[dist_info + "/licenses/utf8proc"] = files["licenses/utf8proc"]
+    entries[dist_info + "/licenses/unicode"] = files["licenses/unicode"]
     summary = "SQLite extension: fill [MASK] blanks of Chinese text with a BERT masked LM, in SQL"
     entries[dist_info + "/METADATA"] = metadata(version, summary, readme)
     entries[dist_info + "/WHEEL"] = ("Wheel-Version: 1.0\nGenerator: bertfill packaging/wheel.py\n"
