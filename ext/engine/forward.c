@@ -627,7 +627,8 @@ static void embed(bf_run *r, const bf_model *m, int nseq, const bf_tokens *seqs,
     int nq = t->n_masks;
     if (probes) {
       int p0 = pi;
-      while (pi < nprobe && probes[pi].seq == s) mrow[mi + (size_t)(pi - p0)] = row + probes[pi].pos, pi++;
+      while (pi < nprobe && probes[pi].seq == s)
+        mrow[mi + (size_t)(pi - p0)] = row + probes[pi].pos, pi++;
       nq = pi - p0;
     }
     if (nq == 0) continue;

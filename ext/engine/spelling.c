@@ -26,11 +26,11 @@ typedef struct site {
   int byte_off, byte_len, char_index;
   uint32_t cp;
   int nids;
-  int32_t *ids;             /* into the pool of ids */
-  bf_confusion_kind *kind;  /* kind[j] of ids[j], j >= 1 */
-  uint32_t *cps;            /* code point of ids[j] */
-  float *score;             /* nids: logits (screen), then probabilities (verify) */
-  double screen;            /* best screening margin */
+  int32_t *ids;            /* into the pool of ids */
+  bf_confusion_kind *kind; /* kind[j] of ids[j], j >= 1 */
+  uint32_t *cps;           /* code point of ids[j] */
+  float *score;            /* nids: logits (screen), then probabilities (verify) */
+  double screen;           /* best screening margin */
   int verify;
 } site;
 
@@ -84,10 +84,13 @@ static int find_sites(const bf_model *m, int ti, const bf_spell_text *x, sites *
     if (nc > BF_SPELL_MAX_CONFUSABLES) nc = BF_SPELL_MAX_CONFUSABLES;
     if (nc == 0) continue;
     size_t per = 1 + nc;
-    void *mem = malloc(per * (sizeof(int32_t) + sizeof(bf_confusion_kind) + sizeof(uint32_t) +
-                              sizeof(float)));
+    void *mem = malloc(
+      per * (sizeof(int32_t) + sizeof(bf_confusion_kind) + sizeof(uint32_t) + sizeof(float)));
     if (!mem) return -1;
-    site s = {.text = ti, .tok = i, .byte_off = sp->start, .byte_len = sp->end - sp->start,
+    site s = {.text = ti,
+              .tok = i,
+              .byte_off = sp->start,
+              .byte_len = sp->end - sp->start,
               .cp = (uint32_t)c};
     s.ids = mem;
     s.score = (float *)(s.ids + per);
@@ -255,11 +258,16 @@ static int collect(int ntext, bf_spell_text *texts, const sites *ss, double thre
       return BF_ERR_NOMEM;
     }
     x->found = f;
-    f[x->n_found++] = (bf_suspect){.position = s->char_index, .byte_offset = s->byte_off,
-                                   .byte_len = s->byte_len, .written = s->cp,
-                                   .suggestion = s->cps[b], .written_id = s->ids[0],
-                                   .suggestion_id = s->ids[b], .written_score = s->score[0],
-                                   .suggestion_score = s->score[b], .margin = mg,
+    f[x->n_found++] = (bf_suspect){.position = s->char_index,
+                                   .byte_offset = s->byte_off,
+                                   .byte_len = s->byte_len,
+                                   .written = s->cp,
+                                   .suggestion = s->cps[b],
+                                   .written_id = s->ids[0],
+                                   .suggestion_id = s->ids[b],
+                                   .written_score = s->score[0],
+                                   .suggestion_score = s->score[b],
+                                   .margin = mg,
                                    .kind = s->kind[b]};
   }
   (void)ntext;
@@ -305,7 +313,8 @@ int bf_spell_check(const bf_model *m, bf_run *r, int ntext, bf_spell_text *texts
       for (int i = 0; i < ss.n; i++) ss.v[i].verify = 1;
     else rc = screen(m, r, ntext, texts, &ss, threshold, err, errlen);
   }
-  if (rc == BF_OK) rc = verify(m, r, texts, &ss, o->max_tokens > 0 ? o->max_tokens : 2048, err, errlen);
+  if (rc == BF_OK)
+    rc = verify(m, r, texts, &ss, o->max_tokens > 0 ? o->max_tokens : 2048, err, errlen);
   if (rc == BF_OK) rc = collect(ntext, texts, &ss, threshold, err, errlen);
   free_sites(&ss);
   if (rc != BF_OK)

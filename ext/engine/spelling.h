@@ -47,18 +47,18 @@
 #define BF_SPELL_DEFAULT_SENSITIVITY 0.005 /* threshold ln 200 = 5.3 nats */
 #define BF_SPELL_MIN_SENSITIVITY 1e-9
 #define BF_SPELL_MAX_SENSITIVITY 1e9
-#define BF_SPELL_SCREEN_SLACK 9.0 /* nats below the threshold that the screen lets through */
-#define BF_SPELL_MAX_VERIFY 8     /* positions per text verified in mode fast */
+#define BF_SPELL_SCREEN_SLACK 9.0    /* nats below the threshold that the screen lets through */
+#define BF_SPELL_MAX_VERIFY 8        /* positions per text verified in mode fast */
 #define BF_SPELL_MAX_CONFUSABLES 512 /* confusables of one character considered */
 
 typedef struct bf_suspect {
-  int position;               /* 0-based index of the character in the text (code points) */
-  int byte_offset, byte_len;  /* its bytes in the text */
+  int position;              /* 0-based index of the character in the text (code points) */
+  int byte_offset, byte_len; /* its bytes in the text */
   uint32_t written, suggestion;
   int32_t written_id, suggestion_id;
-  float written_score;        /* P(written | context), the position masked */
-  float suggestion_score;     /* P(suggestion | context) */
-  double margin;              /* ln suggestion_score - ln written_score - cost(kind) */
+  float written_score;    /* P(written | context), the position masked */
+  float suggestion_score; /* P(suggestion | context) */
+  double margin;          /* ln suggestion_score - ln written_score - cost(kind) */
   bf_confusion_kind kind;
 } bf_suspect;
 
@@ -72,9 +72,9 @@ typedef struct bf_spell_text {
 } bf_spell_text;
 
 typedef struct bf_spell_opts {
-  int thorough;        /* 1: verify every eligible position (no screen) */
-  double sensitivity;  /* BF_SPELL_MIN_SENSITIVITY..MAX; flag when margin >= ln(1/sensitivity) */
-  int max_tokens;      /* tokens per verifying run (0: 2048) */
+  int thorough;       /* 1: verify every eligible position (no screen) */
+  double sensitivity; /* BF_SPELL_MIN_SENSITIVITY..MAX; flag when margin >= ln(1/sensitivity) */
+  int max_tokens;     /* tokens per verifying run (0: 2048) */
 } bf_spell_opts;
 
 /* The findings of each of ntext texts.  One screening run over all of them

@@ -492,8 +492,8 @@ int bfx_prepare_key_text_query(sqlite3 *db, const char *fname, const char *sql,
     return rc;
   }
   if (rc != SQLITE_OK) {
-    bfx_errf(e, SQLITE_ERROR, BF_CT_ERR_INPUT, "%s: the query does not prepare: %s",
-             fname, sqlite3_errmsg(db));
+    bfx_errf(e, SQLITE_ERROR, BF_CT_ERR_INPUT, "%s: the query does not prepare: %s", fname,
+             sqlite3_errmsg(db));
     return SQLITE_ERROR;
   }
   const char *why = NULL;

@@ -38,8 +38,9 @@
 ** Errors: a text that is not TEXT (a number, a blob), a text holding [MASK]
 ** (use bert_fill or fill_candidates), a text longer than the model takes
 ** (the fill functions' message), invalid UTF-8, a mode other than 'fast'
-** or 'thorough'.  Every run takes an encoder slot of the overload guard
-** (guard.c); not through the batcher (batcher.c), whose merged runs hold
+** or 'thorough'.  Every check runs on an encoder slot of the overload guard
+** (encode.c's bfx_encode_spelling, counted in the stats as an encoder run);
+** not through the batcher (batcher.c), whose merged runs hold
 ** one candidate list per mask: a check's runs are batched already (all its
 ** suspects verified together).  Not memoized: the cache (cache.h) keeps top-k
 ** lists, and a check needs the written character's own probability, which
@@ -58,7 +59,6 @@ SQLITE_EXTENSION_INIT3
 #include "bounds.h"
 #include "conn.h"
 #include "encode.h"
-#include "guard.h"
 #include "lookup.h"
 #include "rows.h"
 #include "spelling.h"
@@ -79,8 +79,8 @@ static int arg_mode(const char *fname, sqlite3_value *v, bfx_err *e) {
     if (z && sqlite3_stricmp(z, "thorough") == 0) return 1;
   }
   bfx_quote q;
-  bfx_errf(e, SQLITE_ERROR, BF_CT_ERR_INPUT,
-           "%s: the mode must be 'fast' or 'thorough' (got %s)", fname, bfx_arg_shown(v, &q));
+  bfx_errf(e, SQLITE_ERROR, BF_CT_ERR_INPUT, "%s: the mode must be 'fast' or 'thorough' (got %s)",
+           fname, bfx_arg_shown(v, &q));
   return -1;
 }
 
@@ -127,29 +127,6 @@ static int tokenize_text(const char *fname, bf_model *m, const char *s, int n, b
   return SQLITE_OK;
 }
 
-/* bf_spell_check on an encoder slot of the guard, its runs counted. */
-static int check_texts(bfx_conn *c, bf_model *m, int n, bf_spell_text *xs, int thorough,
-                       bfx_err *e) {
-  uint64_t waited = 0;
-  bf_run *run = bfx_guard_acquire(&waited, e);
-  bf_stats_time(BF_ST_QUEUE, waited);
-  if (!run) return e->rc;
-  bf_spell_opts o = {.thorough = thorough,
-                     .sensitivity = c->spelling_sensitivity,
-                     .max_tokens = BFX_BATCH_MAX_TOKENS};
-  char msg[256] = "";
-  uint64_t t0 = bf_now_ns();
-  int rc = bf_spell_check(m, run, n, xs, &o, msg, sizeof msg);
-  bf_stats_time(BF_ST_ENCODE, bf_now_ns() - t0);
-  bfx_guard_release(run);
-  if (rc != BF_OK) {
-    bfx_err_engine(e, "bertfill", rc, msg);
-    return e->rc;
-  }
-  bf_stats_add(BF_CT_ENCODER_RUNS, 1);
-  return SQLITE_OK;
-}
-
 /* s[0..n) with findings f[0..nf) applied (all, or only the one `only` >= 0). */
 static void append_corrected(sqlite3_str *out, const char *s, int n, const bf_suspect *f, int nf,
                              int only) {
@@ -173,11 +150,10 @@ typedef struct one_check {
 
 static const bfx_call_kind suspects_kind = {"fill_suspects", "fill_suspects", BF_CT_CALLS,
                                             BF_ST_CALL};
-static const bfx_call_kind correct_kind = {"bert_correct", "bert_correct", BF_CT_CALLS,
-                                           BF_ST_CALL};
+static const bfx_call_kind correct_kind = {"bert_correct", "bert_correct", BF_CT_CALLS, BF_ST_CALL};
 
-static int one_check_run(one_check *k, bfx_conn *c, const bfx_call_kind *kind, const char *s,
-                         int n, int thorough) {
+static int one_check_run(one_check *k, bfx_conn *c, const bfx_call_kind *kind, const char *s, int n,
+                         int thorough) {
   bfx_call *call = &k->call;
   memset(k, 0, sizeof *k);
   call->kind = kind;
@@ -192,7 +168,7 @@ static int one_check_run(one_check *k, bfx_conn *c, const bfx_call_kind *kind, c
   int rc = tokenize_text(kind->fname, call->m, s, n, &call->t, &call->tok_ns, &call->e);
   if (rc != SQLITE_OK) return rc;
   k->x = (bf_spell_text){.s = s, .n = n, .t = &call->t};
-  return check_texts(c, call->m, 1, &k->x, thorough, &call->e);
+  return bfx_encode_spelling(call->m, 1, &k->x, thorough, c->spelling_sensitivity, &call->e);
 }
 
 static void one_check_end(one_check *k, int failed) {
@@ -359,7 +335,8 @@ static int sus_filter(sqlite3_vtab_cursor *cursor, int idxNum, const char *idxSt
   const char *s;
   int n;
   int got = arg_text("fill_suspects", argv[0], &s, &n, &e);
-  int thorough = got < 0 ? -1 : arg_mode("fill_suspects", (idxNum & BFX_TVF_K) ? argv[1] : NULL, &e);
+  int thorough = got < 0 ? -1
+                         : arg_mode("fill_suspects", (idxNum & BFX_TVF_K) ? argv[1] : NULL, &e);
   if (got < 0 || thorough < 0) return vtab_error(cursor, &e);
   cur->thorough = thorough;
   if (got == 0) return SQLITE_OK; /* NULL: no rows */
@@ -412,7 +389,9 @@ static int sus_column(sqlite3_vtab_cursor *cursor, sqlite3_context *ctx, int col
     case COL_SUGGESTION: result_char(ctx, f->suggestion); break;
     case COL_SUGGESTION_SCORE: sqlite3_result_double(ctx, f->suggestion_score); break;
     case COL_MARGIN: sqlite3_result_double(ctx, f->margin); break;
-    case COL_KIND: sqlite3_result_text(ctx, bf_confusion_kind_name(f->kind), -1, SQLITE_STATIC); break;
+    case COL_KIND:
+      sqlite3_result_text(ctx, bf_confusion_kind_name(f->kind), -1, SQLITE_STATIC);
+      break;
     case COL_CORRECTED: {
       sqlite3_str *out = sqlite3_str_new(NULL);
       append_corrected(out, cur->text, cur->n, cur->found, cur->n_found, cur->row);
@@ -420,7 +399,9 @@ static int sus_column(sqlite3_vtab_cursor *cursor, sqlite3_context *ctx, int col
       break;
     }
     case COL_TEXT: sqlite3_result_text(ctx, cur->text, cur->n, SQLITE_TRANSIENT); break;
-    case COL_MODE: sqlite3_result_text(ctx, cur->thorough ? "thorough" : "fast", -1, SQLITE_STATIC); break;
+    case COL_MODE:
+      sqlite3_result_text(ctx, cur->thorough ? "thorough" : "fast", -1, SQLITE_STATIC);
+      break;
   }
   return SQLITE_OK;
 }
@@ -452,9 +433,9 @@ enum { RCOL_KEY, RCOL_TEXT, RCOL_CORRECTED, RCOL_SUSPECTS, RCOL_ERROR, RCOL_SQL,
 typedef struct srow {
   sqlite3_value *key, *text;
   bf_tokens t;
-  int checked;        /* its tokens go to the batch's check */
-  char *error;        /* sqlite3_malloc'ed, or NULL */
-  bf_spell_text x;    /* after the check */
+  int checked;     /* its tokens go to the batch's check */
+  char *error;     /* sqlite3_malloc'ed, or NULL */
+  bf_spell_text x; /* after the check */
 } srow;
 
 typedef struct srows_cursor {
@@ -568,7 +549,7 @@ static int srows_next_batch(srows_cursor *cur, bfx_err *e) {
     }
   }
   if (nx == 0) return SQLITE_OK;
-  int rc = check_texts(cur->c, cur->m, nx, xs, cur->thorough, e);
+  int rc = bfx_encode_spelling(cur->m, nx, xs, cur->thorough, cur->c->spelling_sensitivity, e);
   if (rc != SQLITE_OK) return rc;
   for (int i = 0; i < nx; i++) cur->rows[which[i]].x = xs[i];
   return SQLITE_OK;
@@ -679,7 +660,9 @@ static int srows_column(sqlite3_vtab_cursor *cursor, sqlite3_context *ctx, int c
       if (r->error) sqlite3_result_text(ctx, r->error, -1, SQLITE_TRANSIENT);
       break;
     case RCOL_SQL: sqlite3_result_text(ctx, cur->sql, -1, SQLITE_TRANSIENT); break;
-    case RCOL_MODE: sqlite3_result_text(ctx, cur->thorough ? "thorough" : "fast", -1, SQLITE_STATIC); break;
+    case RCOL_MODE:
+      sqlite3_result_text(ctx, cur->thorough ? "thorough" : "fast", -1, SQLITE_STATIC);
+      break;
   }
   return SQLITE_OK;
 }
