@@ -9,7 +9,9 @@ the shipped model (model/bertfill-zh-tiny).
     thorough, in fp32, int8 and bf16;
   - every argument misuse: its exact message;
   - the probabilities equal to the independent PyTorch reference
-    (tests/golden/spelling.json, model/reference.py --spelling);
+    (tests/golden/spelling.json), made by
+      /usr/bin/python3 model/reference.py --spelling model/bertfill-zh-tiny \
+        tests/golden/spelling.json 我再家里 他们再哪里 这是他地家 我得书在桌子上 我以经知道了 今天天汽很好 小时侯我住在北京 祝你生曰快乐 这是我自已的事 我门去学校吧 一心一意 画蛇添足 张伟在北京工作 他跑的很快 我的生曰是五月;
   - the column form row by row the same as each text alone (several batches,
     bad rows among them), and its memory bounded by one batch;
   - the same results with the memo cache on and off, and alone or with other
@@ -18,7 +20,6 @@ the shipped model (model/bertfill-zh-tiny).
 import json
 import math
 import os
-import resource
 import sqlite3
 import subprocess
 import sys
