@@ -50,8 +50,8 @@
 #define BF_SPELL_MIN_SENSITIVITY 1e-9
 #define BF_SPELL_MAX_SENSITIVITY 1e9
 #define BF_SPELL_SCREEN_SLACK 9.0    /* nats below the threshold that the screen lets through */
-#define BF_SPELL_MAX_VERIFY 8 /* positions per text verified in mode fast: at most */
-#define BF_SPELL_VERIFY_BASE 2 /* ... 2, and one more per 16 tokens of the text */
+#define BF_SPELL_MAX_VERIFY 8        /* positions per text verified in mode fast: at most */
+#define BF_SPELL_VERIFY_BASE 2       /* ... 2, and one more per 16 tokens of the text */
 #define BF_SPELL_MAX_CONFUSABLES 512 /* confusables of one character considered */
 
 typedef struct bf_suspect {
