@@ -148,7 +148,7 @@ static double best_margin(const site *s, int probs, int *best) {
 }
 
 /* Step 1: the screening run over every text as written; marks the sites to
-** verify, at most BF_SPELL_MAX_VERIFY per text, the best first. */
+** verify, at most the cap of spelling.h per text, the best first. */
 static int screen(const bf_model *m, bf_run *r, int ntext, const bf_spell_text *texts, sites *ss,
                   double threshold, char *err, size_t errlen) {
   if (ss->n == 0) return BF_OK;
@@ -175,7 +175,7 @@ static int screen(const bf_model *m, bf_run *r, int ntext, const bf_spell_text *
     ss->v[i].screen = best_margin(&ss->v[i], 0, &b);
     ss->v[i].verify = ss->v[i].screen >= threshold - BF_SPELL_SCREEN_SLACK;
   }
-  /* at most BF_SPELL_MAX_VERIFY per text: drop the weakest beyond */
+  /* at most the cap per text: drop the weakest beyond */
   for (int i0 = 0; i0 < ss->n;) {
     int i1 = i0;
     while (i1 < ss->n && ss->v[i1].text == ss->v[i0].text) i1++;
@@ -186,7 +186,9 @@ static int screen(const bf_model *m, bf_run *r, int ntext, const bf_spell_text *
           on++;
           if (weakest < 0 || ss->v[i].screen < ss->v[weakest].screen) weakest = i;
         }
-      if (on <= BF_SPELL_MAX_VERIFY) break;
+      int cap = BF_SPELL_VERIFY_BASE + texts[ss->v[i0].text].t->n / 16;
+      if (cap > BF_SPELL_MAX_VERIFY) cap = BF_SPELL_MAX_VERIFY;
+      if (on <= cap) break;
       ss->v[weakest].verify = 0;
     }
     i0 = i1;

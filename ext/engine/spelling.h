@@ -19,7 +19,9 @@
 **      confusables y only (bf_probe_run, BF_PROBE_LOGITS).  A position goes
 **      on when some y has logit(y) - logit(x) - cost(kind) >= the threshold
 **      minus BF_SPELL_SCREEN_SLACK (the model sees x there, which favours
-**      it), at most BF_SPELL_MAX_VERIFY per text, best first.
+**      it), at most BF_SPELL_VERIFY_BASE + 1 per 16 tokens of the text (and
+**      never more than BF_SPELL_MAX_VERIFY), best first: a text costs at most
+**      about three runs of itself however many characters look suspicious.
 **   2. Verify: each position that went on (mode thorough: every eligible
 **      position) masked in a sequence of its own, all of them in batched
 **      runs: P(x | context) and P(y | context), softmax over the whole
@@ -48,7 +50,8 @@
 #define BF_SPELL_MIN_SENSITIVITY 1e-9
 #define BF_SPELL_MAX_SENSITIVITY 1e9
 #define BF_SPELL_SCREEN_SLACK 9.0    /* nats below the threshold that the screen lets through */
-#define BF_SPELL_MAX_VERIFY 8        /* positions per text verified in mode fast */
+#define BF_SPELL_MAX_VERIFY 8 /* positions per text verified in mode fast: at most */
+#define BF_SPELL_VERIFY_BASE 2 /* ... 2, and one more per 16 tokens of the text */
 #define BF_SPELL_MAX_CONFUSABLES 512 /* confusables of one character considered */
 
 typedef struct bf_suspect {
