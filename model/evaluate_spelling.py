@@ -42,7 +42,8 @@ and precision (--precisions fp32,int8):
             likeliest such character.  One encoder pass per character.
   recipe    bert_correct through fill_suspects_rows (the column form: one
             screening run per batch, the suspects verified), mode 'fast', over
-            a sweep of bert_spelling_sensitivity (--sensitivities), and mode
+            a sweep of bert_spelling_sensitivity (--sensitivities, and the
+            extension's default always), and mode
             'thorough' at the default.  Skipped, saying so, when the extension
             has no fill_suspects_rows.
 
@@ -69,7 +70,7 @@ SHIPPED = os.path.join(HERE, "bertfill-zh-tiny")
 GSDSIMP = os.path.join(ROOT, "..", "shared", "data", "corpus-zh", "eval", "gsdsimp.txt")
 SEED = 20261204
 MAX_CHARS = 100
-SENSITIVITIES = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5)
+SENSITIVITIES = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2)  # and the default, always
 QUICK_SENTENCES = 24           # --quick: the first 24 usable GSDSimp sentences, 12 corrupted
 BASELINE_K = 200
 BASELINE_RATIO = 30.0
@@ -362,7 +363,7 @@ def evaluate(a, sets, conf, log):
             if not a.no_baseline:
                 runs.append(("baseline (mask each, ×%g)" % BASELINE_RATIO, lambda: [baseline(c, conf, t) for t in texts]))
             if recipe_ok:
-                for sens in a.sensitivities:
+                for sens in sorted(set(a.sensitivities) | {default}):
                     label = "fast, sensitivity %g%s" % (sens, " (default)" if abs(sens - default) < 1e-12 else "")
                     runs.append((label, lambda sens=sens: recipe(c, texts, "fast", sens)))
                 if not a.no_thorough:
@@ -415,7 +416,7 @@ def main():
     sets = []
     if a.quick:
         a.precisions, a.no_thorough = ["fp32"], True
-        a.sensitivities = []
+        a.sensitivities = []          # the default only
         sets.append(("gsdsimp-quick", build_set("gsdsimp-quick", gsdsimp_sentences(), conf, a.seed,
                                                 limit=QUICK_SENTENCES, shuffle=False)))
     else:
@@ -425,11 +426,6 @@ def main():
     hashes = {name: write_set(items, os.path.join(a.out_dir, name + ".jsonl")) for name, items in sets}
     print("evaluate_spelling.py: %s, %s; test sets in %s" % (
         a.model, ",".join(a.precisions), a.out_dir), flush=True)
-    c = connect(a.ext, a.model, "fp32")
-    if a.quick and has_recipe(c):
-        d = c.execute("SELECT bert_spelling_sensitivity()").fetchone()[0]
-        a.sensitivities = [d]
-    c.close()
     results = evaluate(a, sets, conf, lambda line: print(line, flush=True))
     if a.json:
         with open(a.json, "w", encoding="utf-8") as f:
