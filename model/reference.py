@@ -36,6 +36,18 @@ one token per character (text_ids).
 
     /usr/bin/python3 model/reference.py --shipped model/bertfill-zh-tiny tests/golden/shipped.json TEXT ...
 
+--spelling writes the golden of the spelling check (tests/golden/spelling.json)
+on the shipped model for the texts given (Han characters and full-width
+punctuation, one token per character): for every character of every text,
+the text with that one character replaced by [MASK], and there the
+probability of the written character and the top-SPELL_TOP characters with
+theirs (float64 pass as --shipped).  tests/python/t_spelling.py checks every
+written_score and suggestion_score of fill_suspects(text, 'thorough') against
+it (|dp| <= 1e-4), and that margin = ln suggestion_score - ln written_score -
+cost(kind).
+
+    /usr/bin/python3 model/reference.py --spelling model/bertfill-zh-tiny tests/golden/spelling.json TEXT ...
+
 --joint writes tests/golden/joint_NAME.json for tiny and small (or the NAMEs
 given): whole-word fills by the chain rule and the beam search (see "Joint
 decoding" below), checked by tests/python/t_joint.py.
@@ -625,7 +637,40 @@ def shipped_golden(model_dir, path, texts):
     print("-> %s" % path)
 
 
+SPELL_TOP = 20
+
+
+def spelling_golden(model_dir, path, texts):
+    """tests/golden/spelling.json: each character of each text masked in turn (see --spelling)."""
+    torch.set_num_threads(1)
+    m = Bert(model_dir, torch.float64)
+    out = []
+    for text in texts:
+        ids = text_ids(m, text)
+        chars = []
+        for i in range(1, len(ids) - 1):
+            masked = list(ids)
+            masked[i] = m.mask_id
+            _, p = m.probs(masked)
+            p = p[0]
+            top = torch.topk(p, SPELL_TOP)
+            chars.append({"written": m.vocab[ids[i]], "p_written": sig(float(p[ids[i]])),
+                          "top": [[m.vocab[j], sig(x)] for x, j in zip(top.values.tolist(), top.indices.tolist())]})
+        out.append({"text": text, "chars": chars})
+    doc = {"model": os.path.basename(os.path.normpath(model_dir)),
+           "safetensors_sha256": file_sha256(os.path.join(model_dir, "model.safetensors")),
+           "reference": "model/reference.py --spelling: float64 forward pass on the stored weights, "
+                        "each character masked in turn",
+           "top": SPELL_TOP, "sequences": out}
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(dump(doc))
+    print("%d texts, %d characters -> %s" % (len(out), sum(len(s_["chars"]) for s_ in out), path))
+
+
 def main():
+    if len(sys.argv) > 3 and sys.argv[1] == "--spelling":
+        spelling_golden(sys.argv[2], sys.argv[3], sys.argv[4:])
+        return
     if len(sys.argv) > 3 and sys.argv[1] == "--shipped":
         shipped_golden(sys.argv[2], sys.argv[3], sys.argv[4:])
         return

@@ -7,6 +7,8 @@
 #                                  inside) and model/MODEL_CARD.md
 #   LICENSE, licenses/utf8proc     bertfill's licence; utf8proc's (linked in),
 #                                  Debian's copyright file of libutf8proc-dev
+#   licenses/unicode               the Unicode License of the Unihan data in
+#                                  bertfill.so's confusion table (ext/engine/LICENSE-Unicode.txt)
 #   README                         what this is and two lines of use
 #   BUILDINFO                      version, architecture, the highest GLIBC_x.y
 #                                  the .so needs (read from it: what a
@@ -45,6 +47,7 @@ install -m 0644 "$@" "$d/model/bertfill-zh-tiny/"
 install -m 0644 model/MODEL_CARD.md "$d/model/MODEL_CARD.md"
 install -m 0644 LICENSE "$d/LICENSE"
 install -m 0644 /usr/share/doc/libutf8proc-dev/copyright "$d/licenses/utf8proc"
+install -m 0644 ext/engine/LICENSE-Unicode.txt "$d/licenses/unicode"
 cat >"$d/README" <<EOT
 bertfill $version for Linux $arch: a SQLite extension that fills [MASK] blanks of
 Chinese text with a BERT masked language model, inside the database process.
@@ -54,6 +57,7 @@ Chinese text with a BERT masked language model, inside the database process.
 
 bertfill.so needs only the C library (glibc $glibc or newer, see BUILDINFO): utf8proc
 is linked in (licenses/utf8proc); OpenBLAS is used when installed, else not needed.
+Its spelling confusion table is derived from Unicode's Unihan data (licenses/unicode).
 It finds the model in model/bertfill-zh-tiny next to it (model/MODEL_CARD.md);
 keep the two together, or set BERTFILL_MODEL / SELECT bert_load('dir').
 Documentation: README.md and docs/ in the bertfill sources (docs/dist.md: these files).

@@ -17,7 +17,7 @@ so it holds the very files the tarball's checks passed:
                                       Requires-Python, packaging/python/README.md
                                       as the description), WHEEL (the tag,
                                       Root-Is-Purelib: false), LICENSE,
-                                      licenses/utf8proc, RECORD (sha256 of each)
+                                      licenses/utf8proc, licenses/unicode, RECORD (sha256 of each)
 A wheel is a zip with those three files in .dist-info: written by
 packaging/wheel_writer.py (zipfile, no PyPI, no network; shared with
 packaging/plugins.py), dated by the tarball's files (the last commit): one
@@ -78,6 +78,7 @@ def main():
             entries["bertfill/" + name] = data
     entries[dist_info + "/LICENSE"] = files["LICENSE"]
     entries[dist_info + "/licenses/utf8proc"] = files["licenses/utf8proc"]
+    entries[dist_info + "/licenses/unicode"] = files["licenses/unicode"]
     entries[dist_info + "/METADATA"] = metadata([f % {"version": version} for f in FIELDS], readme)
     entries[dist_info + "/WHEEL"] = wheel_file("py3-none-" + tag, purelib=False)
     entries[dist_info + "/top_level.txt"] = b"bertfill\n"

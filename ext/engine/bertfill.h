@@ -311,6 +311,31 @@ int bf_fill(const bf_model *m, bf_run *r, int nseq, const bf_tokens *seqs, int k
 int bf_fill_scored(const bf_model *m, bf_run *r, int nseq, const bf_tokens *seqs, int k,
                    bf_cand *out, const int32_t *want, float *want_prob, char *err, size_t errlen);
 
+/* The model's scores of chosen tokens at chosen positions: what a spelling
+** check needs (ext/engine/spelling.h), where a position need not be a
+** [MASK] and only a few tokens matter.  One probe: in sequence seq, at token
+** index pos (0 is [CLS]), the scores of n_ids token ids written to out.
+** Probes come ordered by sequence, then position, at most one per position;
+** a sequence without a probe is skipped cheaply.
+**   BF_PROBE_LOGITS  the MLM head's logit of each id: the head's dense layer
+**                    and LayerNorm at the position, then one dot product per
+**                    id with its row of the decoder (fp32 in every
+**                    precision), never the whole vocabulary: differences of
+**                    these are log-ratios of probabilities (the softmax's sum
+**                    cancels).
+**   BF_PROBE_PROBS   each id's probability, softmax over the whole
+**                    vocabulary: the very number bf_fill gives that token.
+** Errors as bf_fill's, and BF_ERR_INPUT for probes out of range or order. */
+typedef struct bf_probe {
+  int seq, pos;
+  int n_ids;
+  const int32_t *ids;
+  float *out;
+} bf_probe;
+enum { BF_PROBE_LOGITS = 0, BF_PROBE_PROBS = 1 };
+int bf_probe_run(const bf_model *m, bf_run *r, int nseq, const bf_tokens *seqs, int nprobe,
+                 const bf_probe *probes, int what, char *err, size_t errlen);
+
 /* ---- BLAS ---- */
 /* Load OpenBLAS at run time (choosing fast kernels for CPUs the installed
 ** OpenBLAS does not know, e.g. SkylakeX kernels on Sapphire Rapids when it

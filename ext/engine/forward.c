@@ -613,17 +613,27 @@ static int reserve_scratch(bf_run *r, const bf_model *m, const batch *b, int k) 
 /* Step 3: the embeddings of the sequences that have masks, one after the
 ** other, into x; where each of them lies (r->seq) and the row of x of each
 ** mask (r->mrow). */
-static void embed(bf_run *r, const bf_model *m, int nseq, const bf_tokens *seqs, const batch *b) {
+static void embed(bf_run *r, const bf_model *m, int nseq, const bf_tokens *seqs, const batch *b,
+                  int nprobe, const bf_probe *probes) {
   int H = m->cfg.hidden_size;
   float eps = m->cfg.layer_norm_eps;
   seq_span *seq = r->seq.p;
   size_t *mrow = r->mrow.p;
   float *x = r->x.p;
   size_t row = 0, mi = 0;
+  int pi = 0; /* probes: the next one (they come ordered by sequence, then position) */
   for (int s = 0, j = 0; s < nseq; s++) {
     const bf_tokens *t = &seqs[s];
-    if (t->n_masks == 0) continue;
-    seq[j++] = (seq_span){.row = (int)row, .len = t->n, .mask = (int)mi, .nmask = t->n_masks};
+    int nq = t->n_masks;
+    if (probes) {
+      int p0 = pi;
+      while (pi < nprobe && probes[pi].seq == s)
+        mrow[mi + (size_t)(pi - p0)] = row + probes[pi].pos, pi++;
+      nq = pi - p0;
+    }
+    if (nq == 0) continue;
+    seq[j++] = (seq_span){.row = (int)row, .len = t->n, .mask = (int)mi, .nmask = nq};
+    if (probes) mi += (size_t)nq;
     for (int p = 0; p < t->n; p++, row++) {
       float *xr = x + row * H;
       const float *we = m->word_emb + (size_t)t->ids[p] * H;
@@ -633,7 +643,7 @@ static void embed(bf_run *r, const bf_model *m, int nseq, const bf_tokens *seqs,
       add(xr, te, NULL, H);
       add(xr, pe, NULL, H);
       layernorm(xr, m->emb_ln_g, m->emb_ln_b, H, eps);
-      if (t->ids[p] == b->mask_id) mrow[mi++] = row;
+      if (!probes && t->ids[p] == b->mask_id) mrow[mi++] = row;
     }
   }
 }
@@ -714,7 +724,7 @@ int bf_fill_scored(const bf_model *m, bf_run *r, int nseq, const bf_tokens *seqs
   r->t.seqs = b.nrun;
 
   uint64_t t0 = bf_now_ns();
-  embed(r, m, nseq, seqs, &b);
+  embed(r, m, nseq, seqs, &b, 0, NULL);
   uint64_t t1 = bf_now_ns();
   r->t.embed_ns = t1 - t0;
   encode(r, m, &b);
@@ -733,6 +743,176 @@ int bf_fill_scored(const bf_model *m, bf_run *r, int nseq, const bf_tokens *seqs
                    err, errlen);
     if (rc != BF_OK) return rc;
     r->t.topk_ns += bf_now_ns() - tb;
+  }
+  return BF_OK;
+}
+
+/* ------------------------------------------------------------- bf_probe */
+
+/* Step 1 of bf_probe: the sequences and the probes checked (ordered,
+** positions and ids in range), the batch measured into b as check_inputs
+** does for masks.  BF_OK (b->M == 0: no probe, nothing to run) or an error
+** code with err set. */
+static int check_probes(const bf_model *m, int nseq, const bf_tokens *seqs, int nprobe,
+                        const bf_probe *probes, int what, batch *b, char *err, size_t errlen) {
+  const bf_config *c = &m->cfg;
+  int V = c->vocab_size, P = c->max_position_embeddings;
+  if (nseq < 0 || (nseq > 0 && !seqs) || nprobe < 0 || (nprobe > 0 && !probes)) {
+    bf_errf(err, errlen, "bf_probe: bad sequence or probe list (%d, %d)", nseq, nprobe);
+    return BF_ERR_INPUT;
+  }
+  if (what != BF_PROBE_LOGITS && what != BF_PROBE_PROBS) {
+    bf_errf(err, errlen, "bf_probe: unknown kind of result %d", what);
+    return BF_ERR_INPUT;
+  }
+  if (c->num_attention_heads < 1 || c->hidden_size % c->num_attention_heads != 0) {
+    bf_errf(err, errlen, "hidden_size %d is not a multiple of num_attention_heads %d",
+            c->hidden_size, c->num_attention_heads);
+    return BF_ERR_MODEL;
+  }
+  memset(b, 0, sizeof *b);
+  b->mask_id = bf_tokenizer_mask_id(m->tok);
+  for (int s = 0; s < nseq; s++) {
+    const bf_tokens *t = &seqs[s];
+    if (t->n > P) {
+      bf_errf(err, errlen,
+              "input is %d tokens long; this model accepts at most %d (max_position_embeddings)",
+              t->n, P);
+      return BF_ERR_TOOLONG;
+    }
+    if (t->n < 1 || !t->ids) {
+      bf_errf(err, errlen, "sequence %d is empty (%d tokens)", s, t->n);
+      return BF_ERR_INPUT;
+    }
+    for (int i = 0; i < t->n; i++)
+      if (t->ids[i] < 0 || t->ids[i] >= V) {
+        bf_errf(err, errlen,
+                "token id %ld at position %d of sequence %d is out of range "
+                "(the vocabulary has %d entries)",
+                (long)t->ids[i], i, s, V);
+        return BF_ERR_INPUT;
+      }
+  }
+  int last_seq = -1;
+  for (int i = 0; i < nprobe; i++) {
+    const bf_probe *p = &probes[i];
+    if (p->seq < 0 || p->seq >= nseq || p->pos < 0 || p->pos >= seqs[p->seq].n) {
+      bf_errf(err, errlen, "bf_probe: probe %d is at sequence %d, token %d: out of range", i,
+              p->seq, p->pos);
+      return BF_ERR_INPUT;
+    }
+    if (i > 0 && (p->seq < probes[i - 1].seq ||
+                  (p->seq == probes[i - 1].seq && p->pos <= probes[i - 1].pos))) {
+      bf_errf(err, errlen, "bf_probe: probe %d is out of order (by sequence, then position)", i);
+      return BF_ERR_INPUT;
+    }
+    if (p->n_ids < 0 || (p->n_ids > 0 && (!p->ids || !p->out))) {
+      bf_errf(err, errlen, "bf_probe: probe %d has a bad list of ids (%d)", i, p->n_ids);
+      return BF_ERR_INPUT;
+    }
+    for (int j = 0; j < p->n_ids; j++)
+      if (p->ids[j] < 0 || p->ids[j] >= V) {
+        bf_errf(err, errlen, "bf_probe: token id %ld of probe %d is out of range", (long)p->ids[j],
+                i);
+        return BF_ERR_INPUT;
+      }
+    if (p->seq != last_seq) {
+      last_seq = p->seq;
+      b->T += (size_t)seqs[p->seq].n;
+      b->nrun++;
+      if (seqs[p->seq].n > b->longest) b->longest = seqs[p->seq].n;
+    }
+    b->M++;
+  }
+  if (b->M == 0) return BF_OK;
+  int rc = bf_model_check(m, err, errlen);
+  if (rc != BF_OK) return rc;
+  if (b->T > INT_MAX / 4) {
+    bf_errf(err, errlen, "a batch of %zu tokens is too large; split it", b->T);
+    return BF_ERR_NOMEM;
+  }
+  return BF_OK;
+}
+
+/* BF_PROBE_LOGITS at n probes (rows xm[n,H]): the head's dense layer, gelu
+** and LayerNorm in the model's precision, then for each wanted id one dot
+** product with its row of the decoder (fp32: the tied word embedding) plus
+** its bias: the logit the whole head gives that id, without the other
+** V - n_ids rows. */
+static void probe_logits(bf_run *r, const bf_model *m, const float *xm, int n,
+                         const bf_probe *probes) {
+  int H = m->cfg.hidden_size;
+  float *hm = r->hm.p;
+  int int8 = m->precision == BF_PRECISION_INT8;
+  product dense = {hm,   m->head_w,           NULL,     m->head_h, &m->head8, H,
+                   NULL, row_ops()->gelu_row, m->head_b};
+  products(r, int8, xm, n, H, 1, &dense);
+  for (int i = 0; i < n; i++) {
+    float *hr = hm + (size_t)i * H;
+    layernorm(hr, m->head_ln_g, m->head_ln_b, H, m->cfg.layer_norm_eps);
+    for (int j = 0; j < probes[i].n_ids; j++) {
+      const float *w = m->dec_w + (size_t)probes[i].ids[j] * H;
+      double acc = 0;
+      for (int c = 0; c < H; c++) acc += (double)hr[c] * w[c];
+      probes[i].out[j] = (float)acc + (m->dec_b ? m->dec_b[probes[i].ids[j]] : 0.0f);
+    }
+  }
+}
+
+/* BF_PROBE_PROBS at n probes: the whole head (mlm_head), then each wanted
+** id's probability as topk_row computes it.  BF_OK or BF_ERR_MODEL. */
+static int probe_probs(bf_run *r, const bf_model *m, const float *xm, int n, const bf_probe *probes,
+                       char *err, size_t errlen) {
+  int V = m->cfg.vocab_size;
+  mlm_head(r, m, xm, n);
+  const float *logits = r->logits.p;
+  for (int i = 0; i < n; i++) {
+    const float *row = logits + (size_t)i * V;
+    float mx;
+    if (!max_finite(row, V, &mx)) {
+      bf_errf(err, errlen, "the model produced NaN/Inf (corrupt weights?)");
+      return BF_ERR_MODEL;
+    }
+    double sum = exp_sum(NULL, row, V, mx);
+    for (int j = 0; j < probes[i].n_ids; j++)
+      probes[i].out[j] = (float)(expf(row[probes[i].ids[j]] - mx) / sum);
+  }
+  return BF_OK;
+}
+
+int bf_probe_run(const bf_model *m, bf_run *r, int nseq, const bf_tokens *seqs, int nprobe,
+                 const bf_probe *probes, int what, char *err, size_t errlen) {
+  if (err && errlen > 0) err[0] = 0;
+  if (!m || !r) {
+    bf_errf(err, errlen, "bf_probe: no model or no run");
+    return BF_ERR_INPUT;
+  }
+  memset(&r->t, 0, sizeof r->t);
+  batch b;
+  int rc = check_probes(m, nseq, seqs, nprobe, probes, what, &b, err, errlen);
+  if (rc != BF_OK || b.M == 0) return rc;
+  if (!reserve_scratch(r, m, &b, 1)) {
+    bf_errf(err, errlen, "out of memory for the scratch buffers of %zu tokens in %d sequences", b.T,
+            b.nrun);
+    return BF_ERR_NOMEM;
+  }
+  r->t.tokens = (int)b.T;
+  r->t.masks = (int)b.M;
+  r->t.seqs = b.nrun;
+  uint64_t t0 = bf_now_ns();
+  embed(r, m, nseq, seqs, &b, nprobe, probes);
+  uint64_t t1 = bf_now_ns();
+  r->t.embed_ns = t1 - t0;
+  encode(r, m, &b);
+  r->t.encode_ns = bf_now_ns() - t1;
+  int H = m->cfg.hidden_size;
+  const float *xm = r->xm.p;
+  for (size_t m0 = 0; m0 < b.M; m0 += HEAD_CHUNK) {
+    int n = b.M - m0 < HEAD_CHUNK ? (int)(b.M - m0) : HEAD_CHUNK;
+    uint64_t ta = bf_now_ns();
+    if (what == BF_PROBE_LOGITS) probe_logits(r, m, xm + m0 * H, n, probes + m0);
+    else if ((rc = probe_probs(r, m, xm + m0 * H, n, probes + m0, err, errlen)) != BF_OK) return rc;
+    r->t.head_ns += bf_now_ns() - ta;
   }
   return BF_OK;
 }

@@ -9,6 +9,7 @@ SQLITE_EXTENSION_INIT3
 #include "cache.h"
 #include "bounds.h"
 #include "models.h"
+#include "spelling.h"
 #include "util.h"
 
 static const char *const cache_modes[] = {"off", "memory", "on"}; /* by BFX_CACHE_* */
@@ -45,6 +46,7 @@ bfx_conn *bfx_conn_new(sqlite3 *db) {
   c->cache_limit = bf_env_int("BERTFILL_CACHE_LIMIT", 1, BFX_CACHE_LIMIT_MAX,
                               BFC_DEFAULT_TABLE_LIMIT);
   c->rows_cache = BFX_ROWS_CACHE_ROOM;
+  c->spelling_sensitivity = BF_SPELL_DEFAULT_SENSITIVITY;
   return c;
 }
 

@@ -28,8 +28,9 @@ typedef struct bfx_conn {
   int cache_mode;           /* BFX_CACHE_* */
   int64_t cache_limit;      /* max rows of the cache table */
   int64_t writes_since_trim;
-  int rows_cache;     /* BFX_ROWS_CACHE_* */
-  int trusted_schema; /* loaded with sqlite3_bertfill_trusted_init (entry.c) */
+  int rows_cache;              /* BFX_ROWS_CACHE_* */
+  double spelling_sensitivity; /* bert_spelling_sensitivity (suspects.c) */
+  int trusted_schema;          /* loaded with sqlite3_bertfill_trusted_init (entry.c) */
 } bfx_conn;
 
 /* A new state for db with one reference, its cache settings from

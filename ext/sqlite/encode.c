@@ -8,6 +8,7 @@
 #include "sqlite3ext.h"
 SQLITE_EXTENSION_INIT3
 #include "encode.h"
+#include "bounds.h"
 #include "guard.h"
 #include "stats.h"
 
@@ -97,5 +98,28 @@ static int encode_on(bf_model *m, bf_run *run, int nseq, const bf_tokens *seqs, 
     tm->encode_ns += enc;
     tm->topk_ns += topk;
   }
+  return SQLITE_OK;
+}
+
+int bfx_encode_spelling(bf_model *m, int ntext, bf_spell_text *texts, int thorough,
+                        double sensitivity, bfx_err *e) {
+  uint64_t waited = 0;
+  bf_run *run = bfx_guard_acquire(&waited, e);
+  bf_stats_time(BF_ST_QUEUE, waited);
+  if (!run) return e->rc;
+  bf_spell_opts o = {.thorough = thorough,
+                     .sensitivity = sensitivity,
+                     .max_tokens = BFX_BATCH_MAX_TOKENS};
+  char msg[256] = "";
+  uint64_t t0 = bf_now_ns();
+  int rc = bf_spell_check(m, run, ntext, texts, &o, msg, sizeof msg);
+  bf_stats_time(BF_ST_ENCODE, bf_now_ns() - t0);
+  bfx_guard_release(run);
+  if (rc != BF_OK) {
+    bfx_err_engine(e, "bertfill", rc, msg);
+    return e->rc;
+  }
+  bf_stats_add(BF_CT_ENCODER_RUNS, 1);
+  bf_stats_add(BF_CT_SEQS, (uint64_t)ntext);
   return SQLITE_OK;
 }

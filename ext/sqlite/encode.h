@@ -8,6 +8,7 @@
 
 #include <stdint.h>
 #include "bertfill.h"
+#include "spelling.h"
 #include "errors.h"
 
 /* Where the time of one call went, in nanoseconds, added up on the way. */
@@ -65,4 +66,10 @@ int bfx_encode_scored(bf_model *m, int nseq, const bf_tokens *seqs, int k, bf_ca
 int bfx_encode_on(bf_model *m, bf_run *run, int nseq, const bf_tokens *seqs, int k, bf_cand *out,
                   bfx_times *tm, bfx_err *e);
 
+/* The spelling check of ntext texts (bf_spell_check, spelling.h: one
+** screening run and the verifying runs, of at most BFX_BATCH_MAX_TOKENS
+** tokens each) on an encoder slot, its time in the encode stage, counted as
+** one encoder run. */
+int bfx_encode_spelling(bf_model *m, int ntext, bf_spell_text *texts, int thorough,
+                        double sensitivity, bfx_err *e);
 #endif

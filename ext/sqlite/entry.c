@@ -137,6 +137,7 @@ SQLITE_EXTENSION_INIT3
 #include "sequences.h"
 #include "settings.h"
 #include "stats_sql.h"
+#include "suspects.h"
 #include "trace.h"
 #include "wholeword.h"
 
@@ -202,6 +203,12 @@ static const sql_function functions[] = {
   {"bert_rows_cache", 0, DIRECT, bfx_fn_rows_cache, 0, 0, CONN, "as bert_rows_cache(mode)"},
   {"bert_rows_cache", 1, DIRECT, bfx_fn_rows_cache, 0, 0, CONN,
    "changes what fill_rows writes to the cache table"},
+  {"bert_correct", 1, DIRECT, bfx_fn_correct, 0, 0, CONN, "as bert_fill(text)"},
+  {"bert_correct", 2, DIRECT, bfx_fn_correct, 0, 0, CONN, "as bert_fill(text)"},
+  {"bert_spelling_sensitivity", 0, DIRECT, bfx_fn_spelling_sensitivity, 0, 0, CONN,
+   "as bert_spelling_sensitivity(value)"},
+  {"bert_spelling_sensitivity", 1, DIRECT, bfx_fn_spelling_sensitivity, 0, 0, CONN,
+   "changes the connection's spelling sensitivity"},
   {"bert_version", 0, SQLITE_INNOCUOUS, bfx_fn_version, 0, 0, NO_DATA,
    "a constant of the loaded bertfill.so: no side effect, reveals nothing about the process or "
    "its files, so any schema may use it; not DETERMINISTIC: an index or generated column must "
@@ -236,6 +243,10 @@ static const sql_module modules[] = {
    "files, writes the bertfill_cache table"},
   {"fill_sequences", &bfx_sequences_module, CONN,
    "DIRECTONLY (sqlite3_vtab_config in xConnect): as bert_fill"},
+  {"fill_suspects", &bfx_suspects_module, CONN,
+   "DIRECTONLY (sqlite3_vtab_config in xConnect): as bert_fill"},
+  {"fill_suspects_rows", &bfx_suspects_rows_module, CONN,
+   "DIRECTONLY (sqlite3_vtab_config in xConnect): as fill_rows"},
   {"bertfill_stats", &bfx_stats_module, NO_DATA, "none: as bert_stats"},
 };
 

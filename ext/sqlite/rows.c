@@ -483,23 +483,23 @@ static int advance(rows_cursor *cur) {
 
 /* Prepare sql as the cursor's query and check it: one read-only SELECT
 ** of two columns, without parameters. */
-static int prepare_query(rows_cursor *cur, const char *sql, bfx_err *e) {
-  sqlite3 *db = cur->c->db;
+int bfx_prepare_key_text_query(sqlite3 *db, const char *fname, const char *sql,
+                               sqlite3_stmt **query, bfx_err *e) {
   const char *tail = NULL;
-  int rc = sqlite3_prepare_v2(db, sql, -1, &cur->query, &tail);
+  int rc = sqlite3_prepare_v2(db, sql, -1, query, &tail);
   if (rc == SQLITE_NOMEM) {
     bfx_err_nomem(e);
     return rc;
   }
   if (rc != SQLITE_OK) {
-    bfx_errf(e, SQLITE_ERROR, BF_CT_ERR_INPUT, "fill_rows: the query does not prepare: %s",
+    bfx_errf(e, SQLITE_ERROR, BF_CT_ERR_INPUT, "%s: the query does not prepare: %s", fname,
              sqlite3_errmsg(db));
     return SQLITE_ERROR;
   }
   const char *why = NULL;
-  if (!cur->query) why = "is empty";
-  else if (sqlite3_stmt_isexplain(cur->query)) why = "is an EXPLAIN";
-  else if (!sqlite3_stmt_readonly(cur->query)) why = "writes to the database";
+  if (!*query) why = "is empty";
+  else if (sqlite3_stmt_isexplain(*query)) why = "is an EXPLAIN";
+  else if (!sqlite3_stmt_readonly(*query)) why = "writes to the database";
   if (!why && tail && *tail) { /* anything but spaces and comments after it? */
     sqlite3_stmt *more = NULL;
     rc = sqlite3_prepare_v2(db, tail, -1, &more, NULL);
@@ -508,25 +508,25 @@ static int prepare_query(rows_cursor *cur, const char *sql, bfx_err *e) {
   }
   if (why) {
     bfx_errf(e, SQLITE_ERROR, BF_CT_ERR_INPUT,
-             "fill_rows: the query %s; it must be one SELECT that returns (key, text), "
+             "%s: the query %s; it must be one SELECT that returns (key, text), "
              "e.g. 'SELECT rowid, text FROM t'",
-             why);
+             fname, why);
     return SQLITE_ERROR;
   }
-  int cols = sqlite3_column_count(cur->query);
+  int cols = sqlite3_column_count(*query);
   if (cols != 2) {
     bfx_errf(e, SQLITE_ERROR, BF_CT_ERR_INPUT,
-             "fill_rows: the query returns %d column%s; it must return 2: (key, text)", cols,
+             "%s: the query returns %d column%s; it must return 2: (key, text)", fname, cols,
              cols == 1 ? "" : "s");
     return SQLITE_ERROR;
   }
-  int params = sqlite3_bind_parameter_count(cur->query);
+  int params = sqlite3_bind_parameter_count(*query);
   if (params > 0) {
-    const char *name = sqlite3_bind_parameter_name(cur->query, 1);
+    const char *name = sqlite3_bind_parameter_name(*query, 1);
     bfx_errf(e, SQLITE_ERROR, BF_CT_ERR_INPUT,
-             "fill_rows: the query has %d parameter%s (%s) that fill_rows cannot bind; write "
+             "%s: the query has %d parameter%s (%s) that %s cannot bind; write "
              "the values into the query",
-             params, params == 1 ? "" : "s", name ? name : "?");
+             fname, params, params == 1 ? "" : "s", name ? name : "?", fname);
     return SQLITE_ERROR;
   }
   return SQLITE_OK;
@@ -581,7 +581,7 @@ static int rows_filter(sqlite3_vtab_cursor *cursor, int idxNum, const char *idxS
   }
   cur->k_enc = cur->k > BFX_MIN_K ? cur->k : BFX_MIN_K;
   if (cur->k_enc > vocab) cur->k_enc = vocab;
-  if (prepare_query(cur, cur->sql, &e) != SQLITE_OK) {
+  if (bfx_prepare_key_text_query(cur->c->db, "fill_rows", cur->sql, &cur->query, &e) != SQLITE_OK) {
     rc = bfx_error_vtab(vt, &e);
     cursor_reset(cur);
     cur->done = 1;

@@ -8,7 +8,14 @@
 #define BERTFILL_SQLITE_ROWS_H
 
 #include "sqlite3ext.h"
+#include "errors.h"
 
 extern const sqlite3_module bfx_rows_module;
+
+/* The query of a column form (fill_rows, fill_suspects_rows) prepared into
+** *query: one read-only SELECT of two columns (key, text) without
+** parameters, else the error, prefixed "fname: ", in e. */
+int bfx_prepare_key_text_query(sqlite3 *db, const char *fname, const char *sql,
+                               sqlite3_stmt **query, bfx_err *e);
 
 #endif

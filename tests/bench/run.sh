@@ -56,7 +56,8 @@
 # more and keeps the quieter try; the table shows what each run shared.
 #
 # Environment: BENCH_QUICK=1, BUILD (default build), BENCH_SKIP="sql ort torch
-# torch_asis torch_spin int8 bf16" to leave engines out (int8: every int8 run),
+# torch_asis torch_spin int8 bf16 spelling" to leave engines out (int8: every int8 run;
+# spelling: tests/bench/spelling.py, the spelling check against fill_rows),
 # BENCH_NOISE_LIMIT, BENCH_THREADS (default 2: the peers'
 # thread count; bertfill uses its own default, the number of cores, and
 # reports it).  BERTFILL_PRECISION is unset: bert_load(dir) is fp32 here.
@@ -264,5 +265,16 @@ json.dump({"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "model": 
            "quick": bool(quick), "seconds": int(secs), "ort_int8_graph": ort8_graph, "ort_int8_ops": ort8_ops,
            "missing": missing}, open(out, "w"), indent=1)
 EOF
+# The spelling check's column form against fill_rows on the same texts, and the
+# naive per-character loop (tests/bench/spelling.py): its own table, build/bench/spelling.md.
+if [[ $SKIP != *" spelling "* ]]; then
+  n_spell=256; [ -n "${BENCH_QUICK:-}" ] && n_spell=64
+  { for p in fp32 int8; do
+      BENCH_THREADS=$THREADS $PY tests/bench/spelling.py "$MODEL" $p $n_spell 8 || true
+    done
+    BENCH_THREADS=$THREADS $PY tests/bench/spelling.py model/bertfill-zh-tiny fp32 $n_spell 16 || true
+  } | awk 'NR <= 2 || !/^\| model|^\|---/' > "$OUT/spelling.md"
+  cat "$OUT/spelling.md"
+fi
 $PY tests/bench/report.py "$OUT" "$OUT/sentences.tsv" "$MODEL/vocab.txt"
 say "wrote $OUT/results.md and $OUT/results.json (engines ran for $(( $(date +%s) - start )) s)"

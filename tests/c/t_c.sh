@@ -260,7 +260,41 @@ unit_util() (
   ${BF_WRAP:-} "$bin"
 )
 
-units=(batcher bf16 errors forward gemm lru machine_guard model pool qgemm stats threads tokenizer util)
+# The confusion sets of the spelling functions (ext/engine/confusion.c):
+# tests/c/test_confusion.c (known pairs and their kinds, the count and order
+# rules, characters outside the table); then, where Debian's unicode-data and
+# ../shared/data/bert-base-chinese are installed, the committed table
+# ext/engine/confusion_table.inc against what model/build_confusion.py builds
+# from them, and every character's set against the script's own reading of
+# the same data (--dump on both sides).
+unit_confusion() (
+  built test_confusion || exit 1
+  ${BF_WRAP:-} "$bin"
+  rc=$?
+  vocab=../shared/data/bert-base-chinese/vocab.txt
+  if [ ! -e /usr/share/unicode/Unihan_Readings.txt.bz2 ] && [ ! -e /usr/share/unicode/Unihan_Readings.txt ]; then
+    echo "skip confusion: table built from Unihan: Debian's unicode-data is not installed (make test-deps)"
+    echo "skip confusion: every set against model/build_confusion.py: unicode-data is not installed"
+    exit $rc
+  fi
+  if [ ! -e "$vocab" ]; then
+    echo "skip confusion: table built from Unihan: $vocab is absent"
+    echo "skip confusion: every set against model/build_confusion.py: $vocab is absent"
+    exit $rc
+  fi
+  out=$(${PYTHON:-/usr/bin/python3} model/build_confusion.py --check 2>&1)
+  if [ $? -eq 0 ]; then echo "ok confusion: table built from Unihan: $out"
+  else echo "FAIL confusion: table built from Unihan: $out (run /usr/bin/python3 model/build_confusion.py)"; rc=1; fi
+  tmp=$(mktemp -d)
+  ${BF_WRAP:-} "$bin" --dump >"$tmp/c" && ${PYTHON:-/usr/bin/python3} model/build_confusion.py --dump >"$tmp/py"
+  lines=$(wc -l <"$tmp/py")
+  if [ "$lines" -gt 7000 ] && cmp -s "$tmp/c" "$tmp/py"; then echo "ok confusion: every set against model/build_confusion.py ($lines characters)"
+  else echo "FAIL confusion: every set against model/build_confusion.py: $(diff "$tmp/c" "$tmp/py" | head -3 | tr '\n' ' ')"; rc=1; fi
+  rm -rf "$tmp"
+  exit $rc
+)
+
+units=(batcher bf16 confusion errors forward gemm lru machine_guard model pool qgemm stats threads tokenizer util)
 if [ "${1:-}" = --list ]; then
   printf '%s\n' "${units[@]}"
   exit 0

@@ -64,7 +64,7 @@ for arch in $arches; do
   if [ ! -f "$tarball" ]; then check "${arch}_tarball" 0 "make dist wrote no $tarball"; continue; fi
   mkdir -p "$tmp/x" && tar xzf "$tarball" -C "$tmp/x"
   got=$(cd "$d" && find . -type f | sed 's|^\./||' | LC_ALL=C sort | tr '\n' ' ')
-  want=$( (echo BUILDINFO LICENSE README SHA256SUMS bertfill.so licenses/utf8proc model/MODEL_CARD.md
+  want=$( (echo BUILDINFO LICENSE README SHA256SUMS bertfill.so licenses/utf8proc licenses/unicode model/MODEL_CARD.md
            git ls-files model/bertfill-zh-tiny) | tr ' ' '\n' | grep . | LC_ALL=C sort | tr '\n' ' ')
   check "${arch}_contents" "$([ "$got" = "$want" ] && echo 1 || echo 0)" "got: $got; want: $want"
   check "${arch}_sha256sums" "$(cd "$d" && yes_no sha256sum --quiet -c SHA256SUMS)" "sha256sum -c failed"

@@ -50,7 +50,7 @@ for arch in $arches; do
   got=$(cd "$x" && find . -type f | sed 's|^\./||' | LC_ALL=C sort | tr '\n' ' ')
   want=$( (echo bertfill/__init__.py bertfill/bertfill.so bertfill/BUILDINFO bertfill/model/MODEL_CARD.md
            git ls-files model/bertfill-zh-tiny | sed 's|^|bertfill/|'
-           echo $di/METADATA $di/WHEEL $di/RECORD $di/LICENSE $di/licenses/utf8proc $di/top_level.txt) |
+           echo $di/METADATA $di/WHEEL $di/RECORD $di/LICENSE $di/licenses/utf8proc $di/licenses/unicode $di/top_level.txt) |
          tr ' ' '\n' | grep . | LC_ALL=C sort | tr '\n' ' ')
   check "${arch}_contents" "$([ "$got" = "$want" ] && echo 1 || echo 0)" "got: $got; want: $want"
   check "${arch}_wheel_tag" "$(grep -qx "Tag: py3-none-$tag" "$x/$di/WHEEL" && grep -qx 'Root-Is-Purelib: false' "$x/$di/WHEEL" && echo 1 || echo 0)" \

@@ -30,7 +30,7 @@ installed() {
 
 build_use="build-essential libopenblas-dev libsqlite3-dev libutf8proc-dev python3 python3-numpy sqlite3"
 peers="chromium clang-format fonts-wqy-microhei go-dqlite libdqlite-dev php-cli php-sqlite3
-       python3-prometheus-client sqlite-utils"
+       python3-prometheus-client sqlite-utils unicode-data"
 got=$(installed .ci/install-deps)
 check make_deps_build_and_use_only "$([ "$(echo $got)" = "$build_use" ] && echo 1)" \
   "make deps installs: $(echo $got); expected only: $build_use"
