@@ -11,7 +11,8 @@
 #   bertfill-linux-arm64-VERSION.tgz   x64, arm64): bertfill.so, the shipped
 #                                      model (model/bertfill-zh-tiny/, found
 #                                      next to the .so; model/MODEL_CARD.md),
-#                                      LICENSE, README.md; "os", "cpu",
+#                                      LICENSE, licenses/ (utf8proc, unicode:
+#                                      what the .so links in), README.md; "os", "cpu",
 #                                      "libc": ["glibc"] and "exports"
 # The versions come from VERSION (ext/sqlite/version.h, the Makefile reads
 # it); the glibc a README states is read from each .so (readelf -V), as
@@ -77,6 +78,10 @@ for build in "${builds[@]}"; do
   install -m 0644 "${models[@]}" "$p/model/bertfill-zh-tiny/"
   install -m 0644 model/MODEL_CARD.md "$p/model/MODEL_CARD.md"
   install -m 0644 LICENSE "$p/LICENSE"
+  # the licences of what the .so holds besides bertfill, as the tarball and the wheel carry them
+  mkdir -p "$p/licenses"
+  install -m 0644 /usr/share/doc/libutf8proc-dev/copyright "$p/licenses/utf8proc"
+  install -m 0644 ext/engine/LICENSE-Unicode.txt "$p/licenses/unicode"
   sed -e "s/@NAME@/$name/g" -e "s/@DESC@/$desc/g" -e "s/@GLIBC@/$glibc/g" \
     "$src/platform/README.md" >"$p/README.md"
   cat >"$p/package.json" <<EOT
@@ -92,7 +97,7 @@ for build in "${builds[@]}"; do
     "./bertfill.so": "./bertfill.so",
     "./package.json": "./package.json"
   },
-  "files": ["bertfill.so", "model", "LICENSE", "README.md"]
+  "files": ["bertfill.so", "model", "licenses", "LICENSE", "README.md"]
 }
 EOT
   pack "$p"

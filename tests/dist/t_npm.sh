@@ -72,6 +72,8 @@ check package_fields "$([ -z "$fields" ] && echo 1 || echo 0)" "$fields"
 files_ok=$( (cd "$tmp/main/package" && ls index.js index.mjs index.d.ts platform.js README.md LICENSE) >/dev/null 2>&1 &&
   cmp -s "$tmp/plat/package/bertfill.so" "$build_dir/dist/x86_64/bertfill.so" &&
   [ -f "$tmp/plat/package/model/MODEL_CARD.md" ] && [ -f "$tmp/plat/package/README.md" ] &&
+  cmp -s "$tmp/plat/package/licenses/unicode" ext/engine/LICENSE-Unicode.txt &&
+  cmp -s "$tmp/plat/package/licenses/utf8proc" /usr/share/doc/libutf8proc-dev/copyright &&
   [ "$(cd "$tmp/plat/package/model/bertfill-zh-tiny" && ls | tr '\n' ' ')" = \
     "$(git ls-files model/bertfill-zh-tiny | xargs -n1 basename | LC_ALL=C sort | tr '\n' ' ')" ] && echo 1 || echo 0)
 check package_files "$files_ok" "main: $(ls "$tmp/main/package" | tr '\n' ' '); platform: $(cd "$tmp/plat/package" && find . -type f | tr '\n' ' ')"
