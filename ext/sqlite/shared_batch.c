@@ -1256,7 +1256,8 @@ static uint64_t stall_limit_ns(sbf *f, uint64_t cap_ns) {
 /* The busy error of a request that no batch took within the busy timeout
 ** (its slot already taken back): what it waited for.  The requests still
 ** waiting, the batch running and whose it is (or none, and who led last),
-** and this process's own encoder runs when they kept it from leading:
+** this process's own encoder runs when they kept it from leading, and the
+** machine-wide guard's slots when it is on (the lead waits for one of them):
 **   bertfill: busy: waited 2000 ms in the machine-wide queue of this model:
 **   3 other requests waiting, 12 in the batch that process 4242 is running */
 static void queue_busy_error(sbf *f, bfx_err *e, uint64_t waited_ns) {
@@ -1273,14 +1274,16 @@ static void queue_busy_error(sbf *f, bfx_err *e, uint64_t waited_ns) {
     snprintf(batch, sizeof batch, "%d in the batch that process %u is running", taken, pid);
   else if (pid) snprintf(batch, sizeof batch, "no batch running (process %u led last)", pid);
   else snprintf(batch, sizeof batch, "no batch running");
-  int mine = bfx_guard_in_flight();
+  int mine = bfx_guard_in_flight(), slots = bfx_guard_machine_slots();
   if (mine > 0)
     snprintf(own, sizeof own, "; this process's encoder: %d run%s in progress", mine,
              mine == 1 ? "" : "s");
+  char machine[48] = ""; /* a lead waits for one of these too: its taker may be any process */
+  if (slots > 0) snprintf(machine, sizeof machine, " (machine-wide guard: %d slots)", slots);
   bfx_errf(e, SQLITE_ERROR, BF_CT_BUSY,
            "bertfill: busy: waited %d ms in the machine-wide queue of this model: %d other "
-           "request%s waiting, %s%s",
-           (int)(waited_ns / 1000000), posted, posted == 1 ? "" : "s", batch, own);
+           "request%s waiting, %s%s%s",
+           (int)(waited_ns / 1000000), posted, posted == 1 ? "" : "s", batch, own, machine);
 }
 
 int bfx_shared_encode(bf_model *m, const bf_tokens *t, int k, bf_cand *out, bfx_times *tm,
