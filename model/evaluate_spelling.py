@@ -3,15 +3,22 @@
 
     /usr/bin/python3 model/evaluate_spelling.py                  # everything (docs/spelling-evaluation.md)
     /usr/bin/python3 model/evaluate_spelling.py --sets everyday --precisions fp32 --no-baseline
+    /usr/bin/python3 model/evaluate_spelling.py --sets everyday-dev --repeats 8 --precisions fp32  # tuning
     /usr/bin/python3 model/evaluate_spelling.py --quick          # the small fixed set of make test
     /usr/bin/python3 model/evaluate_spelling.py --quick --record tests/golden/spelling_quick.json
 
-The test set (fixed seed, built at run time into --out-dir, by default
+The sets (fixed seed, built at run time into --out-dir, by default
 build/spelling-eval/: GSDSimp is CC BY-SA, so the built set is never committed):
-  everyday  the 1000 everyday lines held out of the shipped model's training
-            (model/heldout.py);
-  gsdsimp   the sentences of ../shared/data/corpus-zh/eval/gsdsimp.txt
-            (Chinese Wikipedia, UD GSDSimp);
+  everyday      TEST: the everyday lines held out of the shipped model's
+                training (model/heldout.py) but the development part: 750 of
+                the 1000;
+  everyday-dev  DEVELOPMENT, never scored as a test: every 4th of those 1000
+                lines (index % 4 == 3 in heldout.everyday_heldout's order, 250
+                lines), the lines the engine's defaults (error-model costs,
+                screen slack, default sensitivity: ext/engine/spelling.h) were
+                chosen on.  Tune on it: --sets everyday-dev;
+  gsdsimp       TEST: the sentences of ../shared/data/corpus-zh/eval/gsdsimp.txt
+                (Chinese Wikipedia, UD GSDSimp); nothing was tuned on it;
 each limited to texts of at most MAX_CHARS characters (the shipped model takes
 128 tokens), then shuffled; the first half is corrupted, the second half is
 left clean.  A corrupted sentence gets 1 error (75%), 2 (20%) or 3 (5%),
@@ -171,10 +178,17 @@ def vocab_han(model_dir):
 
 # ------------------------------------------------------------------------------ the test set
 
-def everyday_sentences():
+DEV_EVERY, DEV_REMAINDER = 4, 3   # everyday-dev: the held-out lines i with i % 4 == 3
+SETS = ("everyday", "everyday-dev", "gsdsimp")
+
+
+def everyday_sentences(part):
+    """The everyday held-out lines of one part: "test" (750) or "dev" (every 4th: 250)."""
     sys.path.insert(0, HERE)
     import build_vocab, heldout  # noqa: E401  (numpy; reads the training corpus: ~10 s)
-    return [line for _, line in heldout.everyday_heldout(build_vocab.DEFAULT_CORPUS)]
+    lines = [line for _, line in heldout.everyday_heldout(build_vocab.DEFAULT_CORPUS)]
+    dev = part == "dev"
+    return [line for i, line in enumerate(lines) if (i % DEV_EVERY == DEV_REMAINDER) == dev]
 
 
 def gsdsimp_sentences(path=GSDSIMP):
@@ -395,9 +409,13 @@ def main():
     ap.add_argument("--ext", default=os.path.join(ROOT, "bertfill"), help="the extension (./bertfill)")
     ap.add_argument("--model", default=SHIPPED)
     ap.add_argument("--precisions", default="fp32,int8")
-    ap.add_argument("--sets", default="everyday,gsdsimp")
+    ap.add_argument("--sets", default="everyday,gsdsimp",
+                    help="of %s; the test sets by default (everyday-dev is for tuning)" % ", ".join(SETS))
     ap.add_argument("--seed", type=int, default=SEED)
     ap.add_argument("--limit", type=int, default=0, help="at most this many sentences per set")
+    ap.add_argument("--repeats", type=int, default=1,
+                    help="each set built this many times (seeds seed, seed+1, ...), one after the "
+                         "other: more decisions to tune on (everyday-dev has only 250 lines)")
     ap.add_argument("--sensitivities", default=",".join("%g" % s for s in SENSITIVITIES))
     ap.add_argument("--no-baseline", action="store_true")
     ap.add_argument("--no-thorough", action="store_true")
@@ -409,6 +427,11 @@ def main():
     a = ap.parse_args()
     a.precisions = a.precisions.split(",")
     a.sensitivities = [float(s) for s in a.sensitivities.split(",") if s]
+    if a.repeats < 1:
+        ap.error("--repeats: at least 1")
+    bad = [n for n in a.sets.split(",") if n not in SETS]
+    if bad:
+        ap.error("--sets: no set %s (the sets: %s)" % (", ".join(bad), ", ".join(SETS)))
     conf = Confusions(vocab_han(SHIPPED))
     if not os.path.exists(GSDSIMP) and ("gsdsimp" in a.sets or a.quick):
         print("evaluate_spelling.py: skipped: %s is absent" % GSDSIMP)
@@ -421,8 +444,12 @@ def main():
                                                 limit=QUICK_SENTENCES, shuffle=False)))
     else:
         for name in a.sets.split(","):
-            sents = everyday_sentences() if name == "everyday" else gsdsimp_sentences()
-            sets.append((name, build_set(name, sents, conf, a.seed, limit=a.limit or None)))
+            sents = (everyday_sentences("test") if name == "everyday" else
+                     everyday_sentences("dev") if name == "everyday-dev" else gsdsimp_sentences())
+            items = []
+            for seed in range(a.seed, a.seed + a.repeats):
+                items += build_set(name, sents, conf, seed, limit=a.limit or None)
+            sets.append((name, items))
     hashes = {name: write_set(items, os.path.join(a.out_dir, name + ".jsonl")) for name, items in sets}
     print("evaluate_spelling.py: %s, %s; test sets in %s" % (
         a.model, ",".join(a.precisions), a.out_dir), flush=True)
