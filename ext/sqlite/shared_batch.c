@@ -361,7 +361,7 @@ SQLITE_EXTENSION_INIT3
 #include "util.h"
 
 #define MAGIC "BFSHBAT"
-#define LAYOUT_VERSION 4
+#define LAYOUT_VERSION 3
 #define HEADER_SIZE 4096
 #define NSLOTS BFX_SHARED_SLOTS
 #define RECHECK_NS 10000000ull      /* a sleeping requester looks again this often */
@@ -399,8 +399,12 @@ typedef struct sb_header {
   _Atomic uint64_t progress;    /* bumped by the leader: lead taken, batch taken, batch done */
   _Atomic uint64_t expect_ns;   /* the leader's estimate of its current batch's run time */
   _Atomic uint64_t released_ns; /* when the last leader gave the lead up (bf_now_ns) */
-  _Atomic uint32_t posts;       /* bumped by a poster that found the lead held: the futex
-                                   word a lingering leader sleeps on (LINGER) */
+  /* bumped by a poster that found the lead held: the futex word a lingering
+  ** leader sleeps on (LINGER).  In bytes that builds before it left zero, so
+  ** the layout version stays: their posters do not wake a lingering leader,
+  ** whose requests then wait for the end of its linger (at most
+  ** BERTFILL_SHARED_LINGER_MS), when it gives the lead up. */
+  _Atomic uint32_t posts;
 } sb_header;
 _Static_assert(sizeof(sb_header) <= HEADER_SIZE, "the header page");
 

@@ -63,6 +63,15 @@ join:
     opens the file: all usable, no error, no warning, right answers
     (herd_all_usable_later); then 30 more at once, nobody stopped: all
     usable after their first call (herd_at_once_usable);
+  * linger (issue 38, 3): a leader keeps the lead after its call
+    (BERTFILL_SHARED_LINGER_MS=1000): another process's next calls are
+    run by its lingering thread (lead "kept"); its own next call leads at
+    once ("post", its pid); 1.5 s without a request and the other process
+    leads its own call; SIGKILLed while lingering idle, the other process
+    leads at once; SIGKILLed in the middle of a kept batch (hold hook), the
+    other's request is run again by it within 2 s; SIGSTOPped while
+    lingering, the other's calls answer (the stall rule) within 1 s, not at
+    its 5 s busy timeout; every answer a lone process's;
   * exit_cleanup (issue 40, 4): 4 processes use the queue; while one of
     them still runs the file stays and works (a new process batches with
     it); after the last exits normally no file is left; 5 rounds of 6
