@@ -376,7 +376,7 @@ SQLITE_EXTENSION_INIT3
 #define LASTING_RETRY_NS 30000000000ull /* a file refused for a lasting reason: tried again */
 #define BUSY_SAY_NS 5000000000ull       /* a file busy this long in a row is said on stderr */
 #define OPEN_TRIES 8                    /* opens of a file removed between its open and its lock */
-#define LINGER_MS 100 /* default of BERTFILL_SHARED_LINGER_MS: how long a leader keeps the lead */
+#define LINGER_MS 1000 /* default of BERTFILL_SHARED_LINGER_MS: how long a leader keeps the lead */
 
 /* A slot's state word: the state in its low bits, the ticket of the request
 ** (new for every request, from its nonce) above them. */
@@ -524,7 +524,8 @@ static void sb_init(void) {
   sb.on = bf_env_flag("BERTFILL_SHARED_BATCH", 1);
   sb.gather = (int)bf_env_int("BERTFILL_SHARED_GATHER", 0, BFX_BATCH_MAX_SEQS, 0);
   sb.hold_ms = (int)bf_env_int("BERTFILL_SHARED_HOLD_MS", 0, 60000, 0);
-  sb.linger_ns = (uint64_t)bf_env_int("BERTFILL_SHARED_LINGER_MS", 0, 1000, LINGER_MS) * 1000000ull;
+  sb.linger_ns = (uint64_t)bf_env_int("BERTFILL_SHARED_LINGER_MS", 0, 10000, LINGER_MS) *
+                 1000000ull;
   sb.key = new_key();
   const char *d = getenv("BERTFILL_SHARED_BATCH_DIR");
   if (!d || !*d) d = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
