@@ -33,7 +33,8 @@ int bfx_encode(bf_model *m, int nseq, const bf_tokens *seqs, int k, bf_cand *out
 }
 
 const char *bfx_lead_name(int lead) {
-  static const char *const names[] = {NULL, "alone", "queue", "post", "woken", "timer", "slot"};
+  static const char *const names[] = {NULL,    "alone", "queue", "post",
+                                      "woken", "timer", "slot",  "kept"};
   return lead > 0 && lead < (int)(sizeof names / sizeof names[0]) ? names[lead] : NULL;
 }
 

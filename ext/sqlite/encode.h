@@ -38,6 +38,7 @@ enum {
   BFX_LEAD_WOKEN, /* "woken": woken by the previous leader, which gave the lead up */
   BFX_LEAD_TIMER, /* "timer": looked again after RECHECK_NS asleep, found no leader */
   BFX_LEAD_SLOT,  /* "slot": after a wait for an encoder slot of its own process */
+  BFX_LEAD_KEPT,  /* "kept": a leader that kept the lead after its own request (shared_batch.c) */
 };
 const char *bfx_lead_name(int lead); /* NULL for BFX_LEAD_NONE or unknown */
 

@@ -124,9 +124,13 @@
 **      writes the k candidates, rc and the echo (a digest of the nonce, n,
 **      n_masks, k and the ids it ran), marks it DONE and wakes its owner
 **      (FUTEX_WAKE on the state word; not FUTEX_PRIVATE_FLAG: the word is
-**      shared between processes).  Once its own request is done it gives up the lead and
-**      wakes the owners of what is still POSTED, one of which leads next:
-**      its caller does not wait for other people's batches.
+**      shared between processes).  Once its own request is done it hands
+**      the lead to its process's lingering thread (LINGER below), which
+**      runs the next batches while requests keep coming, or gives the lead
+**      up and wakes the owners of what is still POSTED, one of which leads
+**      next: its caller does not wait for other people's batches.  A
+**      poster that finds the lead held bumps the header's posts word and
+**      wakes it (the lingering thread sleeps there).
 **   3. Otherwise it sleeps on its slot's state word (FUTEX_WAIT, always with
 **      a timeout of RECHECK_NS: a lost wake-up or a dead leader costs at most
 **      that long) and looks again: DONE with its ticket -> it takes the
@@ -304,6 +308,8 @@
 ** Settings (read once from the environment):
 **   BERTFILL_SHARED_BATCH=0      off: every process batches alone (batcher.c)
 **   BERTFILL_SHARED_BATCH_DIR    where the shared files are (tests)
+**   BERTFILL_SHARED_LINGER_MS    how long a leader keeps the lead without a
+**                                request (LINGER; default LINGER_MS, 0 off)
 ** With batching off (bert_batching(0), BERTFILL_BATCHING=0) the shared path
 ** is not used either.
 ** Test hooks, not for production: BERTFILL_SHARED_GATHER=n makes a leader
@@ -330,6 +336,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -369,6 +376,7 @@ SQLITE_EXTENSION_INIT3
 #define LASTING_RETRY_NS 30000000000ull /* a file refused for a lasting reason: tried again */
 #define BUSY_SAY_NS 5000000000ull       /* a file busy this long in a row is said on stderr */
 #define OPEN_TRIES 8                    /* opens of a file removed between its open and its lock */
+#define LINGER_MS 1000 /* default of BERTFILL_SHARED_LINGER_MS: how long a leader keeps the lead */
 
 /* A slot's state word: the state in its low bits, the ticket of the request
 ** (new for every request, from its nonce) above them. */
@@ -391,6 +399,12 @@ typedef struct sb_header {
   _Atomic uint64_t progress;    /* bumped by the leader: lead taken, batch taken, batch done */
   _Atomic uint64_t expect_ns;   /* the leader's estimate of its current batch's run time */
   _Atomic uint64_t released_ns; /* when the last leader gave the lead up (bf_now_ns) */
+  /* bumped by a poster that found the lead held: the futex word a lingering
+  ** leader sleeps on (LINGER).  In bytes that builds before it left zero, so
+  ** the layout version stays: their posters do not wake a lingering leader,
+  ** whose requests then wait for the end of its linger (at most
+  ** BERTFILL_SHARED_LINGER_MS), when it gives the lead up. */
+  _Atomic uint32_t posts;
 } sb_header;
 _Static_assert(sizeof(sb_header) <= HEADER_SIZE, "the header page");
 
@@ -438,6 +452,14 @@ typedef struct sbf {
   unsigned hint;
   uint64_t ns_per_token;       /* of this process's last batch as leader (0: none yet) */
   _Atomic uint64_t stalled_at; /* progress+1 of a lead found stalled (0: none) */
+  /* LINGER, under mu: the lingering thread of this file, started on first use */
+  pthread_cond_t lt_cv; /* signalled when lt_owns or lt_stop is set */
+  int lt_started;       /* the thread runs */
+  int lt_owns;          /* it holds this process's lead (leading is 1 then) */
+  int lt_busy;          /* it runs a batch now: the lead cannot be taken from it */
+  int lt_stop;          /* the process exits: give the lead up, lead no more */
+  uint64_t lt_last_ns;  /* its lead was handed to it, or its last batch ended */
+  bf_model *lt_model;   /* retained: the model it runs batches on */
 } sbf;
 
 static struct {
@@ -445,6 +467,7 @@ static struct {
   pthread_mutex_t mu; /* files */
   sbf *files;
   int on, gather, hold_ms;
+  uint64_t linger_ns;       /* BERTFILL_SHARED_LINGER_MS (LINGER): 0 off */
   uint64_t key;             /* this process's key (a new one in a forked child) */
   char dir[PATH_MAX - 128]; /* room for the file name in sbf.path */
 } sb = {.once = PTHREAD_ONCE_INIT, .mu = PTHREAD_MUTEX_INITIALIZER};
@@ -501,6 +524,8 @@ static void sb_init(void) {
   sb.on = bf_env_flag("BERTFILL_SHARED_BATCH", 1);
   sb.gather = (int)bf_env_int("BERTFILL_SHARED_GATHER", 0, BFX_BATCH_MAX_SEQS, 0);
   sb.hold_ms = (int)bf_env_int("BERTFILL_SHARED_HOLD_MS", 0, 60000, 0);
+  sb.linger_ns = (uint64_t)bf_env_int("BERTFILL_SHARED_LINGER_MS", 0, 10000, LINGER_MS) *
+                 1000000ull;
   sb.key = new_key();
   const char *d = getenv("BERTFILL_SHARED_BATCH_DIR");
   if (!d || !*d) d = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
@@ -897,6 +922,7 @@ static sbf *file_of(const char *fp) {
   if (!f && (f = calloc(1, sizeof *f)) != NULL) {
     snprintf(f->fp, sizeof f->fp, "%s", fp);
     pthread_mutex_init(&f->mu, NULL);
+    pthread_cond_init(&f->lt_cv, NULL);
     f->fd = -1;
     open_file(f, INIT_WAIT_NS);
     if (f->fd >= 0) sweep_dead(f);
@@ -934,8 +960,16 @@ static void leave_all(void) {
     nanosleep(&ts, NULL);
   }
   if (!locked) return;
-  for (sbf *f = sb.files; f; f = f->next)
-    if (f->fd >= 0) leave(f);
+  for (sbf *f = sb.files; f; f = f->next) {
+    if (f->fd < 0) continue;
+    pthread_mutex_lock(&f->mu); /* a lingering leader gives the lead up (LINGER) */
+    f->lt_stop = 1;
+    pthread_cond_signal(&f->lt_cv);
+    pthread_mutex_unlock(&f->mu);
+    atomic_fetch_add(&f->h->posts, 1);
+    futex_wake(&f->h->posts);
+    leave(f);
+  }
   pthread_mutex_unlock(&sb.mu);
 }
 
@@ -946,9 +980,13 @@ enum { LEAD_GOT, LEAD_HERE, LEAD_ELSEWHERE };
 ** process leads; LEAD_ELSEWHERE: another process holds LEADER_BYTE. */
 static int try_lead(sbf *f) {
   pthread_mutex_lock(&f->mu);
-  int r = f->leading                               ? LEAD_HERE
-          : lock_byte(f->fd, LEADER_BYTE, F_WRLCK) ? LEAD_GOT
-                                                   : LEAD_ELSEWHERE;
+  int r;
+  if (f->leading && f->lt_owns && !f->lt_busy) { /* from the lingering thread (LINGER) */
+    f->lt_owns = 0;
+    r = LEAD_GOT;
+  } else {
+    r = f->leading ? LEAD_HERE : lock_byte(f->fd, LEADER_BYTE, F_WRLCK) ? LEAD_GOT : LEAD_ELSEWHERE;
+  }
   if (r == LEAD_GOT) f->leading = 1;
   pthread_mutex_unlock(&f->mu);
   if (r == LEAD_GOT) {
@@ -966,12 +1004,20 @@ static int try_lead(sbf *f) {
 /* Give up the lead, then wake the owners of what is still POSTED: one of
 ** them leads next.  (After the lock is dropped: a request posted meanwhile
 ** either sees no leader, or is seen here.) */
+static void wake_posted(sbf *f);
 static void stop_leading(sbf *f) {
   atomic_store(&f->h->released_ns, bf_now_ns());
   pthread_mutex_lock(&f->mu);
   lock_byte(f->fd, LEADER_BYTE, F_UNLCK);
   f->leading = 0;
+  bf_model *drop = f->lt_model; /* the lingering thread's, with the lead (LINGER) */
+  f->lt_model = NULL;
   pthread_mutex_unlock(&f->mu);
+  wake_posted(f);
+  if (drop) bf_model_release(drop);
+}
+
+static void wake_posted(sbf *f) {
   for (int i = 0; i < NSLOTS; i++)
     if (STATE_OF(atomic_load(&f->slots[i].state)) == S_POSTED) futex_wake(&f->slots[i].state);
 }
@@ -1152,10 +1198,37 @@ static uint64_t batch_expect_ns(const sbf *f, int tokens) {
   return ns + (uint64_t)sb.hold_ms * 1000000ull;
 }
 
+/* One batch of the leader on run (me: where its look for POSTED slots
+** starts, its own slot first): taken, announced, run and written.  The
+** header's progress is bumped when the batch is taken and when it is done,
+** with the time announced in between.  Returns how many requests it held
+** (0: nothing to take); ids: BFX_BATCH_MAX_TOKENS of room. */
+static int lead_batch(sbf *f, bf_model *m, bf_run *run, int me, int32_t *ids, int first,
+                      uint64_t lead_ns, uint64_t released, int how) {
+  member mb[BFX_BATCH_MAX_SEQS];
+  int tokens = 0;
+  int n = take_batch(f, m, me, mb, ids, first, lead_ns, released, &tokens);
+  if (n == 0) return 0;
+  atomic_store(&f->h->expect_ns, batch_expect_ns(f, tokens));
+  atomic_fetch_add(&f->h->progress, 1);
+  if (sb.hold_ms > 0) { /* test hook: a batch in the middle of its run */
+    struct timespec ts = {sb.hold_ms / 1000, (long)(sb.hold_ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+  }
+  uint64_t t0 = bf_now_ns();
+  run_batch(f, m, run, mb, n, how);
+  uint64_t per = (bf_now_ns() - t0) / (uint64_t)(tokens > 0 ? tokens : 1);
+  f->ns_per_token = per ? per : 1;
+  atomic_fetch_add(&f->h->progress, 1);
+  return n;
+}
+
+static int linger_hand_over(sbf *f, bf_model *m);
+
 /* The leader's part, on run (an encoder slot of this process, taken before
 ** the lead): batches until the leader's own slot me is DONE; then the slot
-** and the lead are given back.  The header's progress is bumped when a
-** batch is taken and when it is done, with the time announced in between. */
+** is given back, and the lead handed to the lingering thread (LINGER) or
+** given up. */
 static void lead(sbf *f, bf_model *m, int me, bf_run *run, int how) {
   uint64_t lead_ns = bf_now_ns(), released = atomic_load(&f->h->released_ns);
   bf_stats_add(how == BFX_LEAD_WOKEN   ? BF_CT_SHARED_LEAD_WOKEN
@@ -1172,29 +1245,141 @@ static void lead(sbf *f, bf_model *m, int me, bf_run *run, int how) {
       nanosleep(&ts, NULL);
     }
   }
-  member mb[BFX_BATCH_MAX_SEQS];
   int32_t *ids = malloc(BFX_BATCH_MAX_TOKENS * sizeof *ids);
   int first = 1;
   while (ids && STATE_OF(atomic_load(&f->slots[me].state)) != S_DONE) {
-    int tokens = 0;
-    int n = take_batch(f, m, me, mb, ids, first, lead_ns, released, &tokens);
+    int n = lead_batch(f, m, run, me, ids, first, lead_ns, released, how);
     first = 0;
     if (n == 0) break;
-    atomic_store(&f->h->expect_ns, batch_expect_ns(f, tokens));
-    atomic_fetch_add(&f->h->progress, 1);
-    if (sb.hold_ms > 0) { /* test hook: a batch in the middle of its run */
-      struct timespec ts = {sb.hold_ms / 1000, (long)(sb.hold_ms % 1000) * 1000000L};
-      nanosleep(&ts, NULL);
-    }
-    uint64_t t0 = bf_now_ns();
-    run_batch(f, m, run, mb, n, how);
-    uint64_t per = (bf_now_ns() - t0) / (uint64_t)(tokens > 0 ? tokens : 1);
-    f->ns_per_token = per ? per : 1;
-    atomic_fetch_add(&f->h->progress, 1);
   }
   free(ids);
   bfx_guard_release(run);
-  stop_leading(f);
+  if (!linger_hand_over(f, m)) stop_leading(f);
+}
+
+/* ---- LINGER: a leader that keeps the lead ----
+**
+** Why.  On a fast CPU a batch takes a few ms and requests of a service
+** arrive tens of ms apart: the queue is empty when a batch ends, so without
+** this the lead changed hands on every batch, to the process of the next
+** request, and on some virtual machines an encoder run is much slower in a
+** process that did not run the last one (docs/performance.md, issue 38).
+**
+** How.  A leader whose own request is DONE returns to its caller at once,
+** but hands the lead (LEADER_BYTE stays locked: it belongs to the process's
+** file description) to its process's lingering thread, one per file, made
+** on first use.  That thread sleeps on the header's posts word (FUTEX_WAIT,
+** no spinning), which a poster that finds the lead held bumps and wakes;
+** with POSTED slots it takes an encoder slot of its process (free right now,
+** or it gives the lead up: its process has work of its own), runs them as
+** the leader's batch would (lead "kept" in bertfill_trace), and so on, for
+** as long as requests keep coming: BERTFILL_SHARED_LINGER_MS (default
+** LINGER_MS) after the hand-over or its last batch without a request, it
+** gives the lead up (stop_leading: the owners of what is POSTED are woken).
+** A thread of its own process that wants to lead takes the lead from it
+** when it is not in a batch (try_lead; no system call), and hands it back
+** when its own request is done.  A lingering leader is a leader: killed,
+** its lock dies with it and the waiters' RECHECK_NS finds no leader;
+** stopped, its progress stops and the waiters' stall rule applies (STALLS).
+** At exit (leave_all) it gives the lead up.  It holds a reference to the
+** model (bf_model_retain) while it has the lead, released when it gives it
+** up.  A forked child has no lingering thread: it makes its own.
+** BERTFILL_SHARED_LINGER_MS=0: the lead is given up with the own request,
+** as before. */
+
+static void *linger_main(void *arg);
+
+/* Hand this thread's lead (its batches done, its encoder slot released) to
+** the lingering thread of f: 1 when handed, 0 when not (lingering off or
+** the thread could not be made): then the caller gives the lead up. */
+static int linger_hand_over(sbf *f, bf_model *m) {
+  if (sb.linger_ns == 0) return 0;
+  bf_model *drop = NULL;
+  pthread_mutex_lock(&f->mu);
+  if (!f->lt_started && !f->lt_stop) {
+    pthread_attr_t a;
+    pthread_t th;
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old); /* the thread inherits it: no signal goes there */
+    if (pthread_attr_init(&a) == 0) {
+      pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+      f->lt_started = pthread_create(&th, &a, linger_main, f) == 0;
+      pthread_attr_destroy(&a);
+    }
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+  }
+  int handed = f->lt_started && !f->lt_stop;
+  if (handed) {
+    if (f->lt_model != m) {
+      drop = f->lt_model;
+      bf_model_retain(m);
+      f->lt_model = m;
+    }
+    f->lt_owns = 1;
+    f->lt_last_ns = bf_now_ns();
+    /* no batch runs: a stopped lingering leader is stalled after STALL_MIN_NS */
+    atomic_store(&f->h->expect_ns, 0);
+    pthread_cond_signal(&f->lt_cv);
+  }
+  pthread_mutex_unlock(&f->mu);
+  if (drop) bf_model_release(drop);
+  return handed;
+}
+
+/* The lingering thread of f (LINGER).  It waits (on lt_cv) for a lead
+** handed to it; then runs the POSTED requests until nothing is posted for
+** linger_ns, the lead is taken back by a thread of its process, or the
+** process exits. */
+static void *linger_main(void *arg) {
+  sbf *f = arg;
+  int32_t *ids = malloc(BFX_BATCH_MAX_TOKENS * sizeof *ids);
+  pthread_mutex_lock(&f->mu);
+  for (;;) {
+    while (!f->lt_owns && !f->lt_stop) pthread_cond_wait(&f->lt_cv, &f->mu);
+    if (!f->lt_owns) break; /* stopping */
+    int give_up = 0;
+    while (f->lt_owns) {
+      bf_model *m = f->lt_model;
+      uint64_t now = bf_now_ns();
+      if (f->lt_stop || !ids || now - f->lt_last_ns >= sb.linger_ns) {
+        give_up = 1;
+        break;
+      }
+      uint32_t seen = atomic_load(&f->h->posts);
+      if (count_states(f, S_POSTED, S_POSTED) == 0) {
+        uint64_t left = sb.linger_ns - (now - f->lt_last_ns);
+        pthread_mutex_unlock(&f->mu);
+        futex_wait(&f->h->posts, seen, left);
+        pthread_mutex_lock(&f->mu);
+        continue;
+      }
+      int nomem = 0;
+      bf_run *run = bfx_guard_try_acquire(&nomem);
+      if (!run) { /* its process's own work has the encoder: the lead goes */
+        give_up = 1;
+        break;
+      }
+      f->lt_busy = 1;
+      pthread_mutex_unlock(&f->mu);
+      /* lead_ns 0: the lead was held all along, no request waited without one */
+      int n = lead_batch(f, m, run, (int)(f->hint % NSLOTS), ids, 0, 0, 0, BFX_LEAD_KEPT);
+      bfx_guard_release(run);
+      pthread_mutex_lock(&f->mu);
+      f->lt_busy = 0;
+      if (n > 0) f->lt_last_ns = bf_now_ns();
+    }
+    if (give_up) { /* still its lead (taken under mu): given up, the model with it */
+      f->lt_owns = 0;
+      pthread_mutex_unlock(&f->mu);
+      stop_leading(f);
+      pthread_mutex_lock(&f->mu);
+    }
+  }
+  f->lt_started = 0;
+  pthread_mutex_unlock(&f->mu);
+  free(ids);
+  return NULL;
 }
 
 /* Try to become the leader with an encoder slot of this process in hand.
@@ -1341,6 +1526,7 @@ int bfx_shared_encode(bf_model *m, const bf_tokens *t, int k, bf_cand *out, bfx_
   uint64_t progress = atomic_load(&f->h->progress), quiet_since = t0;
   int elsewhere = 0;       /* the lead was another process's when last tried */
   int how = BFX_LEAD_POST; /* what this thread did last: posted, woken, timed out, queued */
+  int announced = 0;       /* the posts word bumped for this request */
   for (;;) {
     uint32_t w = atomic_load(&s->state), st = STATE_OF(w);
     if (w == (S_DONE | ticket)) break;
@@ -1353,6 +1539,11 @@ int bfx_shared_encode(bf_model *m, const bf_tokens *t, int k, bf_cand *out, bfx_
     int led = lead_if_possible(f, m, i, now + RECHECK_NS < deadline ? now + RECHECK_NS : deadline,
                                &elsewhere, how);
     if (led == LED) continue;
+    if (led == NOT_LEADER && !announced) { /* wake a lingering leader (LINGER) */
+      announced = 1;
+      atomic_fetch_add(&f->h->posts, 1);
+      futex_wake(&f->h->posts);
+    }
     int queued = led == NO_SLOT; /* this thread just waited in the guard's queue */
     if (led < 0) {
       /* out of memory: take the request back if no leader has it */
@@ -1436,7 +1627,7 @@ int bfx_shared_encode(bf_model *m, const bf_tokens *t, int k, bf_cand *out, bfx_
                        .handover = atomic_load(&s->handover_ns),
                        .seqs = (int)atomic_load(&s->seqs),
                        .leader_pid = (int)atomic_load(&s->leader_pid),
-                       .lead = lead_how <= BFX_LEAD_SLOT ? (int)lead_how : BFX_LEAD_NONE};
+                       .lead = lead_how <= BFX_LEAD_KEPT ? (int)lead_how : BFX_LEAD_NONE};
   /* the answer is read: the slot's texts go with it (release).  DONE but
   ** no leader's result in it (someone wrote the state): a leader may still
   ** be about to write; the slot is scrubbed and left to be reclaimed */

@@ -63,6 +63,15 @@ join:
     opens the file: all usable, no error, no warning, right answers
     (herd_all_usable_later); then 30 more at once, nobody stopped: all
     usable after their first call (herd_at_once_usable);
+  * linger (issue 38, 3): a leader keeps the lead after its call
+    (BERTFILL_SHARED_LINGER_MS=1000): another process's next calls are
+    run by its lingering thread (lead "kept"); its own next call leads at
+    once ("post", its pid); 1.5 s without a request and the other process
+    leads its own call; SIGKILLed while lingering idle, the other process
+    leads at once; SIGKILLed in the middle of a kept batch (hold hook), the
+    other's request is run again by it within 2 s; SIGSTOPped while
+    lingering, the other's calls answer (the stall rule) within 1 s, not at
+    its 5 s busy timeout; every answer a lone process's;
   * exit_cleanup (issue 40, 4): 4 processes use the queue; while one of
     them still runs the file stays and works (a new process batches with
     it); after the last exits normally no file is left; 5 rounds of 6
@@ -139,6 +148,20 @@ for line in sys.stdin:
     elif cmd["op"] == "loop":      # answers one line each, forever
         while True:
             run(cmd["texts"], report_each=True)
+    elif cmd["op"] == "traced":    # bert_fill: answer, seconds, the trace's leader and lead
+        c.execute("SELECT bert_trace(1)")
+        calls = []
+        for t in cmd["texts"]:
+            t0 = time.monotonic()
+            try:
+                a, err = c.execute("SELECT bert_fill(?)", (t,)).fetchone()[0], None
+            except sqlite3.Error as e:
+                a, err = None, str(e)
+            dt = time.monotonic() - t0
+            row = c.execute("SELECT leader_pid, lead FROM bertfill_trace ORDER BY id DESC "
+                            "LIMIT 1").fetchone()
+            calls.append([a, dt, row[0], row[1], err])
+        print(json.dumps({"calls": calls}), flush=True)
     elif cmd["op"] == "debug":
         d = json.loads(c.execute("SELECT bert_debug()").fetchone()[0])
         print(json.dumps({"shared": d["shared_batch"], "counters": counters()}), flush=True)
@@ -356,6 +379,10 @@ def test_same_answers():
     for w, plan in zip(ws, plans):
         w.send(op="run", texts=plan)
     res = [w.recv() for w in ws]
+    # the counters once every process is done: a process whose own calls
+    # ended first keeps serving the others' while it keeps the lead (LINGER)
+    for w, r in zip(ws, res):
+        r["counters"] = w.ask(op="debug")["counters"]
     for w in ws:
         w.close()
     wrong = sum(1 for r, plan in zip(res, plans) for a, t in zip(r["answers"], plan)
@@ -391,8 +418,10 @@ def test_leader_kill(rounds=int(os.environ.get("SB_KILL_ROUNDS", "50"))):
     for _ in range(4):
         spawn()
     # one more process that is never killed (when it leads, no kill that
-    # round): its memory over the run must stay flat
-    observer = Worker(env)
+    # round): its memory over the run must stay flat.  It keeps no lead
+    # after its calls (LINGER), or it would lead the whole time (the others'
+    # leads, kept or not, are killed)
+    observer = Worker(dict(env, BERTFILL_SHARED_LINGER_MS="0"))
     observer.send(op="loop", texts=random.Random(1).sample(texts, len(texts)))
     sel.register(observer.p.stdout, selectors.EVENT_READ, observer)
     rss = []  # (time, kB) of the observer
@@ -1128,7 +1157,8 @@ def test_busy_message():
     texts = make_texts(2, seed=151)
     sdir = tempfile.mkdtemp(prefix="bf-sb-")
     a = Worker(base_env(sdir, BERTFILL_SHARED_HOLD_MS=2500))
-    b = Worker(base_env(sdir, BERTFILL_BUSY_TIMEOUT_MS=500))
+    # B keeps no lead after its call (LINGER), so that A's batch is A's
+    b = Worker(base_env(sdir, BERTFILL_BUSY_TIMEOUT_MS=500, BERTFILL_SHARED_LINGER_MS=0))
     b.ask(op="run", texts=texts[1:])  # the file exists
     path = shared_path(sdir)
     a.send(op="run", texts=texts[:1])
@@ -1156,6 +1186,83 @@ def test_busy_message():
           m is not None and 450 <= int(m.group(1)) < 2500 and not ra["errors"],
           "B's errors %r (A is %d), A's errors %r" % (rb["errors"], a.pid, ra["errors"]))
     print("   (%s)" % err)
+    shutil.rmtree(sdir, ignore_errors=True)
+
+
+# ---- issue 38, item 3: a leader that keeps the lead ----
+
+def test_linger():
+    """Item 3 of issue 38 (LINGER in shared_batch.c): a leader keeps the
+    lead after its call, in a thread of its own, and runs other processes'
+    requests (lead "kept"); its process's own next call leads itself at
+    once; with no request for the linger time the lead is free again; a
+    lingering leader SIGKILLed, idle or in the middle of a kept batch, or
+    SIGSTOPped, keeps nobody waiting beyond the stall rule (no error)."""
+    texts = make_texts(16, seed=171)
+    ref = dict(zip(texts, references(texts)))
+    sdir = tempfile.mkdtemp(prefix="bf-sb-")
+    linger = dict(BERTFILL_SHARED_LINGER_MS=1000)
+    b = Worker(base_env(sdir, BERTFILL_SHARED_LINGER_MS=0, BERTFILL_BUSY_TIMEOUT_MS=5000))
+
+    def traced(w, ts):
+        r = w.ask(op="traced", texts=ts)["calls"]
+        return r, all(c[0] == ref[t][0] and c[4] is None for c, t in zip(r, ts))
+
+    def leads(r):
+        return [(c[2], c[3]) for c in r]
+    a = Worker(base_env(sdir, **linger))
+    traced(a, texts[:1])  # A leads, then keeps the lead
+    rb, ok = traced(b, texts[1:3])
+    check("linger_kept", ok and leads(rb) == [(a.pid, "kept")] * 2,
+          "B's calls while A lingers: right %s, (leader, lead) %r (A is %d)" % (ok, leads(rb), a.pid))
+    ra, ok = traced(a, texts[3:4])
+    check("linger_own_call_leads", ok and leads(ra) == [(a.pid, "post")] and ra[0][1] < 2.0,
+          "A's own call while its thread lingers: right %s, (leader, lead) %r, %.0f ms"
+          % (ok, leads(ra), ra[0][1] * 1000))
+    time.sleep(1.5)  # the linger time without a request: the lead is free
+    rb, ok = traced(b, texts[4:5])
+    check("linger_gives_up", ok and leads(rb) == [(b.pid, "post")],
+          "B's call 1.5 s later: right %s, (leader, lead) %r (B is %d)" % (ok, leads(rb), b.pid))
+    traced(a, texts[5:6])
+    a.kill()  # killed while lingering: its lock dies with it
+    rb, ok = traced(b, texts[6:8])
+    check("linger_sigkill_idle", ok and leads(rb) == [(b.pid, "post")] * 2,
+          "B's calls after A was killed lingering: right %s, (leader, lead) %r (B is %d)"
+          % (ok, leads(rb), b.pid))
+    # killed in the middle of a kept batch (the hold hook: 400 ms between
+    # taking and running): B's request is run again, by B, in time
+    a = Worker(base_env(sdir, BERTFILL_SHARED_HOLD_MS=400, **linger))
+    traced(a, texts[8:9])
+    path = shared_path(sdir)
+    b.send(op="traced", texts=texts[9:10])
+    until, seen = time.monotonic() + 5, False
+    while not seen and time.monotonic() < until:
+        _, _, leader, states = read_header(path)
+        seen = leader == a.pid and TAKEN in states
+        time.sleep(0.002)
+    a.kill()
+    rb = b.recv()["calls"]
+    ok = rb[0][0] == ref[texts[9]][0] and rb[0][4] is None
+    check("linger_sigkill_in_batch", seen and ok and rb[0][2] == b.pid and rb[0][1] < 2.0,
+          "A's kept batch seen TAKEN %s; B: right %s, (leader, lead) %r, %.0f ms"
+          % (seen, ok, leads(rb), rb[0][1] * 1000))
+    killed_ms = rb[0][1] * 1000
+    # stopped while lingering: B waits for the stall rule, not its busy timeout
+    a = Worker(base_env(sdir, **linger))
+    traced(a, texts[10:11])
+    os.kill(a.pid, signal.SIGSTOP)
+    rb, ok = traced(b, texts[11:13])
+    os.kill(a.pid, signal.SIGCONT)
+    worst = max(c[1] for c in rb)
+    check("linger_sigstop", ok and worst < 1.0,
+          "B's calls while A is stopped lingering: right %s, slowest %.0f ms (busy timeout 5000)"
+          % (ok, worst * 1000))
+    ra, ok = traced(a, texts[13:14])
+    check("linger_after_sigcont", ok, "A's call after SIGCONT: %r" % ra)
+    print("   (kept: B's calls led by A's lingering thread; after a SIGKILL in a kept batch B "
+          "answered in %.0f ms; stopped: slowest %.0f ms)" % (killed_ms, worst * 1000))
+    a.close()
+    b.close()
     shutil.rmtree(sdir, ignore_errors=True)
 
 
@@ -1393,7 +1500,7 @@ def main():
              test_requester_kill, test_models_precisions, test_other_user, test_refused_files,
              test_full_queue, test_stalled_process, test_fork, test_full_tmpfs, test_slot_writer,
              test_stopped_leader, test_busy_message, test_herd, test_exit_cleanup,
-             test_slot_texts_cleared, test_sigkill_cleanup]
+             test_slot_texts_cleared, test_sigkill_cleanup, test_linger]
     for t in tests:
         if only and t.__name__[5:] not in only:
             continue

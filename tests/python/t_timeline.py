@@ -37,7 +37,7 @@ import time
 
 from bftest import EXT, TINY, check, exit_code, skip
 
-LEADS = {"alone", "queue", "post", "woken", "timer", "slot"}
+LEADS = {"alone", "queue", "post", "woken", "timer", "slot", "kept"}
 COLS = ("total_ms, tokenize_ms, cache_read_ms, cache_write_ms, wait_ms, start_ms, encode_ms, "
         "topk_ms, write_ms, wake_ms, handover_ms, batch_seqs, leader_pid, lead, source")
 
