@@ -17,7 +17,8 @@
 #   aarch64: the same hidden libraries, an arm64 sqlite3 under
 #   qemu-aarch64-static loads the arm64 .so from the tarball and fills the
 #   same texts as x86-64's portable set (their top fills; the scores to 1e-3).
-#   Under qemu: BERTFILL_WARM_UP=0 and one thread, no helper thread at all:
+#   Under qemu: BERTFILL_WARM_UP=0, one thread and BERTFILL_SHARED_LINGER_MS=0
+#   (no lingering leader's thread), no helper thread at all:
 #   Debian 12's qemu-user 7.2 hangs in any pthread_create on some hosts
 #   (kernel 6.18 here; a five-line C program shows it).
 # Skipped with the reason: without unshare rights (not root), without the
@@ -114,8 +115,8 @@ if [[ " $arches " = *" aarch64 "* ]]; then
     echo "skip dist_aarch64_fills: no arm64 sqlite3 at $ARM64_SQLITE3 (bash .ci/install-cross)"
   elif [ "$can_hide" = 1 ]; then
     a=$tmp/x/bertfill-$version-linux-aarch64
-    (cd "$tmp" && hidden env -u BERTFILL_MODEL BERTFILL_WARM_UP=0 OPENBLAS_NUM_THREADS=1 \
-       timeout 300 qemu-aarch64-static -L /usr/aarch64-linux-gnu "$ARM64_SQLITE3" -batch -cmd ".load $a/bertfill" :memory: \
+    (cd "$tmp" && hidden env -u BERTFILL_MODEL BERTFILL_WARM_UP=0 OPENBLAS_NUM_THREADS=1 BERTFILL_SHARED_LINGER_MS=0 \
+       timeout -k 5 300 qemu-aarch64-static -L /usr/aarch64-linux-gnu "$ARM64_SQLITE3" -batch -cmd ".load $a/bertfill" :memory: \
        <"$tmp/fill.sql" >"$tmp/arm64.out" 2>&1)
     same=$(paste -d' ' "$tmp/arm64.out" "$tmp/dev_portable.out" | awk -v n="$(wc -l <"$tmp/dev_portable.out")" '
       NF == 4 && $1 == $3 && ($2 - $4 < 1e-3) && ($4 - $2 < 1e-3) { ok++ } END { print (n > 0 && ok == n && NR == n) ? 1 : 0 }')
