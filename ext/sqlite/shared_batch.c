@@ -505,10 +505,14 @@ static uint64_t request_digest(uint64_t nonce, const int32_t *ids, int n, int n_
 }
 
 /* In a forked child: the parent's file descriptions (and their record
-** locks) are not the child's.  Forget every file; reopen on first use. */
+** locks) are not the child's.  Forget every file; reopen on first use.
+** The parent's lingering thread is not the child's either: the model
+** reference it held (LINGER) is let go here, or the child would keep the
+** model mapped after its last connection closed. */
 static void forget_in_child(void) {
   for (sbf *f = sb.files, *next; f; f = next) {
     next = f->next;
+    if (f->lt_model) bf_model_release(f->lt_model);
     if (f->h) munmap(f->h, FILE_SIZE);
     if (f->fd >= 0) close(f->fd);
     free(f);
@@ -1283,7 +1287,8 @@ static void lead(sbf *f, bf_model *m, int me, bf_run *run, int how) {
 ** stopped, its progress stops and the waiters' stall rule applies (STALLS).
 ** At exit (leave_all) it gives the lead up.  It holds a reference to the
 ** model (bf_model_retain) while it has the lead, released when it gives it
-** up.  A forked child has no lingering thread: it makes its own.
+** up.  A forked child has no lingering thread: it makes its own (and lets
+** the parent's thread's model reference go: forget_in_child).
 ** BERTFILL_SHARED_LINGER_MS=0: the lead is given up with the own request,
 ** as before. */
 

@@ -183,6 +183,26 @@ for line in sys.stdin:
             data += b
         os.waitpid(pid, 0)
         print(json.dumps({"parent": res, "child": json.loads(data)}), flush=True)
+    elif cmd["op"] == "fork_close":  # fork; the child closes its connection and reports
+        r, w = os.pipe()               # which of its mappings still come from the model's folder
+        pid = os.fork()
+        if pid == 0:
+            c.close()
+            real = os.path.realpath(model)
+            left = sorted({l.split(None, 5)[5].strip() for l in open("/proc/self/maps")
+                           if len(l.split(None, 5)) == 6
+                           and l.split(None, 5)[5].startswith(real + "/")})
+            os.write(w, json.dumps(left).encode())
+            os._exit(0)
+        os.close(w)
+        data = b""
+        while True:
+            b = os.read(r, 65536)
+            if not b:
+                break
+            data += b
+        os.waitpid(pid, 0)
+        print(json.dumps({"child_maps": json.loads(data)}), flush=True)
     elif cmd["op"] == "time":      # mean seconds per call of n calls
         t = cmd["text"]
         c.execute("SELECT bert_fill(?)", (t,)).fetchone()
@@ -837,6 +857,21 @@ def test_fork():
           and served > 0,
           "wrong %d, errors %r %r, served %d, child %r" % (wrong, p["errors"], c["errors"], served,
                                                            c["shared"]))
+    shutil.rmtree(sdir, ignore_errors=True)
+
+
+def test_fork_child_lets_model_go():
+    """A forked child holds no reference of the parent's lingering leader:
+    once its last connection closes, the model is unmapped in the child."""
+    sdir = tempfile.mkdtemp(prefix="bf-sb-")
+    w = Worker(base_env(sdir, BERTFILL_SHARED_LINGER_MS=5000))
+    w.ask(op="run", texts=make_texts(2, seed=93))  # the lead now lingers, holding the model
+    lingering = w.ask(op="debug")["counters"]
+    r = w.ask(op="fork_close")
+    w.close()
+    check("fork_child_lets_model_go", r["child_maps"] == [],
+          "the child still maps %r after closing its connection (counters %r)" %
+          (r["child_maps"], {k: v for k, v in lingering.items() if "lead" in k}))
     shutil.rmtree(sdir, ignore_errors=True)
 
 
@@ -1498,7 +1533,8 @@ def main():
     only = sys.argv[1:]
     tests = [test_off, test_fast_path, test_same_answers, test_rerun_counted, test_leader_kill,
              test_requester_kill, test_models_precisions, test_other_user, test_refused_files,
-             test_full_queue, test_stalled_process, test_fork, test_full_tmpfs, test_slot_writer,
+             test_full_queue, test_stalled_process, test_fork, test_fork_child_lets_model_go, test_full_tmpfs,
+             test_slot_writer,
              test_stopped_leader, test_busy_message, test_herd, test_exit_cleanup,
              test_slot_texts_cleared, test_sigkill_cleanup, test_linger]
     for t in tests:
