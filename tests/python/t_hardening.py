@@ -133,7 +133,9 @@ def test_fifos(tmp):
         rc, out = shell(["SELECT bert_load('%s', '%s') IS NOT NULL" % (d, precision),
                          "SELECT bert_fill('今天天气真[MASK]啊') NOT LIKE '%[MASK]%'"],
                         {"BERTFILL_CACHE": "on"}, timeout=10)
-        check("fifo_" + f, rc == 0 and out.split() == ["1", "1"], "%s: %s" % (died_how(rc), out[-300:]))
+        # (on a CPU without AVX512-BF16 bf16 also warns that it runs a slow loop)
+        said = [l for l in out.splitlines() if l.strip() and not l.startswith("bertfill: bf16 runs")]
+        check("fifo_" + f, rc == 0 and said == ["1", "1"], "%s: %s" % (died_how(rc), out[-300:]))
         shutil.rmtree(d)
     # the machine guard's slot file
     fifo = os.path.join(tmp, "slots")
