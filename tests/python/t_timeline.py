@@ -18,6 +18,14 @@ lead_handover stages of bertfill_stats (ext/sqlite/trace.c, encode.h).
     when tracing starts, its rows kept;
   * processes: the same with 4 processes, and calls that another process
     led (leader_pid not the caller's) among them;
+  * next_batch: 6 threads of one process in a closed loop, each batch held
+    20 ms (BERTFILL_SHARED_HOLD_MS): a batch's owners are woken only after
+    the leader took the next batch (shared_batch.c, WAKES), so the next
+    batch holds the requests posted during the run and no others: the
+    batches alternate with the same members, so a thread's next call is in
+    a batch of the same size as its last, for at least 85% of its calls
+    (woken first, the owners' next requests joined the next batch at
+    random);
   * idle: 20 processes, each with the extension and the model loaded and
     one call made (through the shared queue), then idle: their CPU time
     over 2 s (utime + stime of /proc/PID/stat, all threads) is below
@@ -219,6 +227,53 @@ def test_old_table(sdir):
           "columns %r, rows %r" % (cols, rows))
 
 
+# Threads of one process in a closed loop; prints, per thread, the size of
+# the batch of each of its calls (bertfill_trace).  argv: ext, model,
+# threads, calls.
+LOOP = r"""
+import json, sqlite3, sys, threading
+ext, model, n, calls = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+def conn():
+    c = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+    c.enable_load_extension(True)
+    c.load_extension(ext)
+    c.execute("SELECT bert_load(?)", (model,))
+    c.execute("SELECT bert_cache('off')")
+    c.execute("SELECT bert_trace(1)")
+    return c
+cs = [conn() for _ in range(n)]
+go = threading.Barrier(n)
+def loop(i, c):
+    go.wait()
+    for j in range(calls):
+        c.execute("SELECT bert_fill(?)", ("第%d位顾客%d说：我[MASK]你" % (j, i),)).fetchone()
+ts = [threading.Thread(target=loop, args=(i, c)) for i, c in enumerate(cs)]
+[t.start() for t in ts]
+[t.join() for t in ts]
+print(json.dumps([[r[0] for r in c.execute("SELECT batch_seqs FROM bertfill_trace ORDER BY id")]
+                  for c in cs]))
+"""
+
+
+def test_next_batch(sdir, n=6, calls=30):
+    p = subprocess.run([sys.executable, "-c", LOOP, EXT, TINY, str(n), str(calls)],
+                       env=env_for(sdir, BERTFILL_SHARED_HOLD_MS=20), capture_output=True,
+                       text=True, timeout=120)
+    if p.returncode != 0:
+        check("next_batch_posted_during_run", False, p.stderr[-300:])
+        return
+    runs = json.loads(p.stdout)
+    # alternating batches keep their members: a thread's next call is in a
+    # batch of the same size (the others' batch runs between the two)
+    pairs = [(x, y) for r in runs for x, y in zip(r[1:], r[2:])]
+    same = sum(x == y for x, y in pairs)
+    check("next_batch_posted_during_run", pairs and same >= 0.85 * len(pairs),
+          "a thread's next call in a batch of the same size for %d of %d calls; sizes %r"
+          % (same, len(pairs), runs[0]))
+    print("   (%d threads in a closed loop, batches held 20 ms: the next call in a batch of the "
+          "same size %d of %d times)" % (n, same, len(pairs)))
+
+
 def cpu_seconds(pid):
     with open("/proc/%d/stat" % pid) as f:
         fields = f.read().rsplit(")", 1)[1].split()
@@ -252,7 +307,7 @@ def main():
     if not sys.platform.startswith("linux"):
         skip("timeline", "the shared queue and /proc are Linux's")
         return 0
-    for t in (test_threads, test_old_table, test_processes, test_idle):
+    for t in (test_threads, test_old_table, test_processes, test_next_batch, test_idle):
         sdir = tempfile.mkdtemp(prefix="bf-tl-")
         t0 = time.monotonic()
         try:
