@@ -138,7 +138,8 @@ int bfx_lookup_or_encode(bfx_conn *c, bf_model *m, const bf_tokens *t, int k, bf
   return SQLITE_OK;
 }
 
-int bfx_call_begin(bfx_call *call, bfx_conn *c, const bfx_call_kind *kind, const char *s, int n) {
+int bfx_call_begin_with(bfx_call *call, bfx_conn *c, const bfx_call_kind *kind, const char *s,
+                        int n, bfx_tokenize_fn tokenize) {
   memset(call, 0, sizeof *call);
   call->kind = kind;
   call->c = c;
@@ -149,7 +150,11 @@ int bfx_call_begin(bfx_call *call, bfx_conn *c, const bfx_call_kind *kind, const
   bf_stats_add(kind->counter, 1);
   call->m = bfx_conn_model_current(c, &call->e);
   if (!call->m) return call->e.rc != SQLITE_OK ? call->e.rc : SQLITE_ERROR;
-  return bfx_tokenize_fill(kind->fname, call->m, s, n, &call->t, &call->tok_ns, &call->e);
+  return tokenize(kind->fname, call->m, s, n, &call->t, &call->tok_ns, &call->e);
+}
+
+int bfx_call_begin(bfx_call *call, bfx_conn *c, const bfx_call_kind *kind, const char *s, int n) {
+  return bfx_call_begin_with(call, c, kind, s, n, bfx_tokenize_fill);
 }
 
 void bfx_call_end(bfx_call *call, const bfx_result *res, int failed) {

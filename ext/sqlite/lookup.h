@@ -105,6 +105,12 @@ typedef struct bfx_call {
 ** SQLITE_OK, or an error code with call->e set (call->m NULL: no model).
 ** Either way bfx_call_end ends it. */
 int bfx_call_begin(bfx_call *call, bfx_conn *c, const bfx_call_kind *kind, const char *s, int n);
+/* bfx_call_begin with another tokenizer than bfx_tokenize_fill (same
+** arguments, same contract): the spelling functions' refuses [MASK]. */
+typedef int (*bfx_tokenize_fn)(const char *fname, bf_model *m, const char *s, int n, bf_tokens *t,
+                               uint64_t *ns, bfx_err *e);
+int bfx_call_begin_with(bfx_call *call, bfx_conn *c, const bfx_call_kind *kind, const char *s,
+                        int n, bfx_tokenize_fn tokenize);
 /* The call's time; its trace row (when it had a model) with the candidates
 ** in res (may be NULL) and whether it failed; frees its tokens. */
 void bfx_call_end(bfx_call *call, const bfx_result *res, int failed);

@@ -156,16 +156,7 @@ static int one_check_run(one_check *k, bfx_conn *c, const bfx_call_kind *kind, c
                          int thorough) {
   bfx_call *call = &k->call;
   memset(k, 0, sizeof *k);
-  call->kind = kind;
-  call->c = c;
-  call->s = s;
-  call->n = n;
-  call->e = (bfx_err)BFX_ERR_NONE;
-  call->t0 = bf_now_ns();
-  bf_stats_add(kind->counter, 1);
-  call->m = bfx_conn_model_current(c, &call->e);
-  if (!call->m) return call->e.rc != SQLITE_OK ? call->e.rc : SQLITE_ERROR;
-  int rc = tokenize_text(kind->fname, call->m, s, n, &call->t, &call->tok_ns, &call->e);
+  int rc = bfx_call_begin_with(call, c, kind, s, n, tokenize_text);
   if (rc != SQLITE_OK) return rc;
   k->x = (bf_spell_text){.s = s, .n = n, .t = &call->t};
   return bfx_encode_spelling(call->m, 1, &k->x, thorough, c->spelling_sensitivity, &call->e);
