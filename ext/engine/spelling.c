@@ -64,6 +64,56 @@ static void free_sites(sites *ss) {
   memset(ss, 0, sizeof *ss);
 }
 
+/* The site of token i of text ti, when it is eligible (spelling.h): 1 with
+** *s filled (s->ids malloc'ed; char_index left to the caller), 0 when it is
+** not, -1 out of memory.  conf: room for BF_SPELL_MAX_CONFUSABLES. */
+static int site_at(const bf_tokenizer *tok, int32_t unk, int ti, const bf_spell_text *x, int i,
+                   bf_confusable *conf, site *out) {
+  const bf_span *sp = &x->t->span[i];
+  int32_t id = x->t->ids[i];
+  if (id == unk || sp->end <= sp->start) return 0;
+  long c = one_codepoint(x->s + sp->start, sp->end - sp->start);
+  if (c < 0) return 0;
+  const char *entry = bf_tokenizer_token(tok, id);
+  if (!entry || strlen(entry) != (size_t)(sp->end - sp->start) ||
+      memcmp(entry, x->s + sp->start, (size_t)(sp->end - sp->start)) != 0)
+    return 0;
+  size_t nc = bf_confusables((uint32_t)c, conf, BF_SPELL_MAX_CONFUSABLES);
+  if (nc > BF_SPELL_MAX_CONFUSABLES) nc = BF_SPELL_MAX_CONFUSABLES;
+  if (nc == 0) return 0;
+  size_t per = 1 + nc;
+  void *mem = malloc(
+    per * (sizeof(int32_t) + sizeof(bf_confusion_kind) + sizeof(uint32_t) + sizeof(float)));
+  if (!mem) return -1;
+  site s = {.text = ti,
+            .tok = i,
+            .byte_off = sp->start,
+            .byte_len = sp->end - sp->start,
+            .cp = (uint32_t)c};
+  s.ids = mem;
+  s.score = (float *)(s.ids + per);
+  s.cps = (uint32_t *)(s.score + per);
+  s.kind = (bf_confusion_kind *)(s.cps + per);
+  s.ids[0] = id;
+  s.cps[0] = (uint32_t)c;
+  s.kind[0] = BF_CONFUSE_SAME_SOUND;
+  s.nids = 1;
+  for (size_t j = 0; j < nc; j++) {
+    int32_t cid = char_id(tok, conf[j].codepoint);
+    if (cid < 0 || cid == unk || cid == id) continue;
+    s.ids[s.nids] = cid;
+    s.cps[s.nids] = conf[j].codepoint;
+    s.kind[s.nids] = conf[j].kind;
+    s.nids++;
+  }
+  if (s.nids < 2) {
+    free(mem);
+    return 0;
+  }
+  *out = s;
+  return 1;
+}
+
 /* The eligible positions of text ti into ss.  0, or -1 out of memory. */
 static int find_sites(const bf_model *m, int ti, const bf_spell_text *x, sites *ss) {
   const bf_tokenizer *tok = bf_model_tokenizer(m);
@@ -71,55 +121,18 @@ static int find_sites(const bf_model *m, int ti, const bf_spell_text *x, sites *
   bf_confusable conf[BF_SPELL_MAX_CONFUSABLES];
   int chars = 0, at = 0; /* code points before byte at */
   for (int i = 1; i + 1 < x->t->n; i++) {
-    const bf_span *sp = &x->t->span[i];
-    int32_t id = x->t->ids[i];
-    if (id == unk || sp->end <= sp->start) continue;
-    long c = one_codepoint(x->s + sp->start, sp->end - sp->start);
-    if (c < 0) continue;
-    const char *entry = bf_tokenizer_token(tok, id);
-    if (!entry || strlen(entry) != (size_t)(sp->end - sp->start) ||
-        memcmp(entry, x->s + sp->start, (size_t)(sp->end - sp->start)) != 0)
-      continue;
-    size_t nc = bf_confusables((uint32_t)c, conf, BF_SPELL_MAX_CONFUSABLES);
-    if (nc > BF_SPELL_MAX_CONFUSABLES) nc = BF_SPELL_MAX_CONFUSABLES;
-    if (nc == 0) continue;
-    size_t per = 1 + nc;
-    void *mem = malloc(
-      per * (sizeof(int32_t) + sizeof(bf_confusion_kind) + sizeof(uint32_t) + sizeof(float)));
-    if (!mem) return -1;
-    site s = {.text = ti,
-              .tok = i,
-              .byte_off = sp->start,
-              .byte_len = sp->end - sp->start,
-              .cp = (uint32_t)c};
-    s.ids = mem;
-    s.score = (float *)(s.ids + per);
-    s.cps = (uint32_t *)(s.score + per);
-    s.kind = (bf_confusion_kind *)(s.cps + per);
-    s.ids[0] = id;
-    s.cps[0] = (uint32_t)c;
-    s.kind[0] = BF_CONFUSE_SAME_SOUND;
-    s.nids = 1;
-    for (size_t j = 0; j < nc; j++) {
-      int32_t cid = char_id(tok, conf[j].codepoint);
-      if (cid < 0 || cid == unk || cid == id) continue;
-      s.ids[s.nids] = cid;
-      s.cps[s.nids] = conf[j].codepoint;
-      s.kind[s.nids] = conf[j].kind;
-      s.nids++;
-    }
-    if (s.nids < 2) {
-      free(mem);
-      continue;
-    }
-    chars += (int)bf_utf8_chars(x->s + at, (size_t)(sp->start - at));
-    at = sp->start;
+    site s;
+    int got = site_at(tok, unk, ti, x, i, conf, &s);
+    if (got < 0) return -1;
+    if (got == 0) continue;
+    chars += (int)bf_utf8_chars(x->s + at, (size_t)(s.byte_off - at));
+    at = s.byte_off;
     s.char_index = chars;
     if (ss->n == ss->cap) {
       int cap = ss->cap ? 2 * ss->cap : 64;
       site *v = realloc(ss->v, (size_t)cap * sizeof *v);
       if (!v) {
-        free(mem);
+        free(s.ids);
         return -1;
       }
       ss->v = v;
@@ -130,6 +143,12 @@ static int find_sites(const bf_model *m, int ti, const bf_spell_text *x, sites *
   return 0;
 }
 
+/* The margin of y = ids[j] of a site from probabilities: what best_margin
+** and bf_spell_restore compute, in the same operations. */
+static double margin_of(double lx, float py, bf_confusion_kind kind) {
+  return log((double)py) - lx - bf_spell_cost(kind);
+}
+
 /* The best margin of a site from its scores: logits (screen) or
 ** probabilities (verify, log taken); *best gets the index of that y. */
 static double best_margin(const site *s, int probs, int *best) {
@@ -137,8 +156,8 @@ static double best_margin(const site *s, int probs, int *best) {
   *best = 0;
   double lx = probs ? log((double)s->score[0]) : (double)s->score[0];
   for (int j = 1; j < s->nids; j++) {
-    double ly = probs ? log((double)s->score[j]) : (double)s->score[j];
-    double mg = ly - lx - bf_spell_cost(s->kind[j]);
+    double mg = probs ? margin_of(lx, s->score[j], s->kind[j])
+                      : (double)s->score[j] - lx - bf_spell_cost(s->kind[j]);
     if (mg > top) {
       top = mg;
       *best = j;
@@ -263,6 +282,7 @@ static int collect(int ntext, bf_spell_text *texts, const sites *ss, double thre
     f[x->n_found++] = (bf_suspect){.position = s->char_index,
                                    .byte_offset = s->byte_off,
                                    .byte_len = s->byte_len,
+                                   .token = s->tok,
                                    .written = s->cp,
                                    .suggestion = s->cps[b],
                                    .written_id = s->ids[0],
@@ -326,4 +346,44 @@ int bf_spell_check(const bf_model *m, bf_run *r, int ntext, bf_spell_text *texts
       texts[i].n_found = 0;
     }
   return rc;
+}
+
+int bf_spell_restore(const bf_model *m, const bf_spell_text *x, int tok_index,
+                     int32_t suggestion_id, bf_confusion_kind kind, float written_score,
+                     float suggestion_score, double sensitivity, bf_suspect *f) {
+  if (!m || !x || !x->t || !x->s || !f || tok_index < 1 || tok_index + 1 >= x->t->n) return 0;
+  if (!(written_score > 0.0f && written_score <= 1.0f && suggestion_score > 0.0f &&
+        suggestion_score <= 1.0f))
+    return 0;
+  if (!(sensitivity >= BF_SPELL_MIN_SENSITIVITY && sensitivity <= BF_SPELL_MAX_SENSITIVITY))
+    return 0;
+  const bf_tokenizer *tok = bf_model_tokenizer(m);
+  int32_t unk = bf_tokenizer_find(tok, "[UNK]", 5);
+  bf_confusable conf[BF_SPELL_MAX_CONFUSABLES];
+  site s;
+  int got = site_at(tok, unk, 0, x, tok_index, conf, &s);
+  if (got <= 0) return got;
+  int j = 1;
+  while (j < s.nids && !(s.ids[j] == suggestion_id && s.kind[j] == kind)) j++;
+  int ok = 0;
+  if (j < s.nids) {
+    double mg = margin_of(log((double)written_score), suggestion_score, kind);
+    if (mg >= log(1.0 / sensitivity)) {
+      *f = (bf_suspect){.position = (int)bf_utf8_chars(x->s, (size_t)s.byte_off),
+                        .byte_offset = s.byte_off,
+                        .byte_len = s.byte_len,
+                        .token = tok_index,
+                        .written = s.cp,
+                        .suggestion = s.cps[j],
+                        .written_id = s.ids[0],
+                        .suggestion_id = s.ids[j],
+                        .written_score = written_score,
+                        .suggestion_score = suggestion_score,
+                        .margin = mg,
+                        .kind = kind};
+      ok = 1;
+    }
+  }
+  free(s.ids);
+  return ok;
 }

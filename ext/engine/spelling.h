@@ -59,6 +59,7 @@
 typedef struct bf_suspect {
   int position;              /* 0-based index of the character in the text (code points) */
   int byte_offset, byte_len; /* its bytes in the text */
+  int token;                 /* its token: the index into the text's bf_tokens */
   uint32_t written, suggestion;
   int32_t written_id, suggestion_id;
   float written_score;    /* P(written | context), the position masked */
@@ -87,6 +88,17 @@ typedef struct bf_spell_opts {
 ** error code of bf_fill's with err set (every found freed and NULL). */
 int bf_spell_check(const bf_model *m, bf_run *r, int ntext, bf_spell_text *texts,
                    const bf_spell_opts *o, char *err, size_t errlen);
+
+/* A finding of text x rebuilt from what a memo of the check keeps (the
+** token, the suggestion's id and kind, the two probabilities; the SQL layer's
+** cache, spelling_memo.c), checked as the check itself would have found it:
+** 1 with *f filled when token tok_index of x is an eligible position, the
+** suggestion one of its confusables of that kind in the vocabulary and the
+** margin at least the threshold of sensitivity; 0 when not (a memo that does
+** not belong to this text), -1 out of memory. */
+int bf_spell_restore(const bf_model *m, const bf_spell_text *x, int tok_index,
+                     int32_t suggestion_id, bf_confusion_kind kind, float written_score,
+                     float suggestion_score, double sensitivity, bf_suspect *f);
 
 /* cost(kind) above, nats. */
 double bf_spell_cost(bf_confusion_kind kind);

@@ -34,6 +34,11 @@
 **      more than one sequence, `seqs` the sequences computed.
 **
 ** Requests for different models go into different queues (never one batch).
+** So do the spelling checks (bfx_batch_spell: fill_suspects, bert_correct),
+** one queue per model, mode and sensitivity: their leader runs one
+** bf_spell_check over every text it takes (one screening run, then the
+** verifying runs), under the same limits, the same busy timeout and the same
+** fallback (each text again alone when the merged check fails).
 ** Each call is validated before it is queued (UTF-8, length against the
 ** model's limit, k), so a bad text fails alone; should a merged run still
 ** fail, each of its sequences is run again alone, so one sequence's error
@@ -91,14 +96,25 @@ enum { R_PENDING, R_LEADER, R_TAKEN, R_DONE };
 
 #define GATHER_WAIT_NS 250000000ull /* test hook: the longest a leader waits for company */
 
+/* What a queue's calls ask for: candidates (bf_fill), or spelling checks of
+** one mode and sensitivity (bf_spell_check): a batch holds one kind only. */
+typedef struct qclass {
+  int spelling, thorough;
+  double sensitivity;
+} qclass;
+
+static const qclass fill_class = {0, 0, 0.0};
+
 /* One waiting call.  Lives on its caller's stack until the call returns;
-** the leader writes its results (out, e, times) and then marks it R_DONE. */
+** the leader writes its results (out or x, e, times) and then marks it
+** R_DONE. */
 typedef struct req {
-  struct req *next; /* in the queue while R_PENDING */
-  const bf_tokens *t;
+  struct req *next;   /* in the queue while R_PENDING */
+  const bf_tokens *t; /* its tokens (a spelling check's: x->t) */
   int k;
-  bf_cand *out; /* t->n_masks * k, the caller's */
-  bfx_err *e;   /* the caller's */
+  bf_cand *out;     /* t->n_masks * k, the caller's */
+  bf_spell_text *x; /* a spelling check: the caller's text, its findings written */
+  bfx_err *e;       /* the caller's */
   int state, rc;
   uint64_t t_enq, queue_ns, encode_ns, topk_ns;
   bfx_stamps st;     /* its timeline: posted, taken, run, done by the leader; back by its caller */
@@ -109,6 +125,7 @@ typedef struct req {
 typedef struct mqueue {
   struct mqueue *next;
   const bf_model *m;
+  qclass cls;
   req *head, *tail; /* R_PENDING calls, in arrival order */
   int npending;
   req *leader; /* the call waiting for a slot for the next batch */
@@ -162,9 +179,11 @@ int bfx_batch_queued(void) {
 
 /* ---- queues (batcher.mu held) ---- */
 
-static mqueue *queue_find(const bf_model *m) {
+static mqueue *queue_find(const bf_model *m, const qclass *cls) {
   for (mqueue *q = batcher.queues; q; q = q->next)
-    if (q->m == m) return q;
+    if (q->m == m && q->cls.spelling == cls->spelling && q->cls.thorough == cls->thorough &&
+        q->cls.sensitivity == cls->sensitivity)
+      return q;
   return NULL;
 }
 
@@ -223,6 +242,17 @@ static int timedwait(pthread_cond_t *cv, uint64_t deadline_ns) {
 
 /* ---- the batch ---- */
 
+/* The moments of a batch's run in each member's timeline. */
+static void stamp_run(req **members, int n, uint64_t run0, uint64_t run1) {
+  for (int i = 0; i < n; i++) {
+    members[i]->st.run0 = run0;
+    members[i]->st.run1 = run1;
+    members[i]->st.seqs = n;
+    members[i]->st.leader_pid = (int)getpid();
+    members[i]->st.lead = BFX_LEAD_QUEUE;
+  }
+}
+
 /* Run the members of a batch on run (batcher.mu not held) and write each one's
 ** results; members[0] is the leader. */
 static void run_merged(bf_model *m, bf_run *run, req **members, int n) {
@@ -269,14 +299,7 @@ static void run_merged(bf_model *m, bf_run *run, req **members, int n) {
     } else {
       for (int u = 1; u < nu; u++) errs[u] = errs[0];
     }
-    uint64_t run1 = bf_now_ns();
-    for (int i = 0; i < n; i++) {
-      members[i]->st.run0 = run0;
-      members[i]->st.run1 = run1;
-      members[i]->st.seqs = n;
-      members[i]->st.leader_pid = (int)getpid();
-      members[i]->st.lead = BFX_LEAD_QUEUE;
-    }
+    stamp_run(members, n, run0, bf_now_ns());
   }
   bfx_guard_release(run);
 
@@ -297,6 +320,41 @@ static void run_merged(bf_model *m, bf_run *run, req **members, int n) {
              (size_t)r->k * sizeof *out);
   }
   if (!direct) sqlite3_free(out);
+}
+
+/* Check the texts of the spelling calls of a batch on run (batcher.mu not
+** held) and hand each one its findings; members[0] is the leader. */
+static void run_spelling(bf_model *m, bf_run *run, const qclass *cls, req **members, int n) {
+  bf_spell_text xs[BFX_BATCH_MAX_SEQS];
+  int rc[BFX_BATCH_MAX_SEQS];
+  bfx_err errs[BFX_BATCH_MAX_SEQS];
+  for (int i = 0; i < n; i++) xs[i] = *members[i]->x;
+  bfx_times times;
+  memset(&times, 0, sizeof times);
+  errs[0].rc = 0;
+  uint64_t run0 = bf_now_ns();
+  int all = bfx_encode_spelling_on(m, run, n, xs, cls->thorough, cls->sensitivity, &times,
+                                   &errs[0]);
+  for (int i = 0; i < n; i++) rc[i] = all;
+  if (all != SQLITE_OK && n > 1) {
+    /* One text must not fail the others: each one again, alone. */
+    for (int i = 0; i < n; i++)
+      rc[i] = bfx_encode_spelling_on(m, run, 1, &xs[i], cls->thorough, cls->sensitivity, &times,
+                                     &errs[i]);
+  }
+  stamp_run(members, n, run0, bf_now_ns());
+  bfx_guard_release(run);
+  for (int i = 0; i < n; i++) {
+    req *r = members[i];
+    r->encode_ns = times.encode_ns;
+    r->rc = rc[i];
+    if (rc[i] != SQLITE_OK) *r->e = all != SQLITE_OK && n > 1 ? errs[i] : errs[0];
+    else {
+      r->x->found = xs[i].found;
+      r->x->n_found = xs[i].n_found;
+      r->x->verified = xs[i].verified;
+    }
+  }
 }
 
 /* The leader's part (batcher.mu held on entry and on return): get a slot, take
@@ -337,11 +395,13 @@ static void lead(bf_model *m, mqueue *q, req *me, uint64_t deadline) {
     tokens += r->t->n;
     members[n++] = r;
   }
+  qclass cls = q->cls; /* q may be gone once batcher.mu is let go */
   if (q->head) promote(q);
   else queue_free_if_idle(q);
   pthread_mutex_unlock(&batcher.mu);
 
-  run_merged(m, run, members, n);
+  if (cls.spelling) run_spelling(m, run, &cls, members, n);
+  else run_merged(m, run, members, n);
 
   pthread_mutex_lock(&batcher.mu);
   for (int i = 1; i < n; i++) {
@@ -353,15 +413,20 @@ static void lead(bf_model *m, mqueue *q, req *me, uint64_t deadline) {
   me->state = R_DONE;
 }
 
-int bfx_batch_encode(bf_model *m, const bf_tokens *t, int k, bf_cand *out, bfx_times *r,
-                     bfx_err *e) {
-  pthread_once(&batcher.once, batcher_init);
-  if (!atomic_load(&batcher.on)) return bfx_encode(m, 1, t, k, out, r, e);
-  int shared_rc; /* 0. the machine-wide queue (shared_batch.c), when it takes the call */
-  if (bfx_shared_encode(m, t, k, out, r, e, &shared_rc)) return shared_rc;
+/* A call alone on the run it holds: its candidates or its spelling check. */
+static int run_alone(bf_model *m, bf_run *run, const qclass *cls, req *me, bfx_times *r) {
+  if (cls->spelling)
+    return bfx_encode_spelling_on(m, run, 1, me->x, cls->thorough, cls->sensitivity, r, me->e);
+  return bfx_encode_on(m, run, 1, me->t, me->k, me->out, r, me->e);
+}
+
+/* Steps 1-3 of the header comment for the call me (t, k, out or x, e set)
+** in the queue of (m, cls). */
+static int batch_call(bf_model *m, const qclass *cls, req *me, bfx_times *r) {
+  bfx_err *e = me->e;
   uint64_t t0 = bf_now_ns();
   pthread_mutex_lock(&batcher.mu);
-  mqueue *q = queue_find(m);
+  mqueue *q = queue_find(m, cls);
 
   /* 1. Nobody waiting and a slot free: run alone, now. */
   if (batcher.leaders == 0 && (!q || !q->head)) {
@@ -382,7 +447,7 @@ int bfx_batch_encode(bf_model *m, const bf_tokens *t, int k, bf_cand *out, bfx_t
                        .seqs = 1,
                        .leader_pid = (int)getpid(),
                        .lead = BFX_LEAD_ALONE};
-      int rc = bfx_encode_on(m, run, 1, t, k, out, r, e);
+      int rc = run_alone(m, run, cls, me, r);
       bfx_guard_release(run);
       st.run1 = st.done = st.back = bf_now_ns();
       if (rc == SQLITE_OK) bfx_timeline(r, &st);
@@ -399,22 +464,17 @@ int bfx_batch_encode(bf_model *m, const bf_tokens *t, int k, bf_cand *out, bfx_t
       return SQLITE_NOMEM;
     }
     q->m = m;
+    q->cls = *cls;
     q->next = batcher.queues;
     batcher.queues = q;
   }
-  req me;
-  memset(&me, 0, sizeof me);
-  me.t = t;
-  me.k = k;
-  me.out = out;
-  me.e = e;
-  me.t_enq = t0;
-  me.st.posted = t0;
-  me.state = R_PENDING;
-  pthread_cond_init(&me.cv, &batcher.cattr);
-  if (q->tail) q->tail->next = &me;
-  else q->head = &me;
-  q->tail = &me;
+  me->t_enq = t0;
+  me->st.posted = t0;
+  me->state = R_PENDING;
+  pthread_cond_init(&me->cv, &batcher.cattr);
+  if (q->tail) q->tail->next = me;
+  else q->head = me;
+  q->tail = me;
   q->npending++;
   batcher.queued++;
   if (!q->leader) promote(q);
@@ -422,29 +482,57 @@ int bfx_batch_encode(bf_model *m, const bf_tokens *t, int k, bf_cand *out, bfx_t
   uint64_t deadline = bfx_guard_deadline_ns(t0);
 
   /* 3. Wait to be taken into a batch, or to lead one. */
-  while (me.state == R_PENDING) {
-    if (timedwait(&me.cv, deadline) == ETIMEDOUT && me.state == R_PENDING) {
-      queue_remove(q, &me);
+  while (me->state == R_PENDING) {
+    if (timedwait(&me->cv, deadline) == ETIMEDOUT && me->state == R_PENDING) {
+      queue_remove(q, me);
       queue_free_if_idle(q);
-      me.queue_ns = bf_now_ns() - t0;
-      me.rc = SQLITE_ERROR;
-      busy_error(e, me.queue_ns);
-      me.state = R_DONE;
+      me->queue_ns = bf_now_ns() - t0;
+      me->rc = SQLITE_ERROR;
+      busy_error(e, me->queue_ns);
+      me->state = R_DONE;
     }
   }
-  if (me.state == R_LEADER) lead(m, q, &me, deadline);
-  while (me.state != R_DONE) pthread_cond_wait(&me.cv, &batcher.mu);
+  if (me->state == R_LEADER) lead(m, q, me, deadline);
+  while (me->state != R_DONE) pthread_cond_wait(&me->cv, &batcher.mu);
   batcher.queued--;
   pthread_mutex_unlock(&batcher.mu);
-  pthread_cond_destroy(&me.cv);
-  me.st.back = bf_now_ns();
-  if (me.rc == SQLITE_OK && me.st.seqs > 0) bfx_timeline(r, &me.st);
+  pthread_cond_destroy(&me->cv);
+  me->st.back = bf_now_ns();
+  if (me->rc == SQLITE_OK && me->st.seqs > 0) bfx_timeline(r, &me->st);
 
-  bf_stats_time(BF_ST_QUEUE, me.queue_ns);
+  bf_stats_time(BF_ST_QUEUE, me->queue_ns);
   if (r) {
-    r->queue_ns += me.queue_ns;
-    r->encode_ns += me.encode_ns;
-    r->topk_ns += me.topk_ns;
+    r->queue_ns += me->queue_ns;
+    r->encode_ns += me->encode_ns;
+    r->topk_ns += me->topk_ns;
   }
-  return me.rc;
+  return me->rc;
+}
+
+int bfx_batch_encode(bf_model *m, const bf_tokens *t, int k, bf_cand *out, bfx_times *r,
+                     bfx_err *e) {
+  pthread_once(&batcher.once, batcher_init);
+  if (!atomic_load(&batcher.on)) return bfx_encode(m, 1, t, k, out, r, e);
+  int shared_rc; /* 0. the machine-wide queue (shared_batch.c), when it takes the call */
+  if (bfx_shared_encode(m, t, k, out, r, e, &shared_rc)) return shared_rc;
+  req me;
+  memset(&me, 0, sizeof me);
+  me.t = t;
+  me.k = k;
+  me.out = out;
+  me.e = e;
+  return batch_call(m, &fill_class, &me, r);
+}
+
+int bfx_batch_spell(bf_model *m, bf_spell_text *x, int thorough, double sensitivity, bfx_times *r,
+                    bfx_err *e) {
+  pthread_once(&batcher.once, batcher_init);
+  if (!atomic_load(&batcher.on)) return bfx_encode_spelling(m, 1, x, thorough, sensitivity, r, e);
+  req me;
+  memset(&me, 0, sizeof me);
+  me.t = x->t;
+  me.x = x;
+  me.e = e;
+  qclass cls = {1, thorough ? 1 : 0, sensitivity};
+  return batch_call(m, &cls, &me, r);
 }

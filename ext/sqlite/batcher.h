@@ -22,6 +22,16 @@
 int bfx_batch_encode(bf_model *m, const bf_tokens *t, int k, bf_cand *out, bfx_times *tm,
                      bfx_err *e);
 
+/* The spelling check of one text x (bf_spell_check, spelling.h: x->found
+** and n_found written) through the same queues: calls of one model, mode and
+** sensitivity that find the encoder busy are checked together in one
+** bf_spell_check (one screening run over all their texts, then the verifying
+** runs), never merged with fill calls.  x->t as bfx_batch_encode's t (no
+** [MASK], no longer than the model's limit).  In-process only: the
+** machine-wide queue (shared_batch.c) holds candidate lists. */
+int bfx_batch_spell(bf_model *m, bf_spell_text *x, int thorough, double sensitivity, bfx_times *tm,
+                    bfx_err *e);
+
 int bfx_batching(void); /* 1 when on */
 void bfx_batching_set(int on);
 int bfx_batch_queued(void); /* calls waiting in a queue right now */

@@ -57,9 +57,13 @@
 **   fill_sequences(text, k):   BFC_TAG_SEQUENCES, k, the ids of the text
 **   bert_score(text, answer):  BFC_TAG_SCORE, n, the n ids of the text, the
 **                              ids of the answer
+**   fill_suspects, bert_correct, fill_suspects_rows:
+**                              BFC_TAG_SPELLING, mode, the ids of the text, the
+**                              sensitivity (a double's 8 bytes as 2 ids)
 ** The beam width is part of the key: a wider beam is no superset of a
-** narrower one.  Values have the per-mask layout (see joint.h). */
-enum { BFC_TAG_SEQUENCES = -2, BFC_TAG_SCORE = -3 };
+** narrower one.  Values have the per-mask layout (see joint.h), the spelling
+** checks' one of its own in that shape (spelling_memo.c). */
+enum { BFC_TAG_SEQUENCES = -2, BFC_TAG_SCORE = -3, BFC_TAG_SPELLING = -4 };
 /* tag, arg, ids[0..n), more[0..nmore) as one key of n + nmore + 2 ids
 ** (sqlite3_malloc'ed; NULL when out of memory). */
 int32_t *bfc_tagged_key(int32_t tag, int32_t arg, const int32_t *ids, int n, const int32_t *more,

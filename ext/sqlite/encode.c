@@ -103,24 +103,35 @@ static int encode_on(bf_model *m, bf_run *run, int nseq, const bf_tokens *seqs, 
 }
 
 int bfx_encode_spelling(bf_model *m, int ntext, bf_spell_text *texts, int thorough,
-                        double sensitivity, bfx_err *e) {
+                        double sensitivity, bfx_times *tm, bfx_err *e) {
   uint64_t waited = 0;
   bf_run *run = bfx_guard_acquire(&waited, e);
   bf_stats_time(BF_ST_QUEUE, waited);
+  if (tm) tm->queue_ns += waited;
   if (!run) return e->rc;
+  int rc = bfx_encode_spelling_on(m, run, ntext, texts, thorough, sensitivity, tm, e);
+  bfx_guard_release(run);
+  return rc;
+}
+
+int bfx_encode_spelling_on(bf_model *m, bf_run *run, int ntext, bf_spell_text *texts, int thorough,
+                           double sensitivity, bfx_times *tm, bfx_err *e) {
   bf_spell_opts o = {.thorough = thorough,
                      .sensitivity = sensitivity,
                      .max_tokens = BFX_BATCH_MAX_TOKENS};
   char msg[256] = "";
   uint64_t t0 = bf_now_ns();
   int rc = bf_spell_check(m, run, ntext, texts, &o, msg, sizeof msg);
-  bf_stats_time(BF_ST_ENCODE, bf_now_ns() - t0);
-  bfx_guard_release(run);
+  uint64_t dt = bf_now_ns() - t0;
+  bf_stats_time(BF_ST_ENCODE, dt);
+  if (tm) tm->encode_ns += dt;
   if (rc != BF_OK) {
     bfx_err_engine(e, "bertfill", rc, msg);
     return e->rc;
   }
   bf_stats_add(BF_CT_ENCODER_RUNS, 1);
+  if (ntext > 1) bf_stats_add(BF_CT_BATCHES, 1);
   bf_stats_add(BF_CT_SEQS, (uint64_t)ntext);
+  bf_stats_batch(ntext);
   return SQLITE_OK;
 }

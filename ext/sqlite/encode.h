@@ -69,8 +69,12 @@ int bfx_encode_on(bf_model *m, bf_run *run, int nseq, const bf_tokens *seqs, int
 
 /* The spelling check of ntext texts (bf_spell_check, spelling.h: one
 ** screening run and the verifying runs, of at most BFX_BATCH_MAX_TOKENS
-** tokens each) on an encoder slot, its time in the encode stage, counted as
-** one encoder run. */
+** tokens each) on an encoder slot (waiting at most the busy timeout), its
+** time in the encode stage and tm (may be NULL), counted as one encoder run
+** of ntext sequences. */
 int bfx_encode_spelling(bf_model *m, int ntext, bf_spell_text *texts, int thorough,
-                        double sensitivity, bfx_err *e);
+                        double sensitivity, bfx_times *tm, bfx_err *e);
+/* The same on a run the caller holds (the batcher's leader). */
+int bfx_encode_spelling_on(bf_model *m, bf_run *run, int ntext, bf_spell_text *texts, int thorough,
+                           double sensitivity, bfx_times *tm, bfx_err *e);
 #endif

@@ -93,6 +93,14 @@ int64_t bfx_cache_put_batch(bfx_conn *c, bf_model *m, int nseq, const bf_tokens 
   return (int64_t)written;
 }
 
+int64_t bfx_cache_rows_room(bfx_conn *c) {
+  if (c->rows_cache != BFX_ROWS_CACHE_ROOM) return 0;
+  int64_t cap = bfc_table_capacity(c->db, c->cache_mode == BFX_CACHE_ON, c->cache_limit);
+  if (cap <= 0) return 0;
+  int64_t have = bfc_table_rows(c->db);
+  return have >= 0 && have < cap ? cap - have : 0;
+}
+
 void bfx_cache_put(bfx_conn *c, bf_model *m, const bf_tokens *t, int k, const bf_cand *cands,
                    bfx_times *tm) {
   bfx_cache_put_batch(c, m, 1, t, k, cands, -1, tm);

@@ -63,6 +63,11 @@ int bfx_cache_get(bfx_conn *c, bf_model *m, const bf_tokens *t, int k, int how, 
 ** rows written. */
 int64_t bfx_cache_put_batch(bfx_conn *c, bf_model *m, int nseq, const bf_tokens *seqs, int k,
                             const bf_cand *cands, int64_t room, bfx_times *tm);
+/* The table rows a column form (fill_rows, fill_suspects_rows) may write as
+** bert_rows_cache() says when its scan starts: in 'room', what the table
+** still takes below bert_cache_limit (0 when the table is full, read-only or
+** off); otherwise 0 (what the caller does with 'all' and 'none' is its own). */
+int64_t bfx_cache_rows_room(bfx_conn *c);
 /* One sequence: bfx_cache_put_batch(c, m, 1, t, k, cands, -1, tm). */
 void bfx_cache_put(bfx_conn *c, bf_model *m, const bf_tokens *t, int k, const bf_cand *cands,
                    bfx_times *tm);

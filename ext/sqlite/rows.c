@@ -80,7 +80,6 @@
 SQLITE_EXTENSION_INIT3
 #include "rows.h"
 #include "bounds.h"
-#include "cache.h"
 #include "column_batch.h"
 #include "conn.h"
 #include "errors.h"
@@ -588,12 +587,7 @@ static int rows_filter(sqlite3_vtab_cursor *cursor, int idxNum, const char *idxS
     return rc;
   }
   cur->done = 0;
-  cur->table_room = 0;
-  int64_t cap = bfc_table_capacity(c->db, c->cache_mode == BFX_CACHE_ON, c->cache_limit);
-  if (c->rows_cache == BFX_ROWS_CACHE_ROOM && cap > 0) {
-    int64_t have = bfc_table_rows(c->db);
-    if (have >= 0 && have < cap) cur->table_room = cap - have;
-  }
+  cur->table_room = bfx_cache_rows_room(c);
   bfx_column_progress_start(&cur->progress);
   cur->rowid = 0;
   cur->at = -1;

@@ -38,13 +38,20 @@
 ** Errors: a text that is not TEXT (a number, a blob), a text holding [MASK]
 ** (use bert_fill or fill_candidates), a text longer than the model takes
 ** (the fill functions' message), invalid UTF-8, a mode other than 'fast'
-** or 'thorough'.  Every check runs on an encoder slot of the overload guard
-** (encode.c's bfx_encode_spelling, counted in the stats as an encoder run);
-** not through the batcher (batcher.c), whose merged runs hold
-** one candidate list per mask: a check's runs are batched already (all its
-** suspects verified together).  Not memoized: the cache (cache.h) keeps top-k
-** lists, and a check needs the written character's own probability, which
-** may be far below any top k.
+** or 'thorough'.
+**
+** As the fill functions: a check is looked up in the memo cache first
+** (spelling_memo.h: keyed by the model, the text's tokens, the mode and the
+** sensitivity; bert_cache() turns it off, and a table row that does not fit
+** the text is computed again); fill_suspects and bert_correct then go
+** through the batcher (batcher.c: calls of other threads at the same time are
+** checked together, one screening run over all their texts), counted as
+** calls, hits and misses; fill_suspects_rows checks each batch of its rows
+** on an encoder slot of its own and stores what it computes as
+** bert_rows_cache() says (as fill_rows; it counts no calls, hits or misses).
+** Every check runs on an encoder slot of the overload guard (counted as one
+** encoder run of its texts).  The machine-wide queue (shared_batch.c) is not
+** used: its slots hold candidate lists.
 **
 ** Eponymous-only and DIRECTONLY (entry.c): as fill_candidates and
 ** fill_rows.
@@ -60,8 +67,10 @@ SQLITE_EXTENSION_INIT3
 #include "conn.h"
 #include "encode.h"
 #include "lookup.h"
+#include "batcher.h"
 #include "rows.h"
 #include "spelling.h"
+#include "spelling_memo.h"
 #include "stats.h"
 #include "text.h"
 #include "tvf.h"
@@ -142,10 +151,12 @@ static void append_corrected(sqlite3_str *out, const char *s, int n, const bf_su
   sqlite3_str_append(out, s + at, n - at);
 }
 
-/* One text checked alone: call begun (counted, model), tokenized, checked. */
+/* One text checked alone: call begun (counted, model), tokenized, looked up
+** in the memo, checked (through the batcher) and stored. */
 typedef struct one_check {
   bfx_call call;
   bf_spell_text x;
+  bfx_result res; /* no candidates: where the findings came from, the times (the trace) */
 } one_check;
 
 static const bfx_call_kind suspects_kind = {"fill_suspects", "fill_suspects", BF_CT_CALLS,
@@ -159,11 +170,25 @@ static int one_check_run(one_check *k, bfx_conn *c, const bfx_call_kind *kind, c
   int rc = bfx_call_begin_with(call, c, kind, s, n, tokenize_text);
   if (rc != SQLITE_OK) return rc;
   k->x = (bf_spell_text){.s = s, .n = n, .t = &call->t};
-  return bfx_encode_spelling(call->m, 1, &k->x, thorough, c->spelling_sensitivity, &call->e);
+  k->res.source = "none";
+  double sensitivity = c->spelling_sensitivity;
+  int hit = bfx_spell_memo_get(c, call->m, &k->x, thorough, sensitivity, 1, 0, &k->res.source,
+                               &k->res.times);
+  if (hit < 0) {
+    bfx_err_nomem(&call->e);
+    return SQLITE_NOMEM;
+  }
+  if (hit) return SQLITE_OK;
+  bf_stats_add(BF_CT_MISS, 1);
+  rc = bfx_batch_spell(call->m, &k->x, thorough, sensitivity, &k->res.times, &call->e);
+  if (rc != SQLITE_OK) return rc;
+  k->res.source = "encoder";
+  bfx_spell_memo_put(c, call->m, 1, &k->x, thorough, sensitivity, -1, &k->res.times);
+  return SQLITE_OK;
 }
 
 static void one_check_end(one_check *k, int failed) {
-  bfx_call_end(&k->call, NULL, failed);
+  bfx_call_end(&k->call, &k->res, failed);
   free(k->x.found);
   k->x.found = NULL;
 }
@@ -436,7 +461,9 @@ typedef struct srows_cursor {
   sqlite3_stmt *query;
   char *sql;
   int thorough;
-  int done; /* the query has no more rows */
+  double sensitivity; /* the connection's, when the scan started */
+  int64_t table_room; /* rows the cache table may still take ('room') */
+  int done;           /* the query has no more rows */
   srow rows[BFX_BATCH_MAX_SEQS];
   int nrows, at; /* rows of the batch, the one yielded */
   sqlite3_int64 rowid;
@@ -523,7 +550,15 @@ static int srows_next_batch(srows_cursor *cur, bfx_err *e) {
     if (got > 0 &&
         tokenize_text("fill_suspects_rows", cur->m, s, n, &r->t, NULL, &why) == SQLITE_OK) {
       r->checked = 1;
-      xs[nx] = (bf_spell_text){.s = s, .n = n, .t = &r->t};
+      r->x = (bf_spell_text){.s = s, .n = n, .t = &r->t};
+      int hit = bfx_spell_memo_get(cur->c, cur->m, &r->x, cur->thorough, cur->sensitivity, 0, 1,
+                                   NULL, NULL);
+      if (hit < 0) {
+        bfx_err_nomem(e);
+        return SQLITE_NOMEM;
+      }
+      if (hit) continue;
+      xs[nx] = r->x;
       which[nx++] = cur->nrows - 1;
       tokens += r->t.n;
     } else if (got != 0) {
@@ -540,9 +575,15 @@ static int srows_next_batch(srows_cursor *cur, bfx_err *e) {
     }
   }
   if (nx == 0) return SQLITE_OK;
-  int rc = bfx_encode_spelling(cur->m, nx, xs, cur->thorough, cur->c->spelling_sensitivity, e);
+  int rc = bfx_encode_spelling(cur->m, nx, xs, cur->thorough, cur->sensitivity, NULL, e);
   if (rc != SQLITE_OK) return rc;
   for (int i = 0; i < nx; i++) cur->rows[which[i]].x = xs[i];
+  bfx_conn *c = cur->c;
+  if (c->rows_cache != BFX_ROWS_CACHE_NONE)
+    cur->table_room -= bfx_spell_memo_put(c, cur->m, nx, xs, cur->thorough, cur->sensitivity,
+                                          c->rows_cache == BFX_ROWS_CACHE_ALL ? -1
+                                                                              : cur->table_room,
+                                          NULL);
   return SQLITE_OK;
 }
 
@@ -583,6 +624,8 @@ static int srows_filter(sqlite3_vtab_cursor *cursor, int idxNum, const char *idx
   if (!m) return vtab_error(cursor, &e);
   bf_model_retain(m);
   cur->m = m;
+  cur->sensitivity = cur->c->spelling_sensitivity;
+  cur->table_room = bfx_cache_rows_room(cur->c);
   if (bfx_prepare_key_text_query(cur->c->db, "fill_suspects_rows", cur->sql, &cur->query, &e) !=
       SQLITE_OK)
     return vtab_error(cursor, &e);
