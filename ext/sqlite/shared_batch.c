@@ -1408,9 +1408,10 @@ static void *linger_main(void *arg) {
         break;
       }
       f->lt_busy = 1;
+      int from = (int)(f->hint % NSLOTS); /* read under mu: claim() writes it */
       pthread_mutex_unlock(&f->mu);
       /* lead_ns 0: the lead was held all along, no request waited without one */
-      int n = lead_batch(f, m, run, (int)(f->hint % NSLOTS), ids, 0, 0, 0, BFX_LEAD_KEPT);
+      int n = lead_batch(f, m, run, from, ids, 0, 0, 0, BFX_LEAD_KEPT);
       bfx_guard_release(run);
       pthread_mutex_lock(&f->mu);
       f->lt_busy = 0;

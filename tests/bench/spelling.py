@@ -15,6 +15,10 @@ threads as set (BENCH_THREADS via bert_threads, default 2):
   fill_suspects_rows   the texts as written, mode 'fast' (one screening run per
                        batch, then the suspects verified in batched runs) and
                        'thorough' (every eligible character verified)
+  8 callers           bert_correct(text) from 8 threads at once (a connection
+                       each, the texts dealt out in turn), with the batcher on
+                       (concurrent checks share runs) and off (bert_batching(0):
+                       each check its own runs, one after another)
   naive loop           every character masked in turn, fill_candidates(masked,
                        200) per character: issue 39's baseline (NAIVE_N texts,
                        default 16)
@@ -26,6 +30,7 @@ Run it only through /work/bin/quiet on a shared machine.
 import os
 import sqlite3
 import sys
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -56,6 +61,37 @@ def rate(c, sql, args, n):
     return n / dt, rows
 
 
+def connect(model, precision):
+    c = sqlite3.connect(":memory:", check_same_thread=False)
+    c.enable_load_extension(True)
+    c.load_extension(os.environ.get("BERTFILL_EXT", os.path.join(ROOT, "bertfill")))
+    c.execute("SELECT bert_load(?, ?)", (model, precision))
+    c.execute("SELECT bert_cache('off'), bert_busy_timeout(600000)")
+    return c
+
+
+def callers_rate(conns, ts, batching):
+    """Sentences/s of bert_correct from one thread per connection at once."""
+    conns[0].execute("SELECT bert_batching(?)", (batching,))
+    start = threading.Barrier(len(conns) + 1)
+
+    def work(i):
+        start.wait()
+        for s in ts[i::len(conns)]:
+            conns[i].execute("SELECT bert_correct(?)", (s,)).fetchone()
+
+    th = [threading.Thread(target=work, args=(i,)) for i in range(len(conns))]
+    for t in th:
+        t.start()
+    start.wait()
+    t0 = time.perf_counter()
+    for t in th:
+        t.join()
+    dt = time.perf_counter() - t0
+    conns[0].execute("SELECT bert_batching(1)")
+    return len(ts) / dt
+
+
 def main():
     if len(sys.argv) < 2:
         sys.exit(__doc__)
@@ -64,11 +100,7 @@ def main():
     n = int(sys.argv[3]) if len(sys.argv) > 3 else 256
     naive_n = int(sys.argv[4]) if len(sys.argv) > 4 else 16
     ts = texts(n)
-    c = sqlite3.connect(":memory:")
-    c.enable_load_extension(True)
-    c.load_extension(os.environ.get("BERTFILL_EXT", os.path.join(ROOT, "bertfill")))
-    c.execute("SELECT bert_load(?, ?)", (model, precision))
-    c.execute("SELECT bert_cache('off')")
+    c = connect(model, precision)
     c.execute("SELECT bert_threads(?)", (int(os.environ.get("BENCH_THREADS", "2")),))
     c.execute("CREATE TABLE t(id INTEGER PRIMARY KEY, text TEXT, masked TEXT)")
     c.executemany("INSERT INTO t(text, masked) VALUES (?, ?)",
@@ -81,6 +113,9 @@ def main():
     thorough_rate, _ = rate(c, "SELECT corrected FROM fill_suspects_rows('SELECT id, text FROM t', "
                                "'thorough')", (), len(ts))
     changed = sum(1 for (corr, _), s in zip(fast, ts) if corr != s)
+    conns = [c] + [connect(model, precision) for _ in range(7)]
+    batched_rate = callers_rate(conns, ts, 1)
+    alone_rate = callers_rate(conns, ts, 0)
     t0 = time.perf_counter()
     for s in ts[:naive_n]:
         for i in range(len(s)):
@@ -89,11 +124,11 @@ def main():
     naive_rate = naive_n / (time.perf_counter() - t0)
     chars = sum(len(s) for s in ts) / len(ts)
     print("| model | precision | texts (avg chars) | fill_rows | fill_suspects_rows fast | ratio | "
-          "thorough | naive loop | fast changed |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    print("| %s | %s | %d (%.1f) | %.1f/s | %.1f/s | %.2f | %.1f/s | %.2f/s | %d |"
+          "thorough | 8 callers, batched | 8 callers, not batched | naive loop | fast changed |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| %s | %s | %d (%.1f) | %.1f/s | %.1f/s | %.2f | %.1f/s | %.1f/s | %.1f/s | %.2f/s | %d |"
           % (name, precision, len(ts), chars, rows_rate, fast_rate, fast_rate / rows_rate,
-             thorough_rate, naive_rate, changed))
+             thorough_rate, batched_rate, alone_rate, naive_rate, changed))
 
 
 if __name__ == "__main__":
