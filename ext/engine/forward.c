@@ -496,13 +496,64 @@ typedef struct batch {
   int32_t mask_id;
 } batch;
 
+/* The checks every run shares: the heads divide the hidden size. */
+static int check_heads(const bf_config *c, char *err, size_t errlen) {
+  if (c->num_attention_heads < 1 || c->hidden_size % c->num_attention_heads != 0) {
+    bf_errf(err, errlen, "hidden_size %d is not a multiple of num_attention_heads %d",
+            c->hidden_size, c->num_attention_heads);
+    return BF_ERR_MODEL;
+  }
+  return BF_OK;
+}
+
+/* Sequence s of a run: not empty, no longer than the model takes, every id
+** in the vocabulary; *masks gets the number of its [MASK] ids. */
+static int check_sequence(const bf_model *m, int s, const bf_tokens *t, int32_t mask_id, int *masks,
+                          char *err, size_t errlen) {
+  int V = m->cfg.vocab_size, P = m->cfg.max_position_embeddings;
+  if (t->n > P) {
+    bf_errf(err, errlen,
+            "input is %d tokens long; this model accepts at most %d (max_position_embeddings)",
+            t->n, P);
+    return BF_ERR_TOOLONG;
+  }
+  if (t->n < 1 || !t->ids) {
+    bf_errf(err, errlen, "sequence %d is empty (%d tokens)", s, t->n);
+    return BF_ERR_INPUT;
+  }
+  int nm = 0;
+  for (int i = 0; i < t->n; i++) {
+    if (t->ids[i] < 0 || t->ids[i] >= V) {
+      bf_errf(err, errlen,
+              "token id %ld at position %d of sequence %d is out of range "
+              "(the vocabulary has %d entries)",
+              (long)t->ids[i], i, s, V);
+      return BF_ERR_INPUT;
+    }
+    nm += t->ids[i] == mask_id;
+  }
+  *masks = nm;
+  return BF_OK;
+}
+
+/* A batch with something to run: its weights as loaded (changed on disk
+** since: other weights or SIGBUS ahead), its size within bounds. */
+static int check_batch_size(const bf_model *m, const batch *b, char *err, size_t errlen) {
+  int rc = bf_model_check(m, err, errlen);
+  if (rc != BF_OK) return rc;
+  if (b->T > INT_MAX / 4) {
+    bf_errf(err, errlen, "a batch of %zu tokens is too large; split it", b->T);
+    return BF_ERR_NOMEM;
+  }
+  return BF_OK;
+}
+
 /* Step 1: check everything from outside before touching any memory, and
 ** measure the batch into b.  BF_OK (also when there is no mask: b->M == 0,
 ** nothing to run) or an error code with err set. */
 static int check_inputs(const bf_model *m, int nseq, const bf_tokens *seqs, int k,
                         const bf_cand *out, batch *b, char *err, size_t errlen) {
-  const bf_config *c = &m->cfg;
-  int H = c->hidden_size, V = c->vocab_size, P = c->max_position_embeddings;
+  int V = m->cfg.vocab_size;
   if (nseq < 0 || (nseq > 0 && !seqs)) {
     bf_errf(err, errlen, "bf_fill: bad sequence list (nseq = %d)", nseq);
     return BF_ERR_INPUT;
@@ -513,36 +564,14 @@ static int check_inputs(const bf_model *m, int nseq, const bf_tokens *seqs, int 
             V < BF_MAX_K ? V : BF_MAX_K, BF_MAX_K, k);
     return BF_ERR_INPUT;
   }
-  if (c->num_attention_heads < 1 || H % c->num_attention_heads != 0) {
-    bf_errf(err, errlen, "hidden_size %d is not a multiple of num_attention_heads %d", H,
-            c->num_attention_heads);
-    return BF_ERR_MODEL;
-  }
+  int rc = check_heads(&m->cfg, err, errlen);
+  if (rc != BF_OK) return rc;
   memset(b, 0, sizeof *b);
   b->mask_id = bf_tokenizer_mask_id(m->tok);
   for (int s = 0; s < nseq; s++) {
     const bf_tokens *t = &seqs[s];
-    if (t->n > P) {
-      bf_errf(err, errlen,
-              "input is %d tokens long; this model accepts at most %d (max_position_embeddings)",
-              t->n, P);
-      return BF_ERR_TOOLONG;
-    }
-    if (t->n < 1 || !t->ids) {
-      bf_errf(err, errlen, "sequence %d is empty (%d tokens)", s, t->n);
-      return BF_ERR_INPUT;
-    }
-    int nm = 0;
-    for (int i = 0; i < t->n; i++) {
-      if (t->ids[i] < 0 || t->ids[i] >= V) {
-        bf_errf(err, errlen,
-                "token id %ld at position %d of sequence %d is out of range "
-                "(the vocabulary has %d entries)",
-                (long)t->ids[i], i, s, V);
-        return BF_ERR_INPUT;
-      }
-      nm += t->ids[i] == b->mask_id;
-    }
+    int nm;
+    if ((rc = check_sequence(m, s, t, b->mask_id, &nm, err, errlen)) != BF_OK) return rc;
     if (nm != t->n_masks) {
       bf_errf(err, errlen, "sequence %d says it has %d [MASK] tokens but its ids hold %d", s,
               t->n_masks, nm);
@@ -556,18 +585,11 @@ static int check_inputs(const bf_model *m, int nseq, const bf_tokens *seqs, int 
     }
   }
   if (b->M == 0) return BF_OK;
-  /* weights changed on disk since loading: other weights or SIGBUS ahead */
-  int rc = bf_model_check(m, err, errlen);
-  if (rc != BF_OK) return rc;
   if (!out) {
     bf_errf(err, errlen, "bf_fill: no output array");
     return BF_ERR_INPUT;
   }
-  if (b->T > INT_MAX / 4) {
-    bf_errf(err, errlen, "a batch of %zu tokens is too large; split it", b->T);
-    return BF_ERR_NOMEM;
-  }
-  return BF_OK;
+  return check_batch_size(m, b, err, errlen);
 }
 
 /* Step 1b: the wanted tokens of bf_fill_scored, one per mask: -1 or an id
@@ -697,6 +719,30 @@ static int topk_rows(bf_run *r, int V, int n, int k, bf_cand *out, const int32_t
   return BF_OK;
 }
 
+/* The part of a run that bf_fill and bf_probe_run share, once the batch b is
+** checked: the scratch for it (k candidates per mask), the embeddings (at the
+** probes' positions when there are probes, else at the masks), the encoder
+** layers, timed into r->t.  BF_OK or BF_ERR_NOMEM with err set. */
+static int embed_and_encode(bf_run *r, const bf_model *m, int nseq, const bf_tokens *seqs,
+                            const batch *b, int k, int nprobe, const bf_probe *probes, char *err,
+                            size_t errlen) {
+  if (!reserve_scratch(r, m, b, k)) {
+    bf_errf(err, errlen, "out of memory for the scratch buffers of %zu tokens in %d sequences",
+            b->T, b->nrun);
+    return BF_ERR_NOMEM;
+  }
+  r->t.tokens = (int)b->T;
+  r->t.masks = (int)b->M;
+  r->t.seqs = b->nrun;
+  uint64_t t0 = bf_now_ns();
+  embed(r, m, nseq, seqs, b, nprobe, probes);
+  uint64_t t1 = bf_now_ns();
+  r->t.embed_ns = t1 - t0;
+  encode(r, m, b);
+  r->t.encode_ns = bf_now_ns() - t1;
+  return BF_OK;
+}
+
 int bf_fill(const bf_model *m, bf_run *r, int nseq, const bf_tokens *seqs, int k, bf_cand *out,
             char *err, size_t errlen) {
   return bf_fill_scored(m, r, nseq, seqs, k, out, NULL, NULL, err, errlen);
@@ -714,21 +760,7 @@ int bf_fill_scored(const bf_model *m, bf_run *r, int nseq, const bf_tokens *seqs
   int rc = check_inputs(m, nseq, seqs, k, out, &b, err, errlen);
   if (rc == BF_OK) rc = check_wanted(m, &b, want, want_prob, err, errlen);
   if (rc != BF_OK || b.M == 0) return rc; /* an error, or no mask: nothing to run */
-  if (!reserve_scratch(r, m, &b, k)) {
-    bf_errf(err, errlen, "out of memory for the scratch buffers of %zu tokens in %d sequences", b.T,
-            b.nrun);
-    return BF_ERR_NOMEM;
-  }
-  r->t.tokens = (int)b.T;
-  r->t.masks = (int)b.M;
-  r->t.seqs = b.nrun;
-
-  uint64_t t0 = bf_now_ns();
-  embed(r, m, nseq, seqs, &b, 0, NULL);
-  uint64_t t1 = bf_now_ns();
-  r->t.embed_ns = t1 - t0;
-  encode(r, m, &b);
-  r->t.encode_ns = bf_now_ns() - t1;
+  if ((rc = embed_and_encode(r, m, nseq, seqs, &b, k, 0, NULL, err, errlen)) != BF_OK) return rc;
 
   /* the head and the top k, HEAD_CHUNK masks at a time */
   int H = m->cfg.hidden_size, V = m->cfg.vocab_size;
@@ -755,8 +787,7 @@ int bf_fill_scored(const bf_model *m, bf_run *r, int nseq, const bf_tokens *seqs
 ** code with err set. */
 static int check_probes(const bf_model *m, int nseq, const bf_tokens *seqs, int nprobe,
                         const bf_probe *probes, int what, batch *b, char *err, size_t errlen) {
-  const bf_config *c = &m->cfg;
-  int V = c->vocab_size, P = c->max_position_embeddings;
+  int V = m->cfg.vocab_size;
   if (nseq < 0 || (nseq > 0 && !seqs) || nprobe < 0 || (nprobe > 0 && !probes)) {
     bf_errf(err, errlen, "bf_probe: bad sequence or probe list (%d, %d)", nseq, nprobe);
     return BF_ERR_INPUT;
@@ -765,33 +796,13 @@ static int check_probes(const bf_model *m, int nseq, const bf_tokens *seqs, int 
     bf_errf(err, errlen, "bf_probe: unknown kind of result %d", what);
     return BF_ERR_INPUT;
   }
-  if (c->num_attention_heads < 1 || c->hidden_size % c->num_attention_heads != 0) {
-    bf_errf(err, errlen, "hidden_size %d is not a multiple of num_attention_heads %d",
-            c->hidden_size, c->num_attention_heads);
-    return BF_ERR_MODEL;
-  }
+  int rc = check_heads(&m->cfg, err, errlen);
+  if (rc != BF_OK) return rc;
   memset(b, 0, sizeof *b);
   b->mask_id = bf_tokenizer_mask_id(m->tok);
   for (int s = 0; s < nseq; s++) {
-    const bf_tokens *t = &seqs[s];
-    if (t->n > P) {
-      bf_errf(err, errlen,
-              "input is %d tokens long; this model accepts at most %d (max_position_embeddings)",
-              t->n, P);
-      return BF_ERR_TOOLONG;
-    }
-    if (t->n < 1 || !t->ids) {
-      bf_errf(err, errlen, "sequence %d is empty (%d tokens)", s, t->n);
-      return BF_ERR_INPUT;
-    }
-    for (int i = 0; i < t->n; i++)
-      if (t->ids[i] < 0 || t->ids[i] >= V) {
-        bf_errf(err, errlen,
-                "token id %ld at position %d of sequence %d is out of range "
-                "(the vocabulary has %d entries)",
-                (long)t->ids[i], i, s, V);
-        return BF_ERR_INPUT;
-      }
+    int nm;
+    if ((rc = check_sequence(m, s, &seqs[s], b->mask_id, &nm, err, errlen)) != BF_OK) return rc;
   }
   int last_seq = -1;
   for (int i = 0; i < nprobe; i++) {
@@ -825,13 +836,7 @@ static int check_probes(const bf_model *m, int nseq, const bf_tokens *seqs, int 
     b->M++;
   }
   if (b->M == 0) return BF_OK;
-  int rc = bf_model_check(m, err, errlen);
-  if (rc != BF_OK) return rc;
-  if (b->T > INT_MAX / 4) {
-    bf_errf(err, errlen, "a batch of %zu tokens is too large; split it", b->T);
-    return BF_ERR_NOMEM;
-  }
-  return BF_OK;
+  return check_batch_size(m, b, err, errlen);
 }
 
 /* BF_PROBE_LOGITS at n probes (rows xm[n,H]): the head's dense layer, gelu
@@ -891,20 +896,8 @@ int bf_probe_run(const bf_model *m, bf_run *r, int nseq, const bf_tokens *seqs, 
   batch b;
   int rc = check_probes(m, nseq, seqs, nprobe, probes, what, &b, err, errlen);
   if (rc != BF_OK || b.M == 0) return rc;
-  if (!reserve_scratch(r, m, &b, 1)) {
-    bf_errf(err, errlen, "out of memory for the scratch buffers of %zu tokens in %d sequences", b.T,
-            b.nrun);
-    return BF_ERR_NOMEM;
-  }
-  r->t.tokens = (int)b.T;
-  r->t.masks = (int)b.M;
-  r->t.seqs = b.nrun;
-  uint64_t t0 = bf_now_ns();
-  embed(r, m, nseq, seqs, &b, nprobe, probes);
-  uint64_t t1 = bf_now_ns();
-  r->t.embed_ns = t1 - t0;
-  encode(r, m, &b);
-  r->t.encode_ns = bf_now_ns() - t1;
+  rc = embed_and_encode(r, m, nseq, seqs, &b, 1, nprobe, probes, err, errlen);
+  if (rc != BF_OK) return rc;
   int H = m->cfg.hidden_size;
   const float *xm = r->xm.p;
   for (size_t m0 = 0; m0 < b.M; m0 += HEAD_CHUNK) {
