@@ -50,6 +50,13 @@
 ** and also in encoder_runs, seqs, tokens, masks and the encode / topk /
 ** queue stages.  bert_prefill(text, 'joint') adds joint_runs only.
 **
+** The spelling functions (fill_suspects, bert_correct; suspects.c) count as
+** the fill calls: one `calls` and one `call` sample each, then one of
+** hit_lru, hit_table, miss; a miss is one sequence of an encoder run (a
+** spelling check: its screening and verifying runs, counted as one run),
+** merged runs counted in batches and the batch sizes.  fill_suspects_rows
+** counts no calls, hits or misses, as fill_rows: only its runs and seqs.
+**
 ** The flags of bert_stats, bert_stats_reset and bertfill_stats, and why,
 ** are in the table of entry.c.
 */
