@@ -8,6 +8,9 @@ shipped model:
     each call's answer came from;
   - a table row that does not fit its text (each field altered in turn) is a
     miss: the answer is computed again, the row rewritten as it was;
+  - 300 rows of random bytes flipped (fixed seed): never an error, and every
+    row given is one the check could give for the text (its character, a
+    margin at the threshold or above, the text with that fix);
   - fill_suspects_rows reads the memo and computes only what it lacks, and
     stores as bert_rows_cache() says ('none': nothing, 'room': the table);
   - threads calling fill_suspects, bert_correct and bert_fill at once, at two
@@ -16,7 +19,9 @@ shipped model:
     text's alone (same_rows: 1e-5 relative), fill and spelling never mixed.
 """
 import json
+import math
 import os
+import random
 import sqlite3
 import struct
 import subprocess
@@ -190,6 +195,57 @@ def vocab_id(token):
     return VOCAB[token]
 
 
+def sane(text, rows, sensitivity=0.005):
+    """Rows fill_suspects could give for text: each at a character of it, in
+    order, with a margin at the threshold or above and its own correction."""
+    last = -1
+    for pos, off, w, ws, sug, ss, margin, kind, corrected in rows:
+        if not (last < pos < len(text) and len(text[:pos].encode()) == off and text[pos] == w):
+            return False
+        if sug == w or kind not in ("same sound", "similar sound", "similar shape"):
+            return False
+        if not (0 < ws <= 1 and 0 < ss <= 1 and margin >= math.log(1 / sensitivity) - 1e-9):
+            return False
+        if corrected != text[:pos] + sug + text[pos + 1:]:
+            return False
+        last = pos
+    return True
+
+
+def check_random_rows(c):
+    """Random bytes of a stored check flipped: never a crash or an error, and
+    what is believed is a check the text could have."""
+    rng = random.Random(39)
+    bad = []
+    believed = 0
+    for text in (TEXTS[1], TEXTS[0], TEXTS[6]):
+        honest = suspects(c, text)
+        key, blob = [(r[1], r[2]) for r in spelling_rows(c)
+                     if r[1][8:-8] == b"".join(struct.pack("<i", i) for i in tokens_of(c, text))
+                     and r[1][4:8] == struct.pack("<i", 0)][0]
+        for _ in range(100):
+            b = bytearray(blob)
+            for _ in range(rng.choice((1, 1, 2, 4))):
+                at = rng.randrange(len(b))
+                b[at] ^= 1 << rng.randrange(8)
+            if rng.random() < 0.1:
+                b = b[:rng.randrange(len(b))]
+            c.execute("UPDATE bertfill_cache SET result = ? WHERE key = ?", (bytes(b), key))
+            forget_lru(c)
+            try:
+                got = suspects(c, text)
+            except sqlite3.Error as e:
+                bad.append((text, str(e)))
+                continue
+            if got != honest:
+                believed += 1
+                if not sane(text, got):
+                    bad.append((text, got))
+        c.execute("UPDATE bertfill_cache SET result = ? WHERE key = ?", (blob, key))
+    check("memo.random_rows", not bad, repr(bad[:3]))
+    print("   (300 altered rows: %d believed, each a check the text could have)" % believed)
+
+
 def tokens_of(c, text):
     return [vocab_id(t) for t in json.loads(c.execute("SELECT bert_tokenize(?)", (text,)).fetchone()[0])]
 
@@ -312,6 +368,7 @@ def main():
         c.execute("SELECT bert_cache('on')")
         check_lru_and_table(c)
         check_poisoned_rows(c)
+        check_random_rows(c)
         check_rows(c)
         c.close()
     check_batcher()
