@@ -262,6 +262,23 @@ static int verify(const bf_model *m, bf_run *r, const bf_spell_text *texts, site
   return rc;
 }
 
+/* The finding of a site with y = ids[j] (its probabilities in score[], its
+** margin mg): what collect and bf_spell_restore give. */
+static bf_suspect finding_of(const site *s, int j, double mg) {
+  return (bf_suspect){.position = s->char_index,
+                      .byte_offset = s->byte_off,
+                      .byte_len = s->byte_len,
+                      .token = s->tok,
+                      .written = s->cp,
+                      .suggestion = s->cps[j],
+                      .written_id = s->ids[0],
+                      .suggestion_id = s->ids[j],
+                      .written_score = s->score[0],
+                      .suggestion_score = s->score[j],
+                      .margin = mg,
+                      .kind = s->kind[j]};
+}
+
 /* Step 3: the findings of each text. */
 static int collect(int ntext, bf_spell_text *texts, const sites *ss, double threshold, char *err,
                    size_t errlen) {
@@ -279,18 +296,7 @@ static int collect(int ntext, bf_spell_text *texts, const sites *ss, double thre
       return BF_ERR_NOMEM;
     }
     x->found = f;
-    f[x->n_found++] = (bf_suspect){.position = s->char_index,
-                                   .byte_offset = s->byte_off,
-                                   .byte_len = s->byte_len,
-                                   .token = s->tok,
-                                   .written = s->cp,
-                                   .suggestion = s->cps[b],
-                                   .written_id = s->ids[0],
-                                   .suggestion_id = s->ids[b],
-                                   .written_score = s->score[0],
-                                   .suggestion_score = s->score[b],
-                                   .margin = mg,
-                                   .kind = s->kind[b]};
+    f[x->n_found++] = finding_of(s, b, mg);
   }
   (void)ntext;
   return BF_OK;
@@ -369,18 +375,10 @@ int bf_spell_restore(const bf_model *m, const bf_spell_text *x, int tok_index,
   if (j < s.nids) {
     double mg = margin_of(log((double)written_score), suggestion_score, kind);
     if (mg >= log(1.0 / sensitivity)) {
-      *f = (bf_suspect){.position = (int)bf_utf8_chars(x->s, (size_t)s.byte_off),
-                        .byte_offset = s.byte_off,
-                        .byte_len = s.byte_len,
-                        .token = tok_index,
-                        .written = s.cp,
-                        .suggestion = s.cps[j],
-                        .written_id = s.ids[0],
-                        .suggestion_id = s.ids[j],
-                        .written_score = written_score,
-                        .suggestion_score = suggestion_score,
-                        .margin = mg,
-                        .kind = kind};
+      s.char_index = (int)bf_utf8_chars(x->s, (size_t)s.byte_off);
+      s.score[0] = written_score;
+      s.score[j] = suggestion_score;
+      *f = finding_of(&s, j, mg);
       ok = 1;
     }
   }

@@ -348,7 +348,7 @@ static void run_spelling(bf_model *m, bf_run *run, const qclass *cls, req **memb
     req *r = members[i];
     r->encode_ns = times.encode_ns;
     r->rc = rc[i];
-    if (rc[i] != SQLITE_OK) *r->e = all != SQLITE_OK && n > 1 ? errs[i] : errs[0];
+    if (rc[i] != SQLITE_OK) *r->e = errs[i]; /* n == 1: errs[0], the only one */
     else {
       r->x->found = xs[i].found;
       r->x->n_found = xs[i].n_found;

@@ -63,11 +63,11 @@
 #include "sqlite3ext.h"
 SQLITE_EXTENSION_INIT3
 #include "suspects.h"
+#include "batcher.h"
 #include "bounds.h"
 #include "conn.h"
 #include "encode.h"
 #include "lookup.h"
-#include "batcher.h"
 #include "rows.h"
 #include "spelling.h"
 #include "spelling_memo.h"
