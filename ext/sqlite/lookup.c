@@ -30,6 +30,11 @@ void bfx_result_clear(bfx_result *r) {
 }
 
 int bfx_cache_get(bfx_conn *c, bf_model *m, const bf_tokens *t, int k, int how, bfx_result *res) {
+  return bfx_cache_get_checked(c, m, t, k, how, NULL, NULL, res);
+}
+
+int bfx_cache_get_checked(bfx_conn *c, bf_model *m, const bf_tokens *t, int k, int how,
+                          bfx_entry_check check, void *arg, bfx_result *res) {
   if (c->cache_mode == BFX_CACHE_OFF) return 0;
   const char *fp = bf_model_fingerprint(m);
   if (!fp || !fp[0]) return 0;
@@ -45,6 +50,10 @@ int bfx_cache_get(bfx_conn *c, bf_model *m, const bf_tokens *t, int k, int how, 
   }
   if (hit == 0 && table && !keep)
     hit = bfc_table_get(c->db, fp, t->ids, t->n, t->n_masks, k, vocab, &have, &cands);
+  if (hit == 1 && check && (hit = check(arg, cands, have)) != 1) { /* not one to use: a miss */
+    sqlite3_free(cands);
+    cands = NULL;
+  }
   if (hit == 1 && from[0] == 't' && !(how & BFX_GET_NO_LRU))
     bfc_lru_put(fp, t->ids, t->n, t->n_masks, have, cands);
   uint64_t dt = bf_now_ns() - t0;
@@ -99,6 +108,12 @@ int64_t bfx_cache_rows_room(bfx_conn *c) {
   if (cap <= 0) return 0;
   int64_t have = bfc_table_rows(c->db);
   return have >= 0 && have < cap ? cap - have : 0;
+}
+
+int bfx_cache_rows_store(const bfx_conn *c, int64_t left, int64_t *room) {
+  if (c->rows_cache == BFX_ROWS_CACHE_NONE) return 0;
+  *room = c->rows_cache == BFX_ROWS_CACHE_ALL ? -1 : left;
+  return 1;
 }
 
 void bfx_cache_put(bfx_conn *c, bf_model *m, const bf_tokens *t, int k, const bf_cand *cands,

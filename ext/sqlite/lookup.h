@@ -52,6 +52,14 @@ enum {
 ** res->source "lru" or "table"), 0 on a miss (res untouched but its
 ** times), -1 out of memory.  how: BFX_GET_* above. */
 int bfx_cache_get(bfx_conn *c, bf_model *m, const bf_tokens *t, int k, int how, bfx_result *res);
+/* Whether an entry found (c[0..k)) is one its reader can use: 1 yes, 0 no,
+** -1 out of memory.  Run on every hit, LRU or table, before anything else
+** is done with it (copied into the LRU, counted, returned). */
+typedef int (*bfx_entry_check)(void *arg, const bf_cand *c, int k);
+/* bfx_cache_get with check (may be NULL): an entry it refuses is a miss
+** (returns 0), an out of memory -1; its time is the read's. */
+int bfx_cache_get_checked(bfx_conn *c, bf_model *m, const bf_tokens *t, int k, int how,
+                          bfx_entry_check check, void *arg, bfx_result *res);
 
 /* Store the candidates of seqs[0..nseq) (k per mask, sequence after
 ** sequence as one encoder run writes them) in the LRU and, in mode 'on',
@@ -68,6 +76,11 @@ int64_t bfx_cache_put_batch(bfx_conn *c, bf_model *m, int nseq, const bf_tokens 
 ** still takes below bert_cache_limit (0 when the table is full, read-only or
 ** off); otherwise 0 (what the caller does with 'all' and 'none' is its own). */
 int64_t bfx_cache_rows_room(bfx_conn *c);
+/* A column form's next store, as bert_rows_cache() says: 0 in 'none' (store
+** nothing); else 1, with *room the bound to pass to the store (-1 in 'all',
+** no bound; in 'room' left, what bfx_cache_rows_room gave at the scan's
+** start less the rows written since). */
+int bfx_cache_rows_store(const bfx_conn *c, int64_t left, int64_t *room);
 /* One sequence: bfx_cache_put_batch(c, m, 1, t, k, cands, -1, tm). */
 void bfx_cache_put(bfx_conn *c, bf_model *m, const bf_tokens *t, int k, const bf_cand *cands,
                    bfx_times *tm);

@@ -347,8 +347,8 @@ static int read_text(rows_cursor *cur, row *r) {
 ** says. */
 static void store_batch(rows_cursor *cur) {
   bfx_conn *c = cur->c;
-  if (c->rows_cache == BFX_ROWS_CACHE_NONE) return;
-  int64_t room = c->rows_cache == BFX_ROWS_CACHE_ALL ? -1 : cur->table_room;
+  int64_t room;
+  if (!bfx_cache_rows_store(c, cur->table_room, &room)) return;
   cur->table_room -= bfx_column_batch_store(&cur->seqs, c, cur->m, room);
 }
 

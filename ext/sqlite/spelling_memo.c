@@ -10,8 +10,6 @@ SQLITE_EXTENSION_INIT3
 #include "spelling_memo.h"
 #include "cache.h"
 #include "lookup.h"
-#include "stats.h"
-#include "util.h"
 
 #define PER_FINDING 3
 #define MAX_FINDINGS ((BF_MAX_K - 1) / PER_FINDING) /* what one entry holds */
@@ -69,26 +67,26 @@ static int unpack(const bf_model *m, const bf_cand *c, int k, bf_spell_text *x,
   return 1;
 }
 
+typedef struct unpack_arg {
+  const bf_model *m;
+  bf_spell_text *x;
+  double sensitivity;
+} unpack_arg;
+
+static int unpack_check(void *arg, const bf_cand *c, int k) {
+  unpack_arg *a = arg;
+  return unpack(a->m, c, k, a->x, a->sensitivity);
+}
+
 int bfx_spell_memo_get(bfx_conn *c, bf_model *m, bf_spell_text *x, int thorough, double sensitivity,
                        int count, int no_lru, const char **from, bfx_times *tm) {
   bf_tokens key;
   if (memo_key(x, thorough, sensitivity, &key) != 0) return -1;
   bfx_result res = {0};
-  int hit = bfx_cache_get(c, m, &key, 1, BFX_GET_NO_LRU, &res);
-  if (hit == 1) { /* its time in the call's cache_read (bfx_cache_get sampled the stage) */
-    uint64_t t0 = bf_now_ns();
-    hit = unpack(m, res.c, res.k, x, sensitivity);
-    res.times.cache_read_ns += bf_now_ns() - t0;
-  }
-  if (hit == 1) {
-    int table = res.source[0] == 't';
-    if (table && !no_lru) {
-      const char *fp = bf_model_fingerprint(m);
-      bfc_lru_put(fp, key.ids, key.n, 1, res.k, res.c);
-    }
-    if (count) bf_stats_add(table ? BF_CT_HIT_TABLE : BF_CT_HIT_LRU, 1);
-    if (from) *from = res.source;
-  }
+  unpack_arg a = {m, x, sensitivity};
+  int how = (count ? BFX_GET_COUNT : 0) | (no_lru ? BFX_GET_NO_LRU : 0);
+  int hit = bfx_cache_get_checked(c, m, &key, 1, how, unpack_check, &a, &res);
+  if (hit == 1 && from) *from = res.source;
   if (tm) tm->cache_read_ns += res.times.cache_read_ns;
   bfx_result_clear(&res);
   sqlite3_free(key.ids);

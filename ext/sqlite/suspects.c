@@ -579,10 +579,9 @@ static int srows_next_batch(srows_cursor *cur, bfx_err *e) {
   if (rc != SQLITE_OK) return rc;
   for (int i = 0; i < nx; i++) cur->rows[which[i]].x = xs[i];
   bfx_conn *c = cur->c;
-  if (c->rows_cache != BFX_ROWS_CACHE_NONE)
-    cur->table_room -= bfx_spell_memo_put(c, cur->m, nx, xs, cur->thorough, cur->sensitivity,
-                                          c->rows_cache == BFX_ROWS_CACHE_ALL ? -1
-                                                                              : cur->table_room,
+  int64_t room;
+  if (bfx_cache_rows_store(c, cur->table_room, &room))
+    cur->table_room -= bfx_spell_memo_put(c, cur->m, nx, xs, cur->thorough, cur->sensitivity, room,
                                           NULL);
   return SQLITE_OK;
 }
