@@ -532,20 +532,29 @@ def test_rerun_counted():
     ref = dict(zip(texts, references(texts)))
     sdir = tempfile.mkdtemp(prefix="bf-sb-")
     env = base_env(sdir, BERTFILL_SHARED_HOLD_MS=400, BERTFILL_SHARED_GATHER=2)
-    a, b = Worker(env), Worker(env)
-    a.ask(op="run", texts=texts[:1])  # the file exists
-    path = os.path.join(sdir, shared_files(sdir)[0])
-    a.send(op="run", texts=texts[1:2])
-    b.send(op="run", texts=texts[2:3])
-    victim = None
-    until = time.monotonic() + 5
-    while time.monotonic() < until and victim is None:
-        _, _, leader, states = read_header(path)
-        if states.count(TAKEN) >= 2 and leader in (a.pid, b.pid):
-            victim = leader
-        time.sleep(0.005)
+    # The scene needs both requests taken in one batch; on a busy machine the
+    # second may come after the first was taken alone (then nothing was shown
+    # either way): up to 3 tries of the scene, each with fresh workers.
+    for attempt in range(3):
+        a, b = Worker(env), Worker(env)
+        a.ask(op="run", texts=texts[:1])  # the file exists
+        path = os.path.join(sdir, shared_files(sdir)[0])
+        a.send(op="run", texts=texts[1:2])
+        b.send(op="run", texts=texts[2:3])
+        victim = None
+        until = time.monotonic() + 5
+        while time.monotonic() < until and victim is None:
+            _, _, leader, states = read_header(path)
+            if states.count(TAKEN) >= 2 and leader in (a.pid, b.pid):
+                victim = leader
+            time.sleep(0.005)
+        if victim is not None:
+            break
+        for w in (a, b):
+            w.kill()
+            w.close()
     if victim is None:
-        check("rerun_after_leader_death", False, "never saw a batch of two TAKEN")
+        check("rerun_after_leader_death", False, "never saw a batch of two TAKEN in 3 tries")
         return
     dead, alive = (a, b) if victim == a.pid else (b, a)
     dead.kill()
