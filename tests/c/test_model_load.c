@@ -604,6 +604,88 @@ static void test_blas(void) {
   CHECKF("sgemm_matches_loop", bad == 0, "%d entries differ", bad);
 }
 
+/* A safetensors file of one U8 tensor of n bytes, in the cases folder. */
+static const char *write_u8_file(const char *name, size_t n) {
+  const char *path = J(name);
+  char hdr[128];
+  int len = snprintf(hdr, sizeof hdr, "{\"x\":{\"dtype\":\"U8\",\"shape\":[%zu],\"data_offsets\":[0,%zu]}}", n, n);
+  while (len % 8) hdr[len++] = ' ';
+  FILE *fp = fopen(path, "wb");
+  if (!fp) return NULL;
+  uint64_t hl = (uint64_t)len;
+  unsigned char le[8];
+  for (int i = 0; i < 8; i++) le[i] = (unsigned char)(hl >> (8 * i));
+  int ok = fwrite(le, 1, 8, fp) == 8 && fwrite(hdr, 1, (size_t)len, fp) == (size_t)len;
+  for (size_t i = 0; ok && i < n; i++) ok = fputc((int)(i * 7 & 0xff), fp) != EOF;
+  return fclose(fp) == 0 && ok ? path : NULL;
+}
+
+/* The /proc/self/smaps entry that starts at p: its VmFlags line into flags
+** (empty when there is none); returns the number of mappings listed. */
+static int smaps_flags(const void *p, char *flags, size_t len) {
+  FILE *fp = fopen("/proc/self/smaps", "r");
+  char line[512];
+  int n = 0, here = 0;
+  flags[0] = 0;
+  if (!fp) return -1;
+  while (fgets(line, sizeof line, fp)) {
+    unsigned long a, b;
+    if (sscanf(line, "%lx-%lx ", &a, &b) == 2 && strchr(line, '-') < strchr(line, ' ')) {
+      n++;
+      here = (uintptr_t)a == (uintptr_t)p;
+    } else if (here && strncmp(line, "VmFlags:", 8) == 0) {
+      snprintf(flags, len, "%s", line + 8);
+    }
+  }
+  fclose(fp);
+  return n;
+}
+
+/* st_open maps a weights file of 2 MB or more at a 2 MB boundary, marked
+** MADV_HUGEPAGE ("hg"), and leaves no reservation behind; a smaller file is
+** mapped plainly (safetensors.c: map_read_only). */
+static void test_huge_mapping(void) {
+  if (access("/proc/self/smaps", R_OK) != 0) {
+    SKIP("huge_mapping", "no /proc/self/smaps");
+    return;
+  }
+  const char *big = write_u8_file("huge-mapping.safetensors", (5u << 20) + 123);
+  const char *small = write_u8_file("small-mapping.safetensors", 4096);
+  CHECK("huge_mapping_files_written", big && small);
+  if (!big || !small) return;
+  char err[512], flags[600], before_flags[8];
+  int before = smaps_flags(NULL, before_flags, sizeof before_flags);
+  st_file f;
+  int rc = st_open(&f, big, err, sizeof err);
+  CHECKF("huge_mapping_opens", rc == 0, "%s", err);
+  if (rc != 0) return;
+  int during = smaps_flags(f.map, flags, sizeof flags);
+  CHECKF("huge_mapping_at_2mb_boundary", (uintptr_t)f.map % (2u << 20) == 0, "mapped at %p", f.map);
+  CHECKF("huge_mapping_one_mapping_added", during == before + 1, "%d mappings before, %d with the file",
+         before, during);
+  const st_tensor *t = st_find(&f, "x");
+  int bytes_ok = t && t->n_elems == (5 << 20) + 123;
+  for (uint64_t i = 0; bytes_ok && i < t->n_elems; i += 4093)
+    bytes_ok = ((const unsigned char *)t->data)[i] == (unsigned char)(i * 7 & 0xff);
+  CHECK("huge_mapping_reads_the_file", bytes_ok);
+  if (access("/sys/kernel/mm/transparent_hugepage/enabled", R_OK) == 0)
+    CHECKF("huge_mapping_marked_hugepage", strstr(flags, " hg") != NULL, "VmFlags:%s", flags);
+  else
+    SKIP("huge_mapping_marked_hugepage", "this kernel has no transparent huge pages");
+  st_close(&f);
+  int after = smaps_flags(NULL, flags, sizeof flags);
+  CHECKF("huge_mapping_nothing_left_after_close", after == before, "%d mappings before, %d after", before,
+         after);
+  rc = st_open(&f, small, err, sizeof err);
+  CHECKF("small_mapping_opens", rc == 0, "%s", err);
+  if (rc != 0) return;
+  smaps_flags(f.map, flags, sizeof flags);
+  CHECKF("small_mapping_plain", strstr(flags, " hg") == NULL, "VmFlags:%s", flags);
+  st_close(&f);
+  unlink(big);
+  unlink(small);
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) {
     fprintf(stderr, "usage: %s CASES_DIR\n", argv[0]);
@@ -617,6 +699,7 @@ int main(int argc, char **argv) {
   test_half_conversion();
   run_manifest();
   test_specifics();
+  test_huge_mapping();
   for (int i = 0; i < n_cache; i++) bf_model_release(cache[i].m);
   TL_EXIT();
 }
