@@ -608,7 +608,8 @@ static void test_blas(void) {
 static const char *write_u8_file(const char *name, size_t n) {
   const char *path = J(name);
   char hdr[128];
-  int len = snprintf(hdr, sizeof hdr, "{\"x\":{\"dtype\":\"U8\",\"shape\":[%zu],\"data_offsets\":[0,%zu]}}", n, n);
+  int len = snprintf(hdr, sizeof hdr,
+                     "{\"x\":{\"dtype\":\"U8\",\"shape\":[%zu],\"data_offsets\":[0,%zu]}}", n, n);
   while (len % 8) hdr[len++] = ' ';
   FILE *fp = fopen(path, "wb");
   if (!fp) return NULL;
@@ -661,8 +662,8 @@ static void test_huge_mapping(void) {
   if (rc != 0) return;
   int during = smaps_flags(f.map, flags, sizeof flags);
   CHECKF("huge_mapping_at_2mb_boundary", (uintptr_t)f.map % (2u << 20) == 0, "mapped at %p", f.map);
-  CHECKF("huge_mapping_one_mapping_added", during == before + 1, "%d mappings before, %d with the file",
-         before, during);
+  CHECKF("huge_mapping_one_mapping_added", during == before + 1,
+         "%d mappings before, %d with the file", before, during);
   const st_tensor *t = st_find(&f, "x");
   int bytes_ok = t && t->n_elems == (5 << 20) + 123;
   for (uint64_t i = 0; bytes_ok && i < t->n_elems; i += 4093)
@@ -670,12 +671,11 @@ static void test_huge_mapping(void) {
   CHECK("huge_mapping_reads_the_file", bytes_ok);
   if (access("/sys/kernel/mm/transparent_hugepage/enabled", R_OK) == 0)
     CHECKF("huge_mapping_marked_hugepage", strstr(flags, " hg") != NULL, "VmFlags:%s", flags);
-  else
-    SKIP("huge_mapping_marked_hugepage", "this kernel has no transparent huge pages");
+  else SKIP("huge_mapping_marked_hugepage", "this kernel has no transparent huge pages");
   st_close(&f);
   int after = smaps_flags(NULL, flags, sizeof flags);
-  CHECKF("huge_mapping_nothing_left_after_close", after == before, "%d mappings before, %d after", before,
-         after);
+  CHECKF("huge_mapping_nothing_left_after_close", after == before, "%d mappings before, %d after",
+         before, after);
   rc = st_open(&f, small, err, sizeof err);
   CHECKF("small_mapping_opens", rc == 0, "%s", err);
   if (rc != 0) return;
