@@ -18,7 +18,8 @@
 **   st_close(&f);
 **
 ** st_open maps the file read-only (MAP_SHARED, so processes share one copy
-** in the page cache) and validates everything before returning: the header
+** in the page cache; from 2 MB on at a 2 MB boundary with MADV_HUGEPAGE:
+** safetensors.c) and validates everything before returning: the header
 ** length against the file size and a 100 MB limit, the header is a JSON
 ** object, each entry's dtype is a known safetensors dtype, the shape is a
 ** list of non-negative integers, data_offsets is [begin, end] with
