@@ -67,8 +67,8 @@ SELECT h.id, bert_fill(h.text) AS filled, h.expected,
  ORDER BY h.id;
 .print "-- (rank: where the expected token is among the model's 1000 best.  The shipped model is small and"
 .print '--  trained on far less text than bert-base-chinese: its first guess is right for about half of'
-.print '--  everyday sentences but for only 9-10% of idioms (model/MODEL_CARD.md).  In row 1 it puts 的'
-.print '--  (0.256) just above 好 (0.190) after 真, where the shorter 今天天气真[MASK]啊 above gets 好.'
+.print '--  everyday sentences but for only 4-5% of idioms (in its top 5 for 11-12%: model/MODEL_CARD.md).'
+.print '--  Row 1, the everyday sentence, it gets right; the four idioms it misses.'
 .print '--  For idioms and real work load bert-base-chinese (see the README), then run this demo on it:'
 .print '--  BERTFILL_MODEL=/path/to/bert-base-chinese make demo)'
 
