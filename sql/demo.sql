@@ -67,7 +67,7 @@ SELECT h.id, bert_fill(h.text) AS filled, h.expected,
  ORDER BY h.id;
 .print "-- (rank: where the expected token is among the model's 1000 best.  The shipped model is small and"
 .print '--  trained on far less text than bert-base-chinese: its first guess is right for about half of'
-.print '--  everyday sentences but for only 4-5% of idioms (in its top 5 for 11-12%: model/MODEL_CARD.md).'
+.print '--  everyday sentences but for only about 4% of idioms (in its top 5 for about 11%: model/MODEL_CARD.md).'
 .print '--  Row 1, the everyday sentence, it gets right; the four idioms it misses.'
 .print '--  For idioms and real work load bert-base-chinese (see the README), then run this demo on it:'
 .print '--  BERTFILL_MODEL=/path/to/bert-base-chinese make demo)'
